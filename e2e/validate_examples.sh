@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# `lockstep validate` accepts every example and rejects a broken manifest, naming the field.
+set -euo pipefail
+lockstep=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$lockstep" validate "$src"/examples/*.yaml
+
+# A misspelt field is reported with its path.
+sed -e 's/^  runPolicy:/  runPolicyy:/' "$src/examples/multi-worker-mirrored.yaml" >"$tmp/bad.yaml"
+if "$lockstep" validate "$tmp/bad.yaml" 2>"$tmp/err"; then
+  echo "FAIL: an invalid manifest was accepted"; exit 1
+fi
+grep -q 'spec.runPolicyy: Unknown field' "$tmp/err" || { echo "FAIL: unknown field not named"; cat "$tmp/err"; exit 1; }
+
+printf 'apiVersion: lockstep.io/v1alpha1\nkind: TrainingJob\nmetadata: {name: x}\nspec:\n  replicaSpecs:\n    Chief: {replicas: 2, template: {spec: {containers: [{name: a, image: b}]}}}\n' >"$tmp/chief.yaml"
+if "$lockstep" validate "$tmp/chief.yaml" 2>"$tmp/err"; then
+  echo "FAIL: two chiefs were accepted"; exit 1
+fi
+grep -q 'spec.replicaSpecs.Chief.replicas: Too many: 2' "$tmp/err" || { echo "FAIL: chief count not named"; cat "$tmp/err"; exit 1; }
+
+printf 'kind: TrainingJob\nspec: [unclosed\n' >"$tmp/broken.yaml"
+if "$lockstep" validate "$tmp/broken.yaml" 2>"$tmp/err"; then
+  echo "FAIL: malformed YAML was accepted"; exit 1
+fi
+grep -q 'malformed YAML' "$tmp/err" || { echo "FAIL: malformed YAML not reported"; cat "$tmp/err"; exit 1; }
+echo "e2e_validate_examples: ok"

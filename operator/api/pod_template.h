@@ -1,0 +1,83 @@
+#pragma once
+// PodTemplate: a replica's PodTemplateSpec. The JSON stays the source of truth (every field is
+// preserved exactly, including ones this version of Lockstep does not know); the typed view
+// holds only what the operator reads: containers, their ports and env, and restartPolicy.
+// Thread-safety: plain values.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "operator/api/field_errors.h"
+
+namespace lockstep::api {
+
+inline constexpr int32_t kDefaultTrainingPort = 2222;
+inline constexpr int32_t kDefaultMetricsPort = 9464;
+inline constexpr std::string_view kTrainingPortName = "lockstep";
+inline constexpr std::string_view kKubeflowPortName = "tfjob-port";
+inline constexpr std::string_view kMetricsPortName = "lockstep-metrics";
+
+struct ContainerPort {
+  std::string name;
+  int32_t container_port = 0;
+  std::string protocol;  // empty means TCP
+
+  bool operator==(const ContainerPort&) const = default;
+};
+
+struct EnvVar {
+  std::string name;
+  std::optional<std::string> value;
+  bool from_source = false;  // set through valueFrom (secret, fieldRef, ...)
+
+  bool operator==(const EnvVar&) const = default;
+};
+
+struct Container {
+  std::string name;
+  std::string image;
+  std::vector<std::string> command;
+  std::vector<std::string> args;
+  std::string working_dir;
+  std::vector<ContainerPort> ports;
+  std::vector<EnvVar> env;
+
+  bool operator==(const Container&) const = default;
+  const EnvVar* FindEnv(std::string_view env_name) const;
+  const ContainerPort* FindPort(std::string_view port_name) const;
+};
+
+class PodTemplate {
+ public:
+  PodTemplate() = default;
+
+  // Decodes and checks the parts the operator relies on (containers with names and images,
+  // port numbers, env names). Problems are appended to `errors` with paths under `path`.
+  static PodTemplate Decode(const nlohmann::json& j, const FieldPath& path, FieldErrors* errors);
+
+  const nlohmann::json& raw() const { return raw_; }
+  const std::vector<Container>& containers() const { return containers_; }
+  // template.spec.restartPolicy as written; the replica's restartPolicy overrides it.
+  const std::optional<std::string>& restart_policy() const { return restart_policy_; }
+
+  // The container that runs training: the one exposing a port named "lockstep" (or Kubeflow's
+  // "tfjob-port"), else the one named "tensorflow", else the first. nullptr without containers.
+  const Container* TrainingContainer() const;
+  // The training container's port named "lockstep"/"tfjob-port", else 2222.
+  int32_t TrainingPort() const;
+  // The training container's port named "lockstep-metrics", else 9464.
+  int32_t MetricsPort() const;
+
+  bool operator==(const PodTemplate& o) const { return raw_ == o.raw_; }
+
+ private:
+  nlohmann::json raw_ = nlohmann::json::object();
+  std::vector<Container> containers_;
+  std::optional<std::string> restart_policy_;
+};
+
+}  // namespace lockstep::api

@@ -1,0 +1,267 @@
+#pragma once
+// The TrainingJob API (lockstep.io/v1alpha1) as C++ values: spec, status and their enums.
+//
+// Defaulting: a field the CRD gives a default to is a plain member initialised to that default
+// (the kDefault* constants below), so a decoded TrainingJob is always defaulted; a field without
+// a default is std::optional. crds/lockstep.io_trainingjobs.yaml carries the same defaults, and
+// defaults_test checks that the two agree.
+// Thread-safety: plain values.
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "operator/api/enum_names.h"
+#include "operator/api/object_meta.h"
+#include "operator/api/pod_template.h"
+
+namespace lockstep::api {
+
+inline constexpr std::string_view kGroup = "lockstep.io";
+inline constexpr std::string_view kVersion = "v1alpha1";
+inline constexpr std::string_view kApiVersion = "lockstep.io/v1alpha1";
+inline constexpr std::string_view kKind = "TrainingJob";
+inline constexpr std::string_view kPlural = "trainingjobs";
+
+// ---- enums and their API spellings ----
+
+enum class ReplicaType { kChief, kEvaluator, kPS, kWorker };  // JSON key order
+inline constexpr std::array<EnumName<ReplicaType>, 4> kReplicaTypeNames{{
+    {ReplicaType::kChief, "Chief"},
+    {ReplicaType::kEvaluator, "Evaluator"},
+    {ReplicaType::kPS, "PS"},
+    {ReplicaType::kWorker, "Worker"},
+}};
+// Lower-case form used in pod names, labels and TF_CONFIG ("worker", "ps").
+std::string_view ReplicaTypeLower(ReplicaType t);
+
+enum class Strategy { kOneDevice, kMirrored, kMultiWorkerMirrored, kParameterServer, kCentralStorage };
+inline constexpr std::array<EnumName<Strategy>, 5> kStrategyNames{{
+    {Strategy::kOneDevice, "OneDevice"},
+    {Strategy::kMirrored, "Mirrored"},
+    {Strategy::kMultiWorkerMirrored, "MultiWorkerMirrored"},
+    {Strategy::kParameterServer, "ParameterServer"},
+    {Strategy::kCentralStorage, "CentralStorage"},
+}};
+
+enum class RestartPolicy { kAlways, kOnFailure, kNever, kExitCode };
+inline constexpr std::array<EnumName<RestartPolicy>, 4> kRestartPolicyNames{{
+    {RestartPolicy::kAlways, "Always"},
+    {RestartPolicy::kOnFailure, "OnFailure"},
+    {RestartPolicy::kNever, "Never"},
+    {RestartPolicy::kExitCode, "ExitCode"},
+}};
+
+enum class CleanPodPolicy { kAll, kRunning, kNone };
+inline constexpr std::array<EnumName<CleanPodPolicy>, 3> kCleanPodPolicyNames{{
+    {CleanPodPolicy::kAll, "All"},
+    {CleanPodPolicy::kRunning, "Running"},
+    {CleanPodPolicy::kNone, "None"},
+}};
+
+enum class SuccessPolicy { kDefault, kAllWorkers };
+inline constexpr std::array<EnumName<SuccessPolicy>, 2> kSuccessPolicyNames{{
+    {SuccessPolicy::kDefault, "Default"},
+    {SuccessPolicy::kAllWorkers, "AllWorkers"},
+}};
+
+// What a matching failure rule does: fail the job, restart the training group (new attempt),
+// restart only the failed pod, or restart the pod without spending the backoff budget.
+enum class FailureAction { kFailJob, kRestartJob, kRestartPod, kIgnore };
+inline constexpr std::array<EnumName<FailureAction>, 4> kFailureActionNames{{
+    {FailureAction::kFailJob, "FailJob"},
+    {FailureAction::kRestartJob, "RestartJob"},
+    {FailureAction::kRestartPod, "RestartPod"},
+    {FailureAction::kIgnore, "Ignore"},
+}};
+
+enum class ExitCodeOperator { kIn, kNotIn };
+inline constexpr std::array<EnumName<ExitCodeOperator>, 2> kExitCodeOperatorNames{{
+    {ExitCodeOperator::kIn, "In"},
+    {ExitCodeOperator::kNotIn, "NotIn"},
+}};
+
+// ---- defaults (mirrored by the CRD) ----
+
+inline constexpr int32_t kDefaultReplicas = 1;
+inline constexpr RestartPolicy kDefaultRestartPolicy = RestartPolicy::kOnFailure;
+inline constexpr int32_t kDefaultBackoffLimit = 6;
+inline constexpr CleanPodPolicy kDefaultCleanPodPolicy = CleanPodPolicy::kRunning;
+inline constexpr int32_t kDefaultPendingTimeoutSeconds = 600;
+inline constexpr SuccessPolicy kDefaultSuccessPolicy = SuccessPolicy::kDefault;
+
+// ---- spec ----
+
+struct ReplicaSpec {
+  int32_t replicas = kDefaultReplicas;
+  RestartPolicy restart_policy = kDefaultRestartPolicy;
+  PodTemplate pod_template;
+
+  bool operator==(const ReplicaSpec&) const = default;
+};
+
+struct SchedulingPolicy {
+  std::optional<int32_t> min_available;  // unset: every replica
+  std::string queue;
+  std::string priority_class;
+  std::optional<int32_t> schedule_timeout_seconds;
+
+  bool operator==(const SchedulingPolicy&) const = default;
+};
+
+struct RunPolicy {
+  int32_t backoff_limit = kDefaultBackoffLimit;
+  std::optional<int64_t> active_deadline_seconds;
+  std::optional<int32_t> ttl_seconds_after_finished;
+  CleanPodPolicy clean_pod_policy = kDefaultCleanPodPolicy;
+  bool suspend = false;
+  int32_t pending_timeout_seconds = kDefaultPendingTimeoutSeconds;
+  std::optional<int32_t> progress_deadline_seconds;
+  std::optional<SchedulingPolicy> scheduling_policy;
+
+  bool operator==(const RunPolicy&) const = default;
+};
+
+struct ExitCodeMatcher {
+  ExitCodeOperator op = ExitCodeOperator::kIn;
+  std::vector<int32_t> values;
+
+  bool operator==(const ExitCodeMatcher&) const = default;
+};
+
+struct FailureRule {
+  FailureAction action = FailureAction::kFailJob;
+  std::optional<ExitCodeMatcher> on_exit_codes;
+  std::vector<std::string> on_reasons;          // termination reasons, e.g. Evicted, PeerLost
+  std::vector<ReplicaType> replica_types;       // empty: every type
+
+  bool operator==(const FailureRule&) const = default;
+};
+
+struct FailurePolicy {
+  std::vector<FailureRule> rules;  // ordered; the first match wins
+
+  bool operator==(const FailurePolicy&) const = default;
+};
+
+struct TfConfigSpec {
+  bool include_evaluator = true;
+  std::string cluster_domain;  // empty: hosts end in ".svc"
+
+  bool operator==(const TfConfigSpec&) const = default;
+};
+
+struct TrainingJobSpec {
+  // Unset: the operator infers restart semantics from the replica shape (see
+  // EffectiveStrategy in validation.h), which is what a converted Kubeflow TFJob needs.
+  std::optional<Strategy> strategy;
+  std::map<ReplicaType, ReplicaSpec> replica_specs;
+  RunPolicy run_policy;
+  SuccessPolicy success_policy = kDefaultSuccessPolicy;
+  std::optional<FailurePolicy> failure_policy;
+  TfConfigSpec tf_config;
+
+  bool operator==(const TrainingJobSpec&) const = default;
+};
+
+// ---- status ----
+
+enum class ConditionType { kCreated, kRunning, kRestarting, kSucceeded, kFailed, kSuspended, kStalled };
+inline constexpr std::array<EnumName<ConditionType>, 7> kConditionTypeNames{{
+    {ConditionType::kCreated, "Created"},
+    {ConditionType::kRunning, "Running"},
+    {ConditionType::kRestarting, "Restarting"},
+    {ConditionType::kSucceeded, "Succeeded"},
+    {ConditionType::kFailed, "Failed"},
+    {ConditionType::kSuspended, "Suspended"},
+    {ConditionType::kStalled, "Stalled"},
+}};
+
+enum class ConditionStatus { kTrue, kFalse, kUnknown };
+inline constexpr std::array<EnumName<ConditionStatus>, 3> kConditionStatusNames{{
+    {ConditionStatus::kTrue, "True"},
+    {ConditionStatus::kFalse, "False"},
+    {ConditionStatus::kUnknown, "Unknown"},
+}};
+
+struct Condition {
+  ConditionType type = ConditionType::kCreated;
+  ConditionStatus status = ConditionStatus::kUnknown;
+  std::string reason;
+  std::string message;
+  absl::Time last_transition_time = absl::UnixEpoch();
+  int64_t observed_generation = 0;
+
+  bool operator==(const Condition&) const = default;
+};
+
+// The job's state, derived from its conditions (job_state.h) and also written to status.state
+// so that `kubectl get tj` can show it.
+enum class JobState { kPending, kCreated, kRunning, kRestarting, kSuspended, kSucceeded, kFailed };
+inline constexpr std::array<EnumName<JobState>, 7> kJobStateNames{{
+    {JobState::kPending, "Pending"},
+    {JobState::kCreated, "Created"},
+    {JobState::kRunning, "Running"},
+    {JobState::kRestarting, "Restarting"},
+    {JobState::kSuspended, "Suspended"},
+    {JobState::kSucceeded, "Succeeded"},
+    {JobState::kFailed, "Failed"},
+}};
+
+struct ReplicaStatus {
+  int32_t active = 0;
+  int32_t ready = 0;
+  int32_t succeeded = 0;
+  int32_t failed = 0;
+  int32_t restarts = 0;
+  std::string selector;  // label selector of this type's pods, for the scale subresource
+
+  bool operator==(const ReplicaStatus&) const = default;
+};
+
+struct Progress {
+  int64_t step = 0;
+  std::optional<int64_t> total_steps;
+  std::optional<int64_t> epoch;
+  std::optional<double> loss;
+  std::map<std::string, double> metrics;
+  std::optional<double> samples_per_second;
+  std::optional<int64_t> last_checkpoint_step;
+  std::optional<int64_t> estimated_remaining_seconds;
+  std::optional<absl::Time> update_time;
+  std::string summary;  // "45% (450/1000)", for the Progress printer column
+
+  bool operator==(const Progress&) const = default;
+};
+
+struct TrainingJobStatus {
+  std::vector<Condition> conditions;
+  JobState state = JobState::kPending;
+  std::map<ReplicaType, ReplicaStatus> replica_statuses;
+  std::string ready;          // "3/3": ready pods of all pods, for the Ready printer column
+  int32_t restart_count = 0;  // restarts spent against backoffLimit
+  int32_t attempt = 0;        // the training group's restart generation (lockstep.io/attempt)
+  std::optional<absl::Time> start_time;
+  std::optional<absl::Time> completion_time;
+  std::optional<absl::Time> last_reconcile_time;
+  int64_t observed_generation = 0;
+  std::optional<Progress> progress;
+
+  bool operator==(const TrainingJobStatus&) const = default;
+};
+
+struct TrainingJob {
+  std::string api_version{kApiVersion};
+  std::string kind{kKind};
+  ObjectMeta metadata;
+  TrainingJobSpec spec;
+  std::optional<TrainingJobStatus> status;
+
+  bool operator==(const TrainingJob&) const = default;
+};
+
+}  // namespace lockstep::api

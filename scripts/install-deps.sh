@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs every Debian package Lockstep needs to build, test and run.
+# Idempotent and quiet: packages already present are skipped, so re-running costs seconds.
+# Used by the README commands, .ci/run and the image Dockerfiles.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config git ca-certificates clang-format
+  # libraries
+  libabsl-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libcpprest-dev libboost-dev
+  libboost-system-dev libssl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler
+  protobuf-compiler-grpc libopenblas-dev libopenblas0-openmp
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # data
+  dataset-fashion-mnist
+)
+
+# kubectl for the end-to-end tests: Debian's kubernetes-client, unless a kubectl is already here
+# (another package that ships /usr/bin/kubectl would conflict with it).
+if ! command -v kubectl >/dev/null 2>&1; then
+  packages+=(kubernetes-client)
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  sudo=sudo
+else
+  sudo=
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${#missing[@]} packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
