@@ -4,28 +4,55 @@
 #include <regex>
 #include <set>
 
-#include "operator/api/str_util.h"
 #include "operator/api/json_reader.h"
+#include "operator/api/str_util.h"
 
 namespace lockstep::api {
 namespace {
 
 using nlohmann::json;
 
-const std::set<std::string, std::less<>> kKeywords = {
-    "type", "format", "title", "description", "properties", "additionalProperties", "items",
-    "required", "enum", "default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "multipleOf", "minLength", "maxLength", "pattern", "minItems", "maxItems", "uniqueItems",
-    "minProperties", "maxProperties", "nullable", "example", "externalDocs", "allOf", "anyOf",
-    "oneOf", "not", "x-kubernetes-preserve-unknown-fields", "x-kubernetes-int-or-string",
-    "x-kubernetes-embedded-resource", "x-kubernetes-list-type", "x-kubernetes-list-map-keys",
-    "x-kubernetes-map-type"};
-const std::set<std::string, std::less<>> kTypes = {"object", "array",   "string",
+const std::set<std::string, std::less<>> kKeywords = {"type",
+                                                      "format",
+                                                      "title",
+                                                      "description",
+                                                      "properties",
+                                                      "additionalProperties",
+                                                      "items",
+                                                      "required",
+                                                      "enum",
+                                                      "default",
+                                                      "minimum",
+                                                      "maximum",
+                                                      "exclusiveMinimum",
+                                                      "exclusiveMaximum",
+                                                      "multipleOf",
+                                                      "minLength",
+                                                      "maxLength",
+                                                      "pattern",
+                                                      "minItems",
+                                                      "maxItems",
+                                                      "uniqueItems",
+                                                      "minProperties",
+                                                      "maxProperties",
+                                                      "nullable",
+                                                      "example",
+                                                      "externalDocs",
+                                                      "allOf",
+                                                      "anyOf",
+                                                      "oneOf",
+                                                      "not",
+                                                      "x-kubernetes-preserve-unknown-fields",
+                                                      "x-kubernetes-int-or-string",
+                                                      "x-kubernetes-embedded-resource",
+                                                      "x-kubernetes-list-type",
+                                                      "x-kubernetes-list-map-keys",
+                                                      "x-kubernetes-map-type"};
+const std::set<std::string, std::less<>> kTypes = {"object",  "array",  "string",
                                                    "integer", "number", "boolean"};
 // Inside logical junctors a structural schema may only constrain values, never shape them.
-const std::vector<std::string_view> kForbiddenInJunctors = {"type", "default",
-                                                            "additionalProperties", "nullable",
-                                                            "description"};
+const std::vector<std::string_view> kForbiddenInJunctors = {
+    "type", "default", "additionalProperties", "nullable", "description"};
 
 bool Flag(const json& schema, std::string_view key) {
   auto it = schema.find(key);
@@ -47,7 +74,8 @@ void CheckJunctors(const json& schema, const FieldPath& path, FieldErrors* error
     if (it == schema.end()) continue;
     std::vector<std::pair<const json*, FieldPath>> branches;
     if (it->is_array()) {
-      for (size_t i = 0; i < it->size(); ++i) branches.emplace_back(&(*it)[i], path.Child(junctor).Index(i));
+      for (size_t i = 0; i < it->size(); ++i)
+        branches.emplace_back(&(*it)[i], path.Child(junctor).Index(i));
     } else {
       branches.emplace_back(&*it, path.Child(junctor));
     }
@@ -55,7 +83,8 @@ void CheckJunctors(const json& schema, const FieldPath& path, FieldErrors* error
       if (!branch->is_object()) continue;
       for (std::string_view key : kForbiddenInJunctors) {
         if (branch->contains(key)) {
-          errors->push_back(Forbidden(bpath.Child(key), "must not be used inside " + std::string(junctor)));
+          errors->push_back(
+              Forbidden(bpath.Child(key), "must not be used inside " + std::string(junctor)));
         }
       }
     }
@@ -70,25 +99,30 @@ void CheckNode(const json& schema, const FieldPath& path, bool is_root, bool in_
   }
   for (const auto& [key, value] : schema.items()) {
     if (!kKeywords.contains(key)) {
-      errors->push_back({FieldErrorType::kUnknownField, path.Child(key).str(), "", "not an OpenAPI v3 schema keyword"});
+      errors->push_back({FieldErrorType::kUnknownField, path.Child(key).str(), "",
+                         "not an OpenAPI v3 schema keyword"});
     }
   }
   const std::string type = TypeOf(schema);
   const bool exempt = PreservesUnknown(schema) || Flag(schema, "x-kubernetes-int-or-string");
   if (type.empty() && !exempt) {
-    errors->push_back(Required(path.Child("type"), is_root ? "must not be empty at the root"
-                                                           : "must not be empty for specified fields"));
+    errors->push_back(Required(path.Child("type"), is_root
+                                                       ? "must not be empty at the root"
+                                                       : "must not be empty for specified fields"));
   } else if (!type.empty() && !kTypes.contains(type)) {
     errors->push_back(Invalid(path.Child("type"), QuoteJson(type), "not an OpenAPI type"));
   }
   if (is_root && type != "object") {
     errors->push_back(Invalid(path.Child("type"), QuoteJson(type), "the root must be an object"));
   }
-  if (auto it = schema.find("x-kubernetes-preserve-unknown-fields"); it != schema.end() && !Flag(schema, "x-kubernetes-preserve-unknown-fields")) {
-    errors->push_back(Invalid(path.Child("x-kubernetes-preserve-unknown-fields"), RenderValue(*it), "must be true or undefined"));
+  if (auto it = schema.find("x-kubernetes-preserve-unknown-fields");
+      it != schema.end() && !Flag(schema, "x-kubernetes-preserve-unknown-fields")) {
+    errors->push_back(Invalid(path.Child("x-kubernetes-preserve-unknown-fields"), RenderValue(*it),
+                              "must be true or undefined"));
   }
   if (schema.contains("properties") && schema.contains("additionalProperties")) {
-    errors->push_back(Forbidden(path.Child("additionalProperties"), "additionalProperties and properties are mutually exclusive"));
+    errors->push_back(Forbidden(path.Child("additionalProperties"),
+                                "additionalProperties and properties are mutually exclusive"));
   }
   if (type == "array" && !schema.contains("items")) {
     errors->push_back(Required(path.Child("items"), "must be specified for arrays"));
@@ -114,22 +148,25 @@ void CheckNode(const json& schema, const FieldPath& path, bool is_root, bool in_
     json defaulted = *it;
     std::vector<std::string> pruned = PruneUnknownFields(schema, &defaulted, false);
     for (const std::string& p : pruned) {
-      errors->push_back(Invalid(path.Child("default").Child(p), "", "a default must not contain fields the schema prunes"));
+      errors->push_back(Invalid(path.Child("default").Child(p), "",
+                                "a default must not contain fields the schema prunes"));
     }
     FieldErrors e = ValidateAgainstSchema(schema, *it, path.Child("default"));
     errors->insert(errors->end(), e.begin(), e.end());
   }
   if (auto it = schema.find("properties"); it != schema.end()) {
     if (!it->is_object()) {
-      errors->push_back(Invalid(path.Child("properties"), RenderValue(*it), "must be a map of schemas"));
+      errors->push_back(
+          Invalid(path.Child("properties"), RenderValue(*it), "must be a map of schemas"));
     } else {
       for (const auto& [name, sub] : it->items()) {
         bool metadata = in_metadata || (is_root && name == "metadata");
         if (is_root && name == "metadata" && sub.is_object() && sub.contains("properties")) {
           for (const auto& [field, unused] : sub["properties"].items()) {
             if (field != "name" && field != "generateName") {
-              errors->push_back(Forbidden(path.Child("properties").Key(name).Child("properties").Key(field),
-                                          "only name and generateName may be specified in metadata"));
+              errors->push_back(
+                  Forbidden(path.Child("properties").Key(name).Child("properties").Key(field),
+                            "only name and generateName may be specified in metadata"));
             }
           }
         }
@@ -148,12 +185,15 @@ void CheckNode(const json& schema, const FieldPath& path, bool is_root, bool in_
     }
   }
   if (auto it = schema.find("required"); it != schema.end()) {
-    if (!it->is_array()) errors->push_back(Invalid(path.Child("required"), RenderValue(*it), "must be a list of field names"));
+    if (!it->is_array())
+      errors->push_back(
+          Invalid(path.Child("required"), RenderValue(*it), "must be a list of field names"));
   }
 }
 
 bool MatchesType(const json& schema, const json& value) {
-  if (Flag(schema, "x-kubernetes-int-or-string")) return value.is_number_integer() || value.is_string();
+  if (Flag(schema, "x-kubernetes-int-or-string"))
+    return value.is_number_integer() || value.is_string();
   const std::string type = TypeOf(schema);
   if (type.empty()) return true;
   if (type == "object") return value.is_object();
@@ -220,15 +260,19 @@ std::vector<std::string> PruneUnknownFields(const json& schema, json* value, boo
   if (value->is_object()) {
     auto props = schema.find("properties");
     auto additional = schema.find("additionalProperties");
-    const bool has_additional = additional != schema.end() && (additional->is_object() || (additional->is_boolean() && additional->get<bool>()));
+    const bool has_additional =
+        additional != schema.end() &&
+        (additional->is_object() || (additional->is_boolean() && additional->get<bool>()));
     std::vector<std::string> remove;
     for (auto& [name, v] : value->items()) {
       if (is_root && (name == "apiVersion" || name == "kind" || name == "metadata")) continue;
       if (props != schema.end() && props->contains(name)) {
-        for (std::string& p : PruneUnknownFields((*props)[name], &v, false)) pruned.push_back(name + "." + p);
+        for (std::string& p : PruneUnknownFields((*props)[name], &v, false))
+          pruned.push_back(name + "." + p);
       } else if (has_additional) {
         if (additional->is_object()) {
-          for (std::string& p : PruneUnknownFields(*additional, &v, false)) pruned.push_back(name + "." + p);
+          for (std::string& p : PruneUnknownFields(*additional, &v, false))
+            pruned.push_back(name + "." + p);
         }
       } else if (!PreservesUnknown(schema)) {
         remove.push_back(name);
@@ -280,37 +324,47 @@ FieldErrors ValidateAgainstSchema(const json& schema, const json& value, const F
   }
   if (value.is_number()) {
     double d = value.get<double>();
-    if (auto min = NumberAt(schema, "minimum"); min && (d < *min || (Flag(schema, "exclusiveMinimum") && d == *min))) {
-      errors.push_back(Invalid(path, RenderValue(value), StrCat("must be greater than or equal to ", Num(*min))));
+    if (auto min = NumberAt(schema, "minimum");
+        min && (d < *min || (Flag(schema, "exclusiveMinimum") && d == *min))) {
+      errors.push_back(Invalid(path, RenderValue(value),
+                               StrCat("must be greater than or equal to ", Num(*min))));
     }
-    if (auto max = NumberAt(schema, "maximum"); max && (d > *max || (Flag(schema, "exclusiveMaximum") && d == *max))) {
-      errors.push_back(Invalid(path, RenderValue(value), StrCat("must be less than or equal to ", Num(*max))));
+    if (auto max = NumberAt(schema, "maximum");
+        max && (d > *max || (Flag(schema, "exclusiveMaximum") && d == *max))) {
+      errors.push_back(
+          Invalid(path, RenderValue(value), StrCat("must be less than or equal to ", Num(*max))));
     }
   }
   if (value.is_string()) {
     const std::string& s = value.get_ref<const std::string&>();
     if (auto min = NumberAt(schema, "minLength"); min && static_cast<double>(s.size()) < *min) {
-      errors.push_back(Invalid(path, RenderValue(value), StrCat("must be at least ", Num(*min), " characters long")));
+      errors.push_back(Invalid(path, RenderValue(value),
+                               StrCat("must be at least ", Num(*min), " characters long")));
     }
     if (auto max = NumberAt(schema, "maxLength"); max && static_cast<double>(s.size()) > *max) {
-      errors.push_back({FieldErrorType::kTooLong, path.str(), "", StrCat("may not be longer than ", Num(*max))});
+      errors.push_back(
+          {FieldErrorType::kTooLong, path.str(), "", StrCat("may not be longer than ", Num(*max))});
     }
     if (auto it = schema.find("pattern"); it != schema.end() && it->is_string()) {
       try {
         if (!std::regex_search(s, std::regex(it->get<std::string>()))) {
-          errors.push_back(Invalid(path, RenderValue(value), StrCat("must match the pattern ", it->get<std::string>())));
+          errors.push_back(Invalid(path, RenderValue(value),
+                                   StrCat("must match the pattern ", it->get<std::string>())));
         }
       } catch (const std::regex_error&) {
-        errors.push_back(Invalid(path, RenderValue(value), "the schema's pattern is not a valid regular expression"));
+        errors.push_back(Invalid(path, RenderValue(value),
+                                 "the schema's pattern is not a valid regular expression"));
       }
     }
   }
   if (value.is_array()) {
     if (auto min = NumberAt(schema, "minItems"); min && static_cast<double>(value.size()) < *min) {
-      errors.push_back(Invalid(path, RenderValue(value), StrCat("must have at least ", Num(*min), " items")));
+      errors.push_back(
+          Invalid(path, RenderValue(value), StrCat("must have at least ", Num(*min), " items")));
     }
     if (auto max = NumberAt(schema, "maxItems"); max && static_cast<double>(value.size()) > *max) {
-      errors.push_back({FieldErrorType::kTooMany, path.str(), std::to_string(value.size()), StrCat("must have at most ", Num(*max), " items")});
+      errors.push_back({FieldErrorType::kTooMany, path.str(), std::to_string(value.size()),
+                        StrCat("must have at most ", Num(*max), " items")});
     }
     if (auto items = schema.find("items"); items != schema.end()) {
       for (size_t i = 0; i < value.size(); ++i) {
@@ -320,15 +374,19 @@ FieldErrors ValidateAgainstSchema(const json& schema, const json& value, const F
     }
   }
   if (value.is_object()) {
-    if (auto min = NumberAt(schema, "minProperties"); min && static_cast<double>(value.size()) < *min) {
+    if (auto min = NumberAt(schema, "minProperties");
+        min && static_cast<double>(value.size()) < *min) {
       errors.push_back(Invalid(path, "", StrCat("must have at least ", Num(*min), " properties")));
     }
-    if (auto max = NumberAt(schema, "maxProperties"); max && static_cast<double>(value.size()) > *max) {
-      errors.push_back({FieldErrorType::kTooMany, path.str(), std::to_string(value.size()), StrCat("must have at most ", Num(*max), " properties")});
+    if (auto max = NumberAt(schema, "maxProperties");
+        max && static_cast<double>(value.size()) > *max) {
+      errors.push_back({FieldErrorType::kTooMany, path.str(), std::to_string(value.size()),
+                        StrCat("must have at most ", Num(*max), " properties")});
     }
     if (auto req = schema.find("required"); req != schema.end() && req->is_array()) {
       for (const json& name : *req) {
-        if (name.is_string() && (!value.contains(name.get<std::string>()) || value[name.get<std::string>()].is_null())) {
+        if (name.is_string() && (!value.contains(name.get<std::string>()) ||
+                                 value[name.get<std::string>()].is_null())) {
           errors.push_back(Required(path.Child(name.get<std::string>()), ""));
         }
       }
@@ -343,7 +401,8 @@ FieldErrors ValidateAgainstSchema(const json& schema, const json& value, const F
         sub = &*additional;
       }
       if (sub == nullptr) continue;
-      FieldPath child = props != schema.end() && props->contains(name) ? path.Child(name) : path.Key(name);
+      FieldPath child =
+          props != schema.end() && props->contains(name) ? path.Child(name) : path.Key(name);
       FieldErrors e = ValidateAgainstSchema(*sub, v, child);
       errors.insert(errors.end(), e.begin(), e.end());
     }

@@ -80,8 +80,8 @@ absl::Status ToStatus(std::string_view what, const FieldErrors& errors) {
 }
 
 std::string QuoteJson(std::string_view s) {
-  return nlohmann::json(std::string(s)).dump(-1, ' ', false,
-                                             nlohmann::json::error_handler_t::replace);
+  return nlohmann::json(std::string(s))
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace lockstep::api

@@ -38,8 +38,7 @@ std::string RenderValue(const json& v) {
   return s;
 }
 
-std::optional<std::string> DecodeString(const json& v, const FieldPath& path,
-                                        FieldErrors* errors) {
+std::optional<std::string> DecodeString(const json& v, const FieldPath& path, FieldErrors* errors) {
   if (v.is_string()) return v.get<std::string>();
   errors->push_back(TypeInvalid(path, v, "string"));
   return std::nullopt;
@@ -145,8 +144,8 @@ std::optional<int64_t> ObjectReader::Int(std::string_view key, int64_t min, int6
 }
 
 std::optional<int32_t> ObjectReader::Int32(std::string_view key) {
-  std::optional<int64_t> v = Int(key, std::numeric_limits<int32_t>::min(),
-                                 std::numeric_limits<int32_t>::max());
+  std::optional<int64_t> v =
+      Int(key, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max());
   if (!v) return std::nullopt;
   return static_cast<int32_t>(*v);
 }

@@ -133,8 +133,8 @@ absl::StatusOr<json> ToJson(const YAML::Node& node, int depth) {
         }
         const std::string& key = kv.first.Scalar();
         if (out.contains(key)) {
-          return absl::InvalidArgumentError(StrCat(
-              "line ", kv.first.Mark().line + 1, ": key \"", key, "\" is repeated"));
+          return absl::InvalidArgumentError(
+              StrCat("line ", kv.first.Mark().line + 1, ": key \"", key, "\" is repeated"));
         }
         absl::StatusOr<json> v = ToJson(kv.second, depth + 1);
         if (!v.ok()) return v.status();

@@ -86,8 +86,8 @@ json EncodeObjectMeta(const ObjectMeta& m) {
 std::vector<std::string> CheckDns1035Label(std::string_view value) {
   std::vector<std::string> problems;
   if (value.size() > 63) problems.push_back("must be no more than 63 characters");
-  bool chars_ok = !value.empty() && value.front() >= 'a' && value.front() <= 'z' &&
-                  IsLowerAlnum(value.back());
+  bool chars_ok =
+      !value.empty() && value.front() >= 'a' && value.front() <= 'z' && IsLowerAlnum(value.back());
   for (char c : value) chars_ok = chars_ok && (IsLowerAlnum(c) || c == '-');
   if (!chars_ok) {
     problems.push_back(

@@ -2,8 +2,8 @@
 
 #include <set>
 
-#include "operator/api/str_util.h"
 #include "operator/api/json_reader.h"
+#include "operator/api/str_util.h"
 
 namespace lockstep::api {
 namespace {
@@ -57,7 +57,8 @@ Container DecodeContainer(const json& j, const FieldPath& path, FieldErrors* err
   }
   if (!r.ok()) return c;
   if (c.name.empty()) errors->push_back(Required(r.Path("name"), "every container needs a name"));
-  if (c.image.empty()) errors->push_back(Required(r.Path("image"), "every container needs an image"));
+  if (c.image.empty())
+    errors->push_back(Required(r.Path("image"), "every container needs an image"));
   return c;
 }
 

@@ -105,7 +105,8 @@ FailureRule DecodeFailureRule(const json& j, const FieldPath& path, FieldErrors*
         if (auto t = ParseEnum<ReplicaType>(kReplicaTypeNames, *name)) {
           rule.replica_types.push_back(*t);
         } else {
-          errors->push_back(NotSupported(tpath, QuoteJson(*name), EnumNames<ReplicaType>(kReplicaTypeNames)));
+          errors->push_back(
+              NotSupported(tpath, QuoteJson(*name), EnumNames<ReplicaType>(kReplicaTypeNames)));
         }
       }
     }
@@ -124,7 +125,8 @@ TrainingJobSpec DecodeSpec(const json& j, const FieldPath& path, FieldErrors* er
       FieldPath kpath = r.Path("replicaSpecs").Child(key);
       std::optional<ReplicaType> t = ParseEnum<ReplicaType>(kReplicaTypeNames, key);
       if (!t) {
-        errors->push_back(NotSupported(kpath, QuoteJson(key), EnumNames<ReplicaType>(kReplicaTypeNames)));
+        errors->push_back(
+            NotSupported(kpath, QuoteJson(key), EnumNames<ReplicaType>(kReplicaTypeNames)));
         continue;
       }
       if (value.is_null()) continue;
@@ -143,7 +145,8 @@ TrainingJobSpec DecodeSpec(const json& j, const FieldPath& path, FieldErrors* er
     FailurePolicy policy;
     if (const json* rules = f.Array("rules")) {
       for (size_t i = 0; i < rules->size(); ++i) {
-        policy.rules.push_back(DecodeFailureRule((*rules)[i], f.Path("rules").Index(i), errors, options));
+        policy.rules.push_back(
+            DecodeFailureRule((*rules)[i], f.Path("rules").Index(i), errors, options));
       }
     }
     Finish(f, options);
@@ -206,7 +209,8 @@ json EncodeSpec(const TrainingJobSpec& spec) {
       if (!rule.on_reasons.empty()) rj["onReasons"] = rule.on_reasons;
       if (!rule.replica_types.empty()) {
         json types = json::array();
-        for (ReplicaType t : rule.replica_types) types.push_back(NameOf<ReplicaType>(kReplicaTypeNames, t));
+        for (ReplicaType t : rule.replica_types)
+          types.push_back(NameOf<ReplicaType>(kReplicaTypeNames, t));
         rj["replicaTypes"] = std::move(types);
       }
       rules.push_back(std::move(rj));
@@ -266,7 +270,8 @@ json EncodeProgress(const Progress& p) {
   if (!p.metrics.empty()) j["metrics"] = p.metrics;
   if (p.samples_per_second) j["samplesPerSecond"] = *p.samples_per_second;
   if (p.last_checkpoint_step) j["lastCheckpointStep"] = *p.last_checkpoint_step;
-  if (p.estimated_remaining_seconds) j["estimatedRemainingSeconds"] = *p.estimated_remaining_seconds;
+  if (p.estimated_remaining_seconds)
+    j["estimatedRemainingSeconds"] = *p.estimated_remaining_seconds;
   if (p.update_time) j["updateTime"] = FormatKubeTime(*p.update_time);
   if (!p.summary.empty()) j["summary"] = p.summary;
   return j;
@@ -280,7 +285,8 @@ TrainingJobStatus DecodeTrainingJobStatus(const json& j, const FieldPath& path, 
   TrainingJobStatus s;
   if (const json* conds = r.Array("conditions")) {
     for (size_t i = 0; i < conds->size(); ++i) {
-      s.conditions.push_back(DecodeCondition((*conds)[i], r.Path("conditions").Index(i), errors, options));
+      s.conditions.push_back(
+          DecodeCondition((*conds)[i], r.Path("conditions").Index(i), errors, options));
     }
   }
   SetIf(r.Enum<JobState>("state", kJobStateNames), [&](JobState v) { s.state = v; });
@@ -289,7 +295,8 @@ TrainingJobStatus DecodeTrainingJobStatus(const json& j, const FieldPath& path, 
       FieldPath kpath = r.Path("replicaStatuses").Child(key);
       std::optional<ReplicaType> t = ParseEnum<ReplicaType>(kReplicaTypeNames, key);
       if (!t) {
-        errors->push_back(NotSupported(kpath, QuoteJson(key), EnumNames<ReplicaType>(kReplicaTypeNames)));
+        errors->push_back(
+            NotSupported(kpath, QuoteJson(key), EnumNames<ReplicaType>(kReplicaTypeNames)));
         continue;
       }
       ObjectReader rr(value, kpath, errors);
@@ -336,8 +343,10 @@ json EncodeTrainingJobStatus(const TrainingJobStatus& s) {
   if (!s.replica_statuses.empty()) {
     json rs = json::object();
     for (const auto& [type, st] : s.replica_statuses) {
-      json e = {{"active", st.active},       {"ready", st.ready},
-                {"succeeded", st.succeeded}, {"failed", st.failed},
+      json e = {{"active", st.active},
+                {"ready", st.ready},
+                {"succeeded", st.succeeded},
+                {"failed", st.failed},
                 {"restarts", st.restarts}};
       if (!st.selector.empty()) e["selector"] = st.selector;
       rs[std::string(NameOf<ReplicaType>(kReplicaTypeNames, type))] = std::move(e);

@@ -39,7 +39,13 @@ inline constexpr std::array<EnumName<ReplicaType>, 4> kReplicaTypeNames{{
 // Lower-case form used in pod names, labels and TF_CONFIG ("worker", "ps").
 std::string_view ReplicaTypeLower(ReplicaType t);
 
-enum class Strategy { kOneDevice, kMirrored, kMultiWorkerMirrored, kParameterServer, kCentralStorage };
+enum class Strategy {
+  kOneDevice,
+  kMirrored,
+  kMultiWorkerMirrored,
+  kParameterServer,
+  kCentralStorage
+};
 inline constexpr std::array<EnumName<Strategy>, 5> kStrategyNames{{
     {Strategy::kOneDevice, "OneDevice"},
     {Strategy::kMirrored, "Mirrored"},
@@ -136,8 +142,8 @@ struct ExitCodeMatcher {
 struct FailureRule {
   FailureAction action = FailureAction::kFailJob;
   std::optional<ExitCodeMatcher> on_exit_codes;
-  std::vector<std::string> on_reasons;          // termination reasons, e.g. Evicted, PeerLost
-  std::vector<ReplicaType> replica_types;       // empty: every type
+  std::vector<std::string> on_reasons;     // termination reasons, e.g. Evicted, PeerLost
+  std::vector<ReplicaType> replica_types;  // empty: every type
 
   bool operator==(const FailureRule&) const = default;
 };
@@ -170,7 +176,15 @@ struct TrainingJobSpec {
 
 // ---- status ----
 
-enum class ConditionType { kCreated, kRunning, kRestarting, kSucceeded, kFailed, kSuspended, kStalled };
+enum class ConditionType {
+  kCreated,
+  kRunning,
+  kRestarting,
+  kSucceeded,
+  kFailed,
+  kSuspended,
+  kStalled
+};
 inline constexpr std::array<EnumName<ConditionType>, 7> kConditionTypeNames{{
     {ConditionType::kCreated, "Created"},
     {ConditionType::kRunning, "Running"},

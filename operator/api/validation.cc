@@ -14,8 +14,8 @@ std::string_view TypeName(ReplicaType t) { return NameOf<ReplicaType>(kReplicaTy
 
 void AtLeast(const FieldPath& path, int64_t value, int64_t min, FieldErrors* errors) {
   if (value < min) {
-    errors->push_back(Invalid(path, std::to_string(value),
-                              StrCat("must be greater than or equal to ", min)));
+    errors->push_back(
+        Invalid(path, std::to_string(value), StrCat("must be greater than or equal to ", min)));
   }
 }
 
@@ -28,9 +28,9 @@ void ValidateName(const TrainingJob& job, FieldErrors* errors) {
   }
   std::vector<std::string> problems = CheckDns1035Label(m.name);
   if (!problems.empty()) {
-    errors->push_back(Invalid(path, QuoteJson(m.name),
-                              StrCat("the name prefixes pod and Service names, so it ",
-                                           StrJoin(problems, "; it "))));
+    errors->push_back(Invalid(
+        path, QuoteJson(m.name),
+        StrCat("the name prefixes pod and Service names, so it ", StrJoin(problems, "; it "))));
     return;
   }
   // The longest generated name is the highest index of each replica type.
@@ -41,11 +41,11 @@ void ValidateName(const TrainingJob& job, FieldErrors* errors) {
     if (name.size() > longest.size()) longest = name;
   }
   if (longest.size() > kMaxNameLength) {
-    errors->push_back(Invalid(
-        path, QuoteJson(m.name),
-        StrCat("must be no more than ", kMaxNameLength - (longest.size() - m.name.size()),
-                     " characters: the pod and Service name \"", longest, "\" would have ",
-                     longest.size(), " characters and the limit is ", kMaxNameLength)));
+    errors->push_back(
+        Invalid(path, QuoteJson(m.name),
+                StrCat("must be no more than ", kMaxNameLength - (longest.size() - m.name.size()),
+                       " characters: the pod and Service name \"", longest, "\" would have ",
+                       longest.size(), " characters and the limit is ", kMaxNameLength)));
   }
   if (!m.namespace_.empty()) {
     // A namespace is an RFC 1123 label: a subdomain without dots, at most 63 characters.
@@ -78,8 +78,7 @@ void ValidateShape(const TrainingJobSpec& spec, const FieldPath& path, FieldErro
   const int32_t training = TrainingReplicaCount(spec);
   const int32_t ps = ReplicaCount(spec, ReplicaType::kPS);
   if (training < 1) {
-    errors->push_back(
-        Required(specs, "a job needs at least one Chief or Worker replica to train"));
+    errors->push_back(Required(specs, "a job needs at least one Chief or Worker replica to train"));
     return;
   }
   if (!spec.strategy) return;
@@ -88,8 +87,8 @@ void ValidateShape(const TrainingJobSpec& spec, const FieldPath& path, FieldErro
   switch (s) {
     case Strategy::kParameterServer:
       if (ps < 1) {
-        errors->push_back(Required(specs.Child("PS"),
-                                   StrCat(strategy, " needs at least one PS replica")));
+        errors->push_back(
+            Required(specs.Child("PS"), StrCat(strategy, " needs at least one PS replica")));
       }
       if (ReplicaCount(spec, ReplicaType::kWorker) < 1) {
         errors->push_back(Required(specs.Child("Worker"),
@@ -98,26 +97,27 @@ void ValidateShape(const TrainingJobSpec& spec, const FieldPath& path, FieldErro
       break;
     case Strategy::kMultiWorkerMirrored:
       if (spec.replica_specs.contains(ReplicaType::kPS)) {
-        errors->push_back(Forbidden(
-            specs.Child("PS"),
-            StrCat(strategy,
-                         " all-reduces between workers and has no parameter servers; remove PS "
-                         "or use strategy ParameterServer")));
+        errors->push_back(
+            Forbidden(specs.Child("PS"),
+                      StrCat(strategy,
+                             " all-reduces between workers and has no parameter servers; remove PS "
+                             "or use strategy ParameterServer")));
       }
       break;
     case Strategy::kOneDevice:
     case Strategy::kMirrored:
     case Strategy::kCentralStorage:
       if (training != 1) {
-        errors->push_back(Invalid(
-            specs, std::to_string(training),
-            StrCat(strategy, " trains in one process and needs exactly one Chief or Worker "
-                                   "replica, found ",
-                         training, "; use MultiWorkerMirrored for more than one")));
+        errors->push_back(
+            Invalid(specs, std::to_string(training),
+                    StrCat(strategy,
+                           " trains in one process and needs exactly one Chief or Worker "
+                           "replica, found ",
+                           training, "; use MultiWorkerMirrored for more than one")));
       }
       if (spec.replica_specs.contains(ReplicaType::kPS)) {
-        errors->push_back(Forbidden(specs.Child("PS"),
-                                    StrCat(strategy, " has no parameter servers")));
+        errors->push_back(
+            Forbidden(specs.Child("PS"), StrCat(strategy, " has no parameter servers")));
       }
       break;
   }
@@ -178,8 +178,8 @@ void ValidateFailurePolicy(const TrainingJobSpec& spec, const FieldPath& path,
       std::set<int32_t> seen;
       for (size_t k = 0; k < values.size(); ++k) {
         if (!seen.insert(values[k]).second) {
-          errors->push_back({FieldErrorType::kDuplicate, vpath.Index(k).str(),
-                             std::to_string(values[k]), ""});
+          errors->push_back(
+              {FieldErrorType::kDuplicate, vpath.Index(k).str(), std::to_string(values[k]), ""});
         }
         if (values[k] == 0 && rule.on_exit_codes->op == ExitCodeOperator::kIn) {
           errors->push_back(Invalid(vpath.Index(k), "0",
@@ -189,7 +189,8 @@ void ValidateFailurePolicy(const TrainingJobSpec& spec, const FieldPath& path,
     }
     for (size_t k = 0; k < rule.on_reasons.size(); ++k) {
       if (rule.on_reasons[k].empty()) {
-        errors->push_back(Required(rpath.Child("onReasons").Index(k), "a reason is a non-empty word"));
+        errors->push_back(
+            Required(rpath.Child("onReasons").Index(k), "a reason is a non-empty word"));
       }
     }
     for (size_t k = 0; k < rule.replica_types.size(); ++k) {

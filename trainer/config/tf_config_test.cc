@@ -25,6 +25,7 @@ TEST(TfConfigTest, ParsesTheKubeflowForm) {
 struct BadCase {
   const char* text;
   const char* expected;
+  friend void PrintTo(const BadCase& c, std::ostream* os) { *os << c.text; }
 };
 
 class TfConfigBadTest : public ::testing::TestWithParam<BadCase> {};
@@ -33,7 +34,7 @@ TEST_P(TfConfigBadTest, NamesTheProblem) {
   absl::StatusOr<TfConfig> c = ParseTfConfig(GetParam().text);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(c.status().message(), HasSubstr(GetParam().expected));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr(GetParam().expected));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -54,7 +55,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"cluster":{"worker":["a:1"]},"task":{"type":"worker","index":-1}})",
                 "task.index"},
         BadCase{R"({"cluster":{"worker":["a:1"]},"task":{"type":"worker","index":1e400}})",
-                "task.index"}));
+                "not valid JSON"}));
 
 }  // namespace
 }  // namespace lockstep::trainer

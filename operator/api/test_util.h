@@ -1,0 +1,51 @@
+#pragma once
+// Helpers shared by the API tests: the repository's examples and a minimal valid job.
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "operator/api/manifest.h"
+
+namespace lockstep::api::testing {
+
+inline std::string SourcePath(const std::string& relative) {
+  return std::string(LOCKSTEP_SOURCE_DIR) + "/" + relative;
+}
+
+// Every examples/*.yaml, by file name.
+inline std::vector<std::pair<std::string, nlohmann::json>> Examples() {
+  std::vector<std::pair<std::string, nlohmann::json>> out;
+  for (const auto& entry : std::filesystem::directory_iterator(SourcePath("examples"))) {
+    if (entry.path().extension() != ".yaml") continue;
+    auto docs = ReadManifestFile(entry.path().string());
+    EXPECT_TRUE(docs.ok()) << docs.status();
+    if (!docs.ok()) continue;
+    for (auto& doc : *docs) out.emplace_back(entry.path().filename().string(), std::move(doc));
+  }
+  return out;
+}
+
+inline nlohmann::json Container(const std::string& name = "trainer") {
+  return {{"name", name}, {"image", "lockstep/trainer:0.1.0"}};
+}
+
+inline nlohmann::json Replica(int replicas) {
+  return {{"replicas", replicas},
+          {"template", {{"spec", {{"containers", nlohmann::json::array({Container()})}}}}}};
+}
+
+// A valid MultiWorkerMirrored job with a chief and two workers.
+inline nlohmann::json MinimalJob() {
+  return {{"apiVersion", "lockstep.io/v1alpha1"},
+          {"kind", "TrainingJob"},
+          {"metadata", {{"name", "job"}, {"namespace", "default"}}},
+          {"spec",
+           {{"strategy", "MultiWorkerMirrored"},
+            {"replicaSpecs", {{"Chief", Replica(1)}, {"Worker", Replica(2)}}}}}};
+}
+
+}  // namespace lockstep::api::testing
