@@ -95,7 +95,8 @@ PodTemplate PodTemplate::Decode(const json& j, const FieldPath& path, FieldError
   t.restart_policy_ = s.String("restartPolicy");
   const json* containers = s.Array("containers");
   if (containers == nullptr || containers->empty()) {
-    if (s.Get("containers") == nullptr || (containers != nullptr && containers->empty())) {
+    // Absent or empty; a value of the wrong type was reported by Array() already.
+    if (s.Get("containers") == nullptr || containers != nullptr) {
       errors->push_back(Required(s.Path("containers"), "at least one container is needed"));
     }
     return t;

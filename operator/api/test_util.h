@@ -2,12 +2,16 @@
 // Helpers shared by the API tests: the repository's examples and a minimal valid job.
 
 #include <filesystem>
+#include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "operator/api/field_errors.h"
 #include "operator/api/manifest.h"
 
 namespace lockstep::api::testing {
@@ -46,6 +50,29 @@ inline nlohmann::json MinimalJob() {
           {"spec",
            {{"strategy", "MultiWorkerMirrored"},
             {"replicaSpecs", {{"Chief", Replica(1)}, {"Worker", Replica(2)}}}}}};
+}
+
+// A broken manifest: MinimalJob() changed by `mutate`, and the error a user must see.
+struct ManifestCase {
+  std::string name;
+  std::function<void(nlohmann::json&)> mutate;
+  std::string path;     // the field an error must name ("<root>" for the object itself)
+  std::string message;  // part of what the user reads for that field
+  friend void PrintTo(const ManifestCase& c, std::ostream* os) { *os << c.name; }
+};
+
+// Some error names `path`, and every error naming it says `message`.
+inline void ExpectErrorAt(const FieldErrors& errors, const std::string& path,
+                          const std::string& message) {
+  bool found = false;
+  for (const FieldError& e : errors) {
+    if (e.path != path && !(e.path.empty() && path == "<root>")) continue;
+    found = true;
+    EXPECT_THAT(e.ToString(), ::testing::HasSubstr(message));
+    EXPECT_THAT(e.ToString(), ::testing::StartsWith(path + ": "));
+  }
+  EXPECT_TRUE(found) << "no error names " << path
+                     << (errors.empty() ? "" : "; first: " + errors[0].ToString());
 }
 
 }  // namespace lockstep::api::testing

@@ -151,15 +151,7 @@ TEST(TrainingJobJsonTest, StatusRoundTrips) {
 }
 
 // Malformed input: every case decodes without crashing and names the field.
-struct MalformedCase {
-  std::string name;
-  std::function<void(json&)> mutate;
-  std::string path;
-  std::string message;
-  friend void PrintTo(const MalformedCase& c, std::ostream* os) { *os << c.name; }
-};
-
-class MalformedTest : public ::testing::TestWithParam<MalformedCase> {};
+class MalformedTest : public ::testing::TestWithParam<testing::ManifestCase> {};
 
 TEST_P(MalformedTest, DecodingReportsTheField) {
   json j = MinimalJob();
@@ -167,73 +159,67 @@ TEST_P(MalformedTest, DecodingReportsTheField) {
   FieldErrors errors;
   DecodeTrainingJob(j, &errors);
   ASSERT_FALSE(errors.empty());
-  bool found = false;
-  for (const FieldError& e : errors) {
-    if (e.path != GetParam().path && !(e.path.empty() && GetParam().path == "<root>")) continue;
-    found = true;
-    EXPECT_THAT(e.ToString(), HasSubstr(GetParam().message));
-  }
-  EXPECT_TRUE(found) << "no error names " << GetParam().path << "; first: " << errors[0].ToString();
+  testing::ExpectErrorAt(errors, GetParam().path, GetParam().message);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     All, MalformedTest,
     ::testing::Values(
-        MalformedCase{"ReplicasString",
+        testing::ManifestCase{"ReplicasString",
                       [](json& j) { j["spec"]["replicaSpecs"]["Worker"]["replicas"] = "two"; },
                       "spec.replicaSpecs.Worker.replicas",
                       "Invalid value: \"two\": must be of type integer"},
-        MalformedCase{"ReplicasFraction",
+        testing::ManifestCase{"ReplicasFraction",
                       [](json& j) { j["spec"]["replicaSpecs"]["Worker"]["replicas"] = 1.5; },
                       "spec.replicaSpecs.Worker.replicas", "must be of type integer"},
-        MalformedCase{
+        testing::ManifestCase{
             "ReplicasHuge",
             [](json& j) { j["spec"]["replicaSpecs"]["Worker"]["replicas"] = 99999999999LL; },
             "spec.replicaSpecs.Worker.replicas", "must be at most 2147483647"},
-        MalformedCase{"ReplicasHugeUnsigned",
+        testing::ManifestCase{"ReplicasHugeUnsigned",
                       [](json& j) {
                         j["spec"]["replicaSpecs"]["Worker"]["replicas"] = 18446744073709551615ULL;
                       },
                       "spec.replicaSpecs.Worker.replicas", "must be at most 2147483647"},
-        MalformedCase{"DeadlineHugeFloat",
+        testing::ManifestCase{"DeadlineHugeFloat",
                       [](json& j) {
                         j["spec"]["runPolicy"] = {{"activeDeadlineSeconds", 1e300}};
                       },
                       "spec.runPolicy.activeDeadlineSeconds",
                       "must be at most 9223372036854775807"},
-        MalformedCase{"DeadlineInfinite",
+        testing::ManifestCase{"DeadlineInfinite",
                       [](json& j) {
                         j["spec"]["runPolicy"] = {
                             {"activeDeadlineSeconds", std::numeric_limits<double>::infinity()}};
                       },
                       "spec.runPolicy.activeDeadlineSeconds", "must be of type integer"},
-        MalformedCase{"UnknownReplicaType",
+        testing::ManifestCase{"UnknownReplicaType",
                       [](json& j) { j["spec"]["replicaSpecs"]["Master"] = testing::Replica(1); },
                       "spec.replicaSpecs.Master",
                       "Unsupported value: \"Master\": supported values: \"Chief\", \"Evaluator\", "
                       "\"PS\", \"Worker\""},
-        MalformedCase{"SpecIsArray", [](json& j) { j["spec"] = json::array(); }, "spec",
+        testing::ManifestCase{"SpecIsArray", [](json& j) { j["spec"] = json::array(); }, "spec",
                       "must be of type object"},
-        MalformedCase{"ReplicaSpecsIsString", [](json& j) { j["spec"]["replicaSpecs"] = "Worker"; },
+        testing::ManifestCase{"ReplicaSpecsIsString", [](json& j) { j["spec"]["replicaSpecs"] = "Worker"; },
                       "spec.replicaSpecs", "must be of type object"},
-        MalformedCase{"SuspendIsString",
+        testing::ManifestCase{"SuspendIsString",
                       [](json& j) {
                         j["spec"]["runPolicy"] = {{"suspend", "yes"}};
                       },
                       "spec.runPolicy.suspend", "must be of type boolean"},
-        MalformedCase{"StrategyUnknown", [](json& j) { j["spec"]["strategy"] = "Horovod"; },
+        testing::ManifestCase{"StrategyUnknown", [](json& j) { j["spec"]["strategy"] = "Horovod"; },
                       "spec.strategy", "Unsupported value: \"Horovod\""},
-        MalformedCase{
+        testing::ManifestCase{
             "RestartPolicyUnknown",
             [](json& j) { j["spec"]["replicaSpecs"]["Worker"]["restartPolicy"] = "Sometimes"; },
             "spec.replicaSpecs.Worker.restartPolicy", "Unsupported value"},
-        MalformedCase{"ContainersNotList",
+        testing::ManifestCase{"ContainersNotList",
                       [](json& j) {
                         j["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"] =
                             json::object();
                       },
                       "spec.replicaSpecs.Worker.template.spec.containers", "must be of type array"},
-        MalformedCase{
+        testing::ManifestCase{
             "PortString",
             [](json& j) {
               j["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["ports"] = {
@@ -241,20 +227,20 @@ INSTANTIATE_TEST_SUITE_P(
             },
             "spec.replicaSpecs.Worker.template.spec.containers[0].ports[0].containerPort",
             "must be of type integer"},
-        MalformedCase{"UnknownSpecField",
+        testing::ManifestCase{"UnknownSpecField",
                       [](json& j) { j["spec"]["tfReplicaSpecs"] = json::object(); },
                       "spec.tfReplicaSpecs", "Unknown field"},
-        MalformedCase{"WrongKind", [](json& j) { j["kind"] = "TFJob"; }, "kind",
+        testing::ManifestCase{"WrongKind", [](json& j) { j["kind"] = "TFJob"; }, "kind",
                       "Unsupported value: \"TFJob\""},
-        MalformedCase{"LabelsNotStrings",
+        testing::ManifestCase{"LabelsNotStrings",
                       [](json& j) {
                         j["metadata"]["labels"] = {{"a", 1}};
                       },
                       "metadata.labels[a]", "must be of type string"},
-        MalformedCase{"BadTimestamp",
+        testing::ManifestCase{"BadTimestamp",
                       [](json& j) { j["metadata"]["creationTimestamp"] = "yesterday"; },
                       "metadata.creationTimestamp", "must be an RFC 3339 time"},
-        MalformedCase{"ExitCodeOutOfRange",
+        testing::ManifestCase{"ExitCodeOutOfRange",
                       [](json& j) {
                         j["spec"]["failurePolicy"] = {
                             {"rules",
@@ -262,7 +248,7 @@ INSTANTIATE_TEST_SUITE_P(
                                {"onExitCodes", {{"operator", "In"}, {"values", {256}}}}}}}};
                       },
                       "spec.failurePolicy.rules[0].onExitCodes.values[0]", "must be at most 255"},
-        MalformedCase{"RootNotObject", [](json& j) { j = json("TrainingJob"); }, "<root>",
+        testing::ManifestCase{"RootNotObject", [](json& j) { j = json("TrainingJob"); }, "<root>",
                       "must be of type object"}),
     [](const auto& p) { return p.param.name; });
 

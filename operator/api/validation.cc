@@ -19,6 +19,21 @@ void AtLeast(const FieldPath& path, int64_t value, int64_t min, FieldErrors* err
   }
 }
 
+void ValidateNamespace(const ObjectMeta& m, FieldErrors* errors) {
+  if (!m.namespace_.empty()) {
+    // A namespace is an RFC 1123 label: a subdomain without dots, at most 63 characters.
+    std::vector<std::string> ns_problems = CheckDns1123Subdomain(m.namespace_);
+    if (m.namespace_.size() > kMaxNameLength) {
+      ns_problems.push_back("must be no more than 63 characters");
+    }
+    if (m.namespace_.find('.') != std::string::npos) ns_problems.push_back("must not contain '.'");
+    if (!ns_problems.empty()) {
+      errors->push_back(Invalid(FieldPath("metadata").Child("namespace"), QuoteJson(m.namespace_),
+                                StrJoin(ns_problems, "; ")));
+    }
+  }
+}
+
 void ValidateName(const TrainingJob& job, FieldErrors* errors) {
   const ObjectMeta& m = job.metadata;
   FieldPath path = FieldPath("metadata").Child("name");
@@ -46,18 +61,6 @@ void ValidateName(const TrainingJob& job, FieldErrors* errors) {
                 StrCat("must be no more than ", kMaxNameLength - (longest.size() - m.name.size()),
                        " characters: the pod and Service name \"", longest, "\" would have ",
                        longest.size(), " characters and the limit is ", kMaxNameLength)));
-  }
-  if (!m.namespace_.empty()) {
-    // A namespace is an RFC 1123 label: a subdomain without dots, at most 63 characters.
-    std::vector<std::string> ns_problems = CheckDns1123Subdomain(m.namespace_);
-    if (m.namespace_.size() > kMaxNameLength) {
-      ns_problems.push_back("must be no more than 63 characters");
-    }
-    if (m.namespace_.find('.') != std::string::npos) ns_problems.push_back("must not contain '.'");
-    if (!ns_problems.empty()) {
-      errors->push_back(Invalid(FieldPath("metadata").Child("namespace"), QuoteJson(m.namespace_),
-                                StrJoin(ns_problems, "; ")));
-    }
   }
 }
 
@@ -228,6 +231,7 @@ Strategy EffectiveStrategy(const TrainingJobSpec& spec) {
 FieldErrors ValidateTrainingJob(const TrainingJob& job) {
   FieldErrors errors;
   ValidateName(job, &errors);
+  ValidateNamespace(job.metadata, &errors);
   FieldPath spec("spec");
   ValidateShape(job.spec, spec, &errors);
   ValidateRunPolicy(job.spec, spec.Child("runPolicy"), &errors);

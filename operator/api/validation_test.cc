@@ -73,15 +73,7 @@ TEST(ValidationTest, LongestAllowedNameIsAccepted) {
   EXPECT_FALSE(CheckTrainingJob(j, &job).empty());
 }
 
-struct InvalidCase {
-  std::string name;
-  std::function<void(json&)> mutate;
-  std::string path;     // the field the first error must name
-  std::string message;  // part of what the user reads
-  friend void PrintTo(const InvalidCase& c, std::ostream* os) { *os << c.name; }
-};
-
-class InvalidManifestTest : public ::testing::TestWithParam<InvalidCase> {};
+class InvalidManifestTest : public ::testing::TestWithParam<testing::ManifestCase> {};
 
 TEST_P(InvalidManifestTest, IsRejectedWithTheFieldNamed) {
   json j = MinimalJob();
@@ -89,15 +81,7 @@ TEST_P(InvalidManifestTest, IsRejectedWithTheFieldNamed) {
   TrainingJob job;
   FieldErrors errors = CheckTrainingJob(j, &job);
   ASSERT_FALSE(errors.empty()) << "accepted: " << j.dump();
-  std::vector<std::string> paths;
-  for (const FieldError& e : errors) paths.push_back(e.path);
-  EXPECT_THAT(paths, ::testing::Contains(GetParam().path));
-  for (const FieldError& e : errors) {
-    if (e.path == GetParam().path) {
-      EXPECT_THAT(e.ToString(), HasSubstr(GetParam().message));
-      EXPECT_THAT(e.ToString(), ::testing::StartsWith(GetParam().path + ": "));
-    }
-  }
+  testing::ExpectErrorAt(errors, GetParam().path, GetParam().message);
 }
 
 json& Specs(json& j) { return j["spec"]["replicaSpecs"]; }
@@ -106,123 +90,123 @@ json& Pod(json& j, const char* type) { return Specs(j)[type]["template"]["spec"]
 INSTANTIATE_TEST_SUITE_P(
     All, InvalidManifestTest,
     ::testing::Values(
-        InvalidCase{"MissingName", [](json& j) { j["metadata"].erase("name"); },
+        testing::ManifestCase{"MissingName", [](json& j) { j["metadata"].erase("name"); },
                     "metadata.name", "Required value"},
-        InvalidCase{"UpperCaseName", [](json& j) { j["metadata"]["name"] = "MyJob"; },
+        testing::ManifestCase{"UpperCaseName", [](json& j) { j["metadata"]["name"] = "MyJob"; },
                     "metadata.name", "must consist of lower case alphanumeric characters"},
-        InvalidCase{"NameStartsWithDigit", [](json& j) { j["metadata"]["name"] = "1job"; },
+        testing::ManifestCase{"NameStartsWithDigit", [](json& j) { j["metadata"]["name"] = "1job"; },
                     "metadata.name", "start with an alphabetic character"},
-        InvalidCase{"NameTooLongForPods", [](json& j) { j["metadata"]["name"] = std::string(60, 'a'); },
+        testing::ManifestCase{"NameTooLongForPods", [](json& j) { j["metadata"]["name"] = std::string(60, 'a'); },
                     "metadata.name", "would have 69 characters and the limit is 63"},
-        InvalidCase{"NameTooLongWithManyWorkers", [](json& j) {
+        testing::ManifestCase{"NameTooLongWithManyWorkers", [](json& j) {
                       j["metadata"]["name"] = std::string(53, 'b');
                       Specs(j)["Worker"]["replicas"] = 10000;
                     },
                     "metadata.name", "must be no more than 51 characters"},
-        InvalidCase{"BadNamespace", [](json& j) { j["metadata"]["namespace"] = "Team_A"; },
+        testing::ManifestCase{"BadNamespace", [](json& j) { j["metadata"]["namespace"] = "Team_A"; },
                     "metadata.namespace", "lower case alphanumeric"},
-        InvalidCase{"NoReplicaSpecs", [](json& j) { j["spec"].erase("replicaSpecs"); },
+        testing::ManifestCase{"NoReplicaSpecs", [](json& j) { j["spec"].erase("replicaSpecs"); },
                     "spec.replicaSpecs", "Required value"},
-        InvalidCase{"EmptyReplicaSpecs", [](json& j) { Specs(j) = json::object(); },
+        testing::ManifestCase{"EmptyReplicaSpecs", [](json& j) { Specs(j) = json::object(); },
                     "spec.replicaSpecs", "at least one replica type"},
-        InvalidCase{"OnlyEvaluator", [](json& j) { Specs(j) = {{"Evaluator", Replica(1)}}; },
+        testing::ManifestCase{"OnlyEvaluator", [](json& j) { Specs(j) = {{"Evaluator", Replica(1)}}; },
                     "spec.replicaSpecs", "at least one Chief or Worker replica"},
-        InvalidCase{"NegativeReplicas", [](json& j) { Specs(j)["Worker"]["replicas"] = -1; },
+        testing::ManifestCase{"NegativeReplicas", [](json& j) { Specs(j)["Worker"]["replicas"] = -1; },
                     "spec.replicaSpecs.Worker.replicas", "Invalid value: -1: must be greater than or equal to 0"},
-        InvalidCase{"TwoChiefs", [](json& j) { Specs(j)["Chief"]["replicas"] = 2; },
+        testing::ManifestCase{"TwoChiefs", [](json& j) { Specs(j)["Chief"]["replicas"] = 2; },
                     "spec.replicaSpecs.Chief.replicas", "Too many: 2: a job has at most 1 Chief replica"},
-        InvalidCase{"TwoEvaluators", [](json& j) { Specs(j)["Evaluator"] = Replica(2); },
+        testing::ManifestCase{"TwoEvaluators", [](json& j) { Specs(j)["Evaluator"] = Replica(2); },
                     "spec.replicaSpecs.Evaluator.replicas", "at most 1 Evaluator replica"},
-        InvalidCase{"ParameterServerWithoutPS", [](json& j) { j["spec"]["strategy"] = "ParameterServer"; },
+        testing::ManifestCase{"ParameterServerWithoutPS", [](json& j) { j["spec"]["strategy"] = "ParameterServer"; },
                     "spec.replicaSpecs.PS", "strategy ParameterServer needs at least one PS replica"},
-        InvalidCase{"ParameterServerWithoutWorkers", [](json& j) {
+        testing::ManifestCase{"ParameterServerWithoutWorkers", [](json& j) {
                       j["spec"]["strategy"] = "ParameterServer";
                       Specs(j) = {{"Chief", Replica(1)}, {"PS", Replica(1)}};
                     },
                     "spec.replicaSpecs.Worker", "needs at least one Worker replica"},
-        InvalidCase{"MultiWorkerMirroredWithPS", [](json& j) { Specs(j)["PS"] = Replica(1); },
+        testing::ManifestCase{"MultiWorkerMirroredWithPS", [](json& j) { Specs(j)["PS"] = Replica(1); },
                     "spec.replicaSpecs.PS", "Forbidden: strategy MultiWorkerMirrored all-reduces between workers"},
-        InvalidCase{"MirroredWithThreeReplicas", [](json& j) { j["spec"]["strategy"] = "Mirrored"; },
+        testing::ManifestCase{"MirroredWithThreeReplicas", [](json& j) { j["spec"]["strategy"] = "Mirrored"; },
                     "spec.replicaSpecs", "strategy Mirrored trains in one process and needs exactly one Chief or Worker replica, found 3"},
-        InvalidCase{"OneDeviceWithTwoWorkers", [](json& j) {
+        testing::ManifestCase{"OneDeviceWithTwoWorkers", [](json& j) {
                       j["spec"]["strategy"] = "OneDevice";
                       Specs(j) = {{"Worker", Replica(2)}};
                     },
                     "spec.replicaSpecs", "exactly one Chief or Worker replica, found 2"},
-        InvalidCase{"CentralStorageWithPS", [](json& j) {
+        testing::ManifestCase{"CentralStorageWithPS", [](json& j) {
                       j["spec"]["strategy"] = "CentralStorage";
                       Specs(j) = {{"Worker", Replica(1)}, {"PS", Replica(1)}};
                     },
                     "spec.replicaSpecs.PS", "strategy CentralStorage has no parameter servers"},
-        InvalidCase{"MissingTemplate", [](json& j) { Specs(j)["Worker"].erase("template"); },
+        testing::ManifestCase{"MissingTemplate", [](json& j) { Specs(j)["Worker"].erase("template"); },
                     "spec.replicaSpecs.Worker.template", "Required value"},
-        InvalidCase{"NoContainers", [](json& j) { Pod(j, "Worker")["containers"] = json::array(); },
+        testing::ManifestCase{"NoContainers", [](json& j) { Pod(j, "Worker")["containers"] = json::array(); },
                     "spec.replicaSpecs.Worker.template.spec.containers", "at least one container"},
-        InvalidCase{"ContainerWithoutImage", [](json& j) { Pod(j, "Worker")["containers"][0].erase("image"); },
+        testing::ManifestCase{"ContainerWithoutImage", [](json& j) { Pod(j, "Worker")["containers"][0].erase("image"); },
                     "spec.replicaSpecs.Worker.template.spec.containers[0].image", "Required value"},
-        InvalidCase{"DuplicateContainerNames", [](json& j) {
+        testing::ManifestCase{"DuplicateContainerNames", [](json& j) {
                       Pod(j, "Chief")["containers"].push_back(testing::Container());
                     },
                     "spec.replicaSpecs.Chief.template.spec.containers[1].name", "Duplicate value: \"trainer\""},
-        InvalidCase{"PortOutOfRange", [](json& j) {
+        testing::ManifestCase{"PortOutOfRange", [](json& j) {
                       Pod(j, "Worker")["containers"][0]["ports"] = {{{"name", "lockstep"}, {"containerPort", 70000}}};
                     },
                     "spec.replicaSpecs.Worker.template.spec.containers[0].ports[0].containerPort", "between 1 and 65535"},
-        InvalidCase{"NegativeBackoff", [](json& j) { j["spec"]["runPolicy"] = {{"backoffLimit", -3}}; },
+        testing::ManifestCase{"NegativeBackoff", [](json& j) { j["spec"]["runPolicy"] = {{"backoffLimit", -3}}; },
                     "spec.runPolicy.backoffLimit", "must be greater than or equal to 0"},
-        InvalidCase{"ZeroDeadline", [](json& j) { j["spec"]["runPolicy"] = {{"activeDeadlineSeconds", 0}}; },
+        testing::ManifestCase{"ZeroDeadline", [](json& j) { j["spec"]["runPolicy"] = {{"activeDeadlineSeconds", 0}}; },
                     "spec.runPolicy.activeDeadlineSeconds", "must be greater than or equal to 1"},
-        InvalidCase{"NegativeTtl", [](json& j) { j["spec"]["runPolicy"] = {{"ttlSecondsAfterFinished", -1}}; },
+        testing::ManifestCase{"NegativeTtl", [](json& j) { j["spec"]["runPolicy"] = {{"ttlSecondsAfterFinished", -1}}; },
                     "spec.runPolicy.ttlSecondsAfterFinished", "greater than or equal to 0"},
-        InvalidCase{"ZeroPendingTimeout", [](json& j) { j["spec"]["runPolicy"] = {{"pendingTimeoutSeconds", 0}}; },
+        testing::ManifestCase{"ZeroPendingTimeout", [](json& j) { j["spec"]["runPolicy"] = {{"pendingTimeoutSeconds", 0}}; },
                     "spec.runPolicy.pendingTimeoutSeconds", "greater than or equal to 1"},
-        InvalidCase{"BadCleanPodPolicy", [](json& j) { j["spec"]["runPolicy"] = {{"cleanPodPolicy", "Some"}}; },
+        testing::ManifestCase{"BadCleanPodPolicy", [](json& j) { j["spec"]["runPolicy"] = {{"cleanPodPolicy", "Some"}}; },
                     "spec.runPolicy.cleanPodPolicy", "supported values: \"All\", \"Running\", \"None\""},
-        InvalidCase{"MinAvailableAboveReplicas", [](json& j) {
+        testing::ManifestCase{"MinAvailableAboveReplicas", [](json& j) {
                       j["spec"]["runPolicy"] = {{"schedulingPolicy", {{"minAvailable", 4}}}};
                     },
                     "spec.runPolicy.schedulingPolicy.minAvailable", "must not exceed the job's 3 replicas"},
-        InvalidCase{"BadPriorityClass", [](json& j) {
+        testing::ManifestCase{"BadPriorityClass", [](json& j) {
                       j["spec"]["runPolicy"] = {{"schedulingPolicy", {{"priorityClass", "High Priority"}}}};
                     },
                     "spec.runPolicy.schedulingPolicy.priorityClass", "lower case alphanumeric"},
-        InvalidCase{"AllWorkersWithoutWorkers", [](json& j) {
+        testing::ManifestCase{"AllWorkersWithoutWorkers", [](json& j) {
                       j["spec"]["successPolicy"] = "AllWorkers";
                       j["spec"]["strategy"] = "OneDevice";
                       Specs(j) = {{"Chief", Replica(1)}};
                     },
                     "spec.successPolicy", "AllWorkers needs at least one Worker replica"},
-        InvalidCase{"RuleWithoutMatcher", [](json& j) {
+        testing::ManifestCase{"RuleWithoutMatcher", [](json& j) {
                       j["spec"]["failurePolicy"] = {{"rules", {{{"action", "Ignore"}}}}};
                     },
                     "spec.failurePolicy.rules[0]", "needs onExitCodes or onReasons"},
-        InvalidCase{"RuleWithoutAction", [](json& j) {
+        testing::ManifestCase{"RuleWithoutAction", [](json& j) {
                       j["spec"]["failurePolicy"] = {{"rules", {{{"onReasons", {"Evicted"}}}}}};
                     },
                     "spec.failurePolicy.rules[0].action", "Required value"},
-        InvalidCase{"RuleExitCodeZero", [](json& j) {
+        testing::ManifestCase{"RuleExitCodeZero", [](json& j) {
                       j["spec"]["failurePolicy"] = {{"rules", {{{"action", "FailJob"}, {"onExitCodes", {{"operator", "In"}, {"values", {0, 1}}}}}}}};
                     },
                     "spec.failurePolicy.rules[0].onExitCodes.values[0]", "exit code 0 means success"},
-        InvalidCase{"RuleDuplicateExitCode", [](json& j) {
+        testing::ManifestCase{"RuleDuplicateExitCode", [](json& j) {
                       j["spec"]["failurePolicy"] = {{"rules", {{{"action", "FailJob"}, {"onExitCodes", {{"operator", "NotIn"}, {"values", {137, 137}}}}}}}};
                     },
                     "spec.failurePolicy.rules[0].onExitCodes.values[1]", "Duplicate value: 137"},
-        InvalidCase{"RuleEmptyExitCodes", [](json& j) {
+        testing::ManifestCase{"RuleEmptyExitCodes", [](json& j) {
                       j["spec"]["failurePolicy"] = {{"rules", {{{"action", "FailJob"}, {"onExitCodes", {{"operator", "In"}, {"values", json::array()}}}}}}};
                     },
                     "spec.failurePolicy.rules[0].onExitCodes.values", "list at least one exit code"},
-        InvalidCase{"RuleForAbsentReplicaType", [](json& j) {
+        testing::ManifestCase{"RuleForAbsentReplicaType", [](json& j) {
                       j["spec"]["failurePolicy"] = {{"rules", {{{"action", "RestartPod"}, {"onReasons", {"PeerLost"}}, {"replicaTypes", {"PS"}}}}}};
                     },
                     "spec.failurePolicy.rules[0].replicaTypes[0]", "no such replica type"},
-        InvalidCase{"RuleUnknownAction", [](json& j) {
+        testing::ManifestCase{"RuleUnknownAction", [](json& j) {
                       j["spec"]["failurePolicy"] = {{"rules", {{{"action", "Retry"}, {"onReasons", {"x"}}}}}};
                     },
                     "spec.failurePolicy.rules[0].action", "Unsupported value: \"Retry\""},
-        InvalidCase{"BadClusterDomain", [](json& j) { j["spec"]["tfConfig"] = {{"clusterDomain", ".cluster.local"}}; },
+        testing::ManifestCase{"BadClusterDomain", [](json& j) { j["spec"]["tfConfig"] = {{"clusterDomain", ".cluster.local"}}; },
                     "spec.tfConfig.clusterDomain", "must start and end with an alphanumeric"},
-        InvalidCase{"WrongApiVersion", [](json& j) { j["apiVersion"] = "kubeflow.org/v1"; },
+        testing::ManifestCase{"WrongApiVersion", [](json& j) { j["apiVersion"] = "kubeflow.org/v1"; },
                     "apiVersion", "supported values: \"lockstep.io/v1alpha1\""}),
     [](const auto& p) { return p.param.name; });
 
