@@ -155,7 +155,7 @@ absl::StatusOr<json> ParseJson(std::string_view text) {
     return !too_deep;
   };
   try {
-    json j = json::parse(text.begin(), text.end(), too_deep ? nullptr : guard);
+    json j = json::parse(text.begin(), text.end(), guard);
     if (too_deep) {
       return absl::InvalidArgumentError(
           StrCat("JSON nests deeper than ", kMaxNestingDepth, " levels"));
