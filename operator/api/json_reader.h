@@ -65,9 +65,6 @@ class ObjectReader {
   // Copies every key that no getter asked for into `out` (to preserve fields we do not model).
   void CollectUnknownFields(nlohmann::json* out) const;
 
-  void AddError(FieldError e) { errors_->push_back(std::move(e)); }
-  FieldErrors* errors() const { return errors_; }
-
  private:
   void TypeError(std::string_view key, const nlohmann::json& v, std::string_view want);
 
