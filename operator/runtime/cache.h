@@ -1,0 +1,173 @@
+#pragma once
+// Cache<T>: the read-only store an informer fills, with indexes. Readers get
+// shared_ptr<const T>: an object handed out never changes (an update replaces the pointer), so
+// a reconciler can hold it without locks, and must copy it to change it.
+// T needs a `metadata` member of type api::ObjectMeta.
+// Built-in indexes: by namespace, by owner UID, by label ("key=value"); more via AddIndex
+// before the first write.
+// Thread-safety: thread-safe; many readers, one writer (the informer).
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "operator/api/object_meta.h"
+#include "operator/kube/label_selector.h"
+
+namespace lockstep::runtime {
+
+// "namespace/name", or "name" for cluster-scoped objects.
+inline std::string ObjectKey(std::string_view ns, std::string_view name) {
+  if (ns.empty()) return std::string(name);
+  std::string key;
+  key.reserve(ns.size() + 1 + name.size());
+  key.append(ns).append("/").append(name);
+  return key;
+}
+
+inline std::string KeyOf(const api::ObjectMeta& m) { return ObjectKey(m.namespace_, m.name); }
+
+inline constexpr char kNamespaceIndex[] = "namespace";
+inline constexpr char kOwnerIndex[] = "owner";
+inline constexpr char kLabelIndex[] = "label";
+
+template <typename T>
+class Cache {
+ public:
+  using Ptr = std::shared_ptr<const T>;
+  using IndexFunc = std::function<std::vector<std::string>(const T&)>;
+
+  Cache() {
+    AddIndex(kNamespaceIndex,
+             [](const T& o) { return std::vector<std::string>{o.metadata.namespace_}; });
+    AddIndex(kOwnerIndex, [](const T& o) {
+      std::vector<std::string> uids;
+      for (const api::OwnerReference& r : o.metadata.owner_references) uids.push_back(r.uid);
+      return uids;
+    });
+    AddIndex(kLabelIndex, [](const T& o) {
+      std::vector<std::string> pairs;
+      for (const auto& [k, v] : o.metadata.labels) pairs.push_back(k + "=" + v);
+      return pairs;
+    });
+  }
+
+  void AddIndex(std::string name, IndexFunc f) {
+    std::unique_lock lock(mu_);
+    indexes_[name] = {std::move(f), {}};
+  }
+
+  Ptr Get(std::string_view key) const {
+    std::shared_lock lock(mu_);
+    auto it = items_.find(std::string(key));
+    return it == items_.end() ? nullptr : it->second;
+  }
+
+  std::vector<Ptr> List() const {
+    std::shared_lock lock(mu_);
+    std::vector<Ptr> out;
+    out.reserve(items_.size());
+    for (const auto& [key, obj] : items_) out.push_back(obj);
+    return out;
+  }
+
+  std::vector<Ptr> ByIndex(std::string_view index, std::string_view value) const {
+    std::shared_lock lock(mu_);
+    std::vector<Ptr> out;
+    auto idx = indexes_.find(std::string(index));
+    if (idx == indexes_.end()) return out;
+    auto keys = idx->second.entries.find(std::string(value));
+    if (keys == idx->second.entries.end()) return out;
+    for (const std::string& key : keys->second) out.push_back(items_.at(key));
+    return out;
+  }
+
+  // Objects in `ns` (all namespaces when empty) whose labels match.
+  std::vector<Ptr> Select(std::string_view ns, const kube::LabelSelector& selector) const {
+    std::vector<Ptr> candidates = ns.empty() ? List() : ByIndex(kNamespaceIndex, ns);
+    std::vector<Ptr> out;
+    for (Ptr& p : candidates) {
+      if (selector.Matches(p->metadata.labels)) out.push_back(std::move(p));
+    }
+    return out;
+  }
+
+  size_t size() const {
+    std::shared_lock lock(mu_);
+    return items_.size();
+  }
+
+  // Writers. Each returns the object it replaced or removed (null when there was none).
+  Ptr Upsert(Ptr obj) {
+    std::string key = KeyOf(obj->metadata);
+    std::unique_lock lock(mu_);
+    Ptr old;
+    auto it = items_.find(key);
+    if (it != items_.end()) {
+      old = it->second;
+      Unindex(key, *old);
+      it->second = obj;
+    } else {
+      items_.emplace(key, obj);
+    }
+    Index(key, *obj);
+    return old;
+  }
+
+  Ptr Erase(std::string_view key) {
+    std::unique_lock lock(mu_);
+    auto it = items_.find(std::string(key));
+    if (it == items_.end()) return nullptr;
+    Ptr old = it->second;
+    Unindex(it->first, *old);
+    items_.erase(it);
+    return old;
+  }
+
+  // Swaps in a whole new content; returns the old one.
+  std::unordered_map<std::string, Ptr> Replace(std::vector<Ptr> objects) {
+    std::unordered_map<std::string, Ptr> fresh;
+    fresh.reserve(objects.size());
+    for (Ptr& obj : objects) fresh[KeyOf(obj->metadata)] = std::move(obj);
+    std::unique_lock lock(mu_);
+    for (auto& [name, index] : indexes_) index.entries.clear();
+    items_.swap(fresh);
+    for (const auto& [key, obj] : items_) Index(key, *obj);
+    return fresh;
+  }
+
+ private:
+  struct IndexData {
+    IndexFunc func;
+    std::unordered_map<std::string, std::set<std::string>> entries;
+  };
+
+  void Index(const std::string& key, const T& obj) {
+    for (auto& [name, index] : indexes_) {
+      for (std::string& value : index.func(obj)) index.entries[std::move(value)].insert(key);
+    }
+  }
+
+  void Unindex(const std::string& key, const T& obj) {
+    for (auto& [name, index] : indexes_) {
+      for (const std::string& value : index.func(obj)) {
+        auto it = index.entries.find(value);
+        if (it == index.entries.end()) continue;
+        it->second.erase(key);
+        if (it->second.empty()) index.entries.erase(it);
+      }
+    }
+  }
+
+  mutable std::shared_mutex mu_;
+  std::unordered_map<std::string, Ptr> items_;
+  std::map<std::string, IndexData> indexes_;
+};
+
+}  // namespace lockstep::runtime
