@@ -222,14 +222,14 @@ bool HasReason(const absl::Status& s, ApiReason r) {
 }
 }  // namespace
 
-bool IsNotFound(const absl::Status& s) { return HasReason(s, ApiReason::kNotFound); }
-bool IsAlreadyExists(const absl::Status& s) { return HasReason(s, ApiReason::kAlreadyExists); }
-bool IsConflict(const absl::Status& s) { return HasReason(s, ApiReason::kConflict); }
-bool IsGone(const absl::Status& s) { return HasReason(s, ApiReason::kGone); }
-bool IsInvalid(const absl::Status& s) {
+bool IsApiNotFound(const absl::Status& s) { return HasReason(s, ApiReason::kNotFound); }
+bool IsApiAlreadyExists(const absl::Status& s) { return HasReason(s, ApiReason::kAlreadyExists); }
+bool IsApiConflict(const absl::Status& s) { return HasReason(s, ApiReason::kConflict); }
+bool IsApiGone(const absl::Status& s) { return HasReason(s, ApiReason::kGone); }
+bool IsApiInvalid(const absl::Status& s) {
   return HasReason(s, ApiReason::kInvalid) || HasReason(s, ApiReason::kBadRequest);
 }
-bool IsThrottled(const absl::Status& s) { return HasReason(s, ApiReason::kTooManyRequests); }
+bool IsApiThrottled(const absl::Status& s) { return HasReason(s, ApiReason::kTooManyRequests); }
 
 std::optional<absl::Duration> RetryAfter(const absl::Status& s) {
   std::optional<ApiError> e = GetApiError(s);

@@ -1,7 +1,7 @@
 #pragma once
 // Errors from the Kubernetes API as absl::Status. An HTTP error response (and a watch ERROR
 // event) carries a metav1.Status body; it becomes a Status whose code carries the retry policy
-// and whose payload keeps the typed ApiError, so callers ask IsNotFound(s), IsConflict(s), ...
+// and whose payload keeps the typed ApiError, so callers ask IsApiNotFound(s), IsApiConflict(s), ...
 //
 // Codes: 404 kNotFound; 409 AlreadyExists kAlreadyExists; 409 Conflict kAborted (re-read and
 // retry); 410 Gone/Expired kOutOfRange (the resourceVersion left the server's window: relist);
@@ -66,12 +66,12 @@ absl::Status ErrorFromStatusObject(const nlohmann::json& status, std::string_vie
 // The typed error carried by a status made above; nullopt for any other status.
 std::optional<ApiError> GetApiError(const absl::Status& s);
 
-bool IsNotFound(const absl::Status& s);
-bool IsAlreadyExists(const absl::Status& s);
-bool IsConflict(const absl::Status& s);
-bool IsGone(const absl::Status& s);
-bool IsInvalid(const absl::Status& s);
-bool IsThrottled(const absl::Status& s);
+bool IsApiNotFound(const absl::Status& s);
+bool IsApiAlreadyExists(const absl::Status& s);
+bool IsApiConflict(const absl::Status& s);
+bool IsApiGone(const absl::Status& s);
+bool IsApiInvalid(const absl::Status& s);
+bool IsApiThrottled(const absl::Status& s);
 // How long the server asked us to wait (429 and 503 Retry-After), if it did.
 std::optional<absl::Duration> RetryAfter(const absl::Status& s);
 

@@ -99,10 +99,22 @@ void FakeTransport::WaitForRequests(size_t n) const {
   cv_.wait(lock, [&] { return requests_.size() >= n; });
 }
 
-absl::StatusOr<HttpResponse> FakeTransport::Send(const HttpRequest& request) {
+void FakeTransport::SetHandler(
+    std::function<std::optional<HttpResponse>(const HttpRequest&)> handler) {
   std::lock_guard lock(mu_);
+  handler_ = std::move(handler);
+}
+
+absl::StatusOr<HttpResponse> FakeTransport::Send(const HttpRequest& request) {
+  std::unique_lock lock(mu_);
   requests_.push_back(request);
   cv_.notify_all();
+  if (handler_) {
+    auto handler = handler_;
+    lock.unlock();
+    if (std::optional<HttpResponse> answer = handler(request)) return *std::move(answer);
+    lock.lock();
+  }
   if (responses_.empty()) {
     return absl::UnavailableError("fake transport: no response queued for " + request.target);
   }

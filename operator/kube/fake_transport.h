@@ -7,8 +7,10 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <variant>
 #include <vector>
 
@@ -42,6 +44,9 @@ class FakeTransport final : public Transport {
   void QueueError(absl::Status error);  // Send fails without a response
   std::shared_ptr<FakeBody> QueueStream(int status = 200);
   void QueueStreamError(absl::Status error);  // Open fails without a response
+  // Answers Send() from a function (an in-memory API server) before the queue is consulted;
+  // nullopt from it falls through to the queue.
+  void SetHandler(std::function<std::optional<HttpResponse>(const HttpRequest&)> handler);
   // Makes every later Open() with nothing queued fail with kCancelled instead of blocking.
   void Close();
 
@@ -62,6 +67,7 @@ class FakeTransport final : public Transport {
   std::deque<ScriptedStream> streams_;
   std::vector<HttpRequest> requests_;
   bool closed_ = false;
+  std::function<std::optional<HttpResponse>(const HttpRequest&)> handler_;
 };
 
 }  // namespace lockstep::kube

@@ -93,7 +93,8 @@ absl::StatusOr<RestConfig> LoadKubeconfig(const std::vector<std::string>& paths,
     if (!docs.ok()) {
       return absl::InvalidArgumentError(StrCat(path, ": ", docs.status().message()));
     }
-    if (docs->empty() || !(*docs)[0].is_object()) {
+    if (docs->empty() || (*docs)[0].is_null()) continue;  // an empty file is an empty config
+    if (!(*docs)[0].is_object()) {
       return absl::InvalidArgumentError(StrCat(path, ": not a kubeconfig (want a YAML mapping)"));
     }
     files.push_back({path, std::move((*docs)[0])});

@@ -304,11 +304,8 @@ absl::StatusOr<std::unique_ptr<WatchStream>> RestClient::Watch(const Resource& r
   }
   if (response->status < 200 || response->status >= 300) {
     absl::StatusOr<std::string> body = ReadAll(*response->body);
-    const std::string* retry_after = nullptr;
-    for (const auto& [k, v] : response->headers) {
-      if (k == "Retry-After") retry_after = &v;
-    }
-    return ErrorFromResponse(response->status, body.ok() ? *body : "", retry_after, what);
+    return ErrorFromResponse(response->status, body.ok() ? *body : "",
+                             response->Header("Retry-After"), what);
   }
   return std::make_unique<WatchStream>(std::move(response->body), std::move(what));
 }

@@ -33,6 +33,10 @@ const std::string* HttpResponse::Header(std::string_view name) const {
   return FindHeader(headers, name);
 }
 
+const std::string* StreamedResponse::Header(std::string_view name) const {
+  return FindHeader(headers, name);
+}
+
 absl::StatusOr<std::string> ReadAll(BodyStream& body, size_t limit) {
   std::string out;
   while (out.size() < limit) {

@@ -54,6 +54,8 @@ struct StreamedResponse {
   int status = 0;
   std::vector<std::pair<std::string, std::string>> headers;
   std::unique_ptr<BodyStream> body;
+
+  const std::string* Header(std::string_view name) const;  // case-insensitive
 };
 
 class Transport {

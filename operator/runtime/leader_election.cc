@@ -51,10 +51,10 @@ nlohmann::json LeaderElector::LeaseObject(const std::string& holder, int64_t tra
 absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
   const kube::Resource& leases = kube::resources::kLeases;
   absl::StatusOr<nlohmann::json> got = client_->Get(leases, config_.namespace_, config_.name);
-  if (kube::IsNotFound(got.status())) {
+  if (kube::IsApiNotFound(got.status())) {
     absl::StatusOr<nlohmann::json> created =
         client_->Create(leases, config_.namespace_, LeaseObject(config_.identity, 0, ""));
-    if (kube::IsAlreadyExists(created.status())) return leading_ = false;
+    if (kube::IsApiAlreadyExists(created.status())) return leading_ = false;
     if (!created.ok()) return created.status();
     observed_holder_ = config_.identity;
     observed_at_ = clock_->Monotonic();
@@ -84,7 +84,7 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
                                      mine ? Str(spec, "acquireTime") : "");
   lease["metadata"] = got->value("metadata", nlohmann::json::object());
   absl::StatusOr<nlohmann::json> updated = client_->Update(leases, config_.namespace_, lease);
-  if (kube::IsConflict(updated.status())) return leading_ = false;
+  if (kube::IsApiConflict(updated.status())) return leading_ = false;
   if (!updated.ok()) return updated.status();
   if (!mine) {
     kube::LogInfo(kComponent, config_.identity, " acquired lease ", config_.namespace_, "/",

@@ -84,7 +84,7 @@ WatcherAction WatcherMachine::OnEvent(const WatchEvent& event) {
 }
 
 WatcherAction WatcherMachine::OnWatchFailed(const absl::Status& error) {
-  if (kube::IsGone(error)) {
+  if (kube::IsApiGone(error)) {
     resource_version_.clear();
     state_ = State::kListing;
     return {.kind = WatcherAction::Kind::kList};
