@@ -1,7 +1,8 @@
 #pragma once
 // Errors from the Kubernetes API as absl::Status. An HTTP error response (and a watch ERROR
 // event) carries a metav1.Status body; it becomes a Status whose code carries the retry policy
-// and whose payload keeps the typed ApiError, so callers ask IsApiNotFound(s), IsApiConflict(s), ...
+// and whose payload keeps the typed ApiError, so callers ask IsApiNotFound(s), IsApiConflict(s),
+// ...
 //
 // Codes: 404 kNotFound; 409 AlreadyExists kAlreadyExists; 409 Conflict kAborted (re-read and
 // retry); 410 Gone/Expired kOutOfRange (the resourceVersion left the server's window: relist);

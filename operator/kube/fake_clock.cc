@@ -65,6 +65,11 @@ void FakeClock::WaitForTimers(size_t n) {
   cv_.wait(lock, [&] { return timers_.size() >= n; });
 }
 
+void FakeClock::WaitForTimerWithin(absl::Duration d) {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return !timers_.empty() && timers_.begin()->first.first <= mono_ + d; });
+}
+
 size_t FakeClock::PendingTimers() const {
   std::lock_guard lock(mu_);
   return timers_.size();

@@ -25,6 +25,8 @@ class FakeClock final : public Clock {
   void Advance(absl::Duration d);
   // Blocks until at least `n` timers are pending (a sleeping thread holds one).
   void WaitForTimers(size_t n);
+  // Blocks until a timer is due within `d` of now (a backoff sleep among long timers).
+  void WaitForTimerWithin(absl::Duration d);
   size_t PendingTimers() const;
   // The earliest pending deadline, or InfiniteFuture.
   absl::Time NextDeadline() const;

@@ -100,7 +100,8 @@ current-context: elsewhere
 clusters: [{name: here, cluster: {server: "http://ignored:1"}}]
 users: [{name: me, user: {tokenFile: tok}}]
 )");
-  absl::StatusOr<RestConfig> c = LoadKubeconfig({a, (dir_ / "missing").string(), Write("empty", ""), b});
+  absl::StatusOr<RestConfig> c =
+      LoadKubeconfig({a, (dir_ / "missing").string(), Write("empty", ""), b});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->server, "http://127.0.0.1:8080");
   EXPECT_EQ(c->bearer_token_file, (dir_ / "tok").string());

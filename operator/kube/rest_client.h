@@ -76,6 +76,9 @@ std::string_view WatchEventTypeName(WatchEvent::Type t);
 class WatchStream {
  public:
   WatchStream(std::unique_ptr<BodyStream> body, std::string what);
+  ~WatchStream() { body_->Cancel(); }  // dropping a stream closes its connection
+  WatchStream(const WatchStream&) = delete;
+  WatchStream& operator=(const WatchStream&) = delete;
   // The next event; nullopt when the server ended the stream cleanly; kDataLoss for a line
   // that is not a watch event; the transport's error when the connection broke.
   absl::StatusOr<std::optional<WatchEvent>> Next();

@@ -1,5 +1,6 @@
 #include "operator/runtime/event_recorder.h"
 
+#include "operator/kube/api_error.h"
 #include "operator/kube/log.h"
 
 namespace lockstep::runtime {
@@ -38,9 +39,14 @@ void EventRecorder::Record(const ObjectReference& object, EventType type, const 
     absl::StatusOr<nlohmann::json> r =
         client_->Patch(kube::resources::kEvents, ns, name, kube::PatchType::kMerge, patch);
     if (r.ok()) return;
-    kube::LogWarning("events", "could not update event ", ns, "/", name, ": ",
-                     r.status().message());
-    return;  // best effort: do not create a duplicate for a transient failure
+    if (!kube::IsApiNotFound(r.status())) {
+      kube::LogWarning("events", "could not update event ", ns, "/", name, ": ",
+                       r.status().message());
+      return;  // best effort: no duplicate for a transient failure
+    }
+    // The server expired the event (events live an hour): record it afresh.
+    lock.lock();
+    it = seen_.find(key);
   }
   if (it != seen_.end()) {
     lru_.erase(it->second.lru);
@@ -76,6 +82,11 @@ void EventRecorder::Record(const ObjectReference& object, EventType type, const 
   };
   absl::StatusOr<nlohmann::json> r = client_->Create(kube::resources::kEvents, ns, event);
   if (!r.ok()) {
+    std::lock_guard relock(mu_);
+    if (auto failed = seen_.find(key); failed != seen_.end() && failed->second.event_name == name) {
+      lru_.erase(failed->second.lru);
+      seen_.erase(failed);  // the next repeat creates the event instead of patching nothing
+    }
     kube::LogWarning("events", "could not record ", reason, " for ", object.kind, " ",
                      object.namespace_, "/", object.name, ": ", r.status().message());
   }
