@@ -173,7 +173,8 @@ TEST_F(KubeconfigTest, BearerTokenFileIsReReadAfterItRotates) {
   auto send = [&] {
     inner->QueueResponse(200, "{}");
     EXPECT_TRUE(auth.Send({.target = "/api"}).ok());
-    const std::string* h = inner->requests().back().Header("Authorization");
+    HttpRequest sent = inner->requests().back();
+    const std::string* h = sent.Header("Authorization");
     return h ? *h : std::string();
   };
   EXPECT_EQ(send(), "Bearer first");
