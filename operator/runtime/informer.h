@@ -5,11 +5,12 @@
 // (enqueue keys, no I/O). A relist (first list, or after 410 Gone) is diffed against the
 // cache: handlers see adds, updates and deletes as if they had been watched.
 // An object that fails to decode is left out of the cache and reported to the decode-error
-// handler; it does not stop the informer.
+// handler; it does not stop the informer, and neither does a handler that throws.
 // Thread-safety: Run() on one thread; everything else from any thread.
 
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <stop_token>
@@ -130,9 +131,18 @@ class Informer final : public WatchSink {
     return nullptr;
   }
 
+  // A handler that throws is a bug in it; it is logged and must not stop the informer.
   template <typename F>
   void Notify(F f) {
-    for (const EventHandlers<T>& h : handlers_) f(h);
+    for (const EventHandlers<T>& h : handlers_) {
+      try {
+        f(h);
+      } catch (const std::exception& e) {
+        kube::LogError(component_, "event handler threw: ", e.what());
+      } catch (...) {
+        kube::LogError(component_, "event handler threw");
+      }
+    }
   }
 
   Decoder decode_;

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <thread>
 
 #include "operator/kube/fake_clock.h"
@@ -121,6 +122,16 @@ TEST_F(InformerTest, UndecodableObjectsAreSkippedAndReported) {
   EXPECT_EQ(informer_.cache().size(), 1u);
   EXPECT_EQ(informer_.decode_errors(), 3u);
   EXPECT_EQ(errors.size(), 3u);
+}
+
+TEST_F(InformerTest, AThrowingHandlerDoesNotStopTheOthers) {
+  Informer<Pod> informer(&client_, kube::resources::kPods, kube::DecodePod, {}, &clock_);
+  int seen = 0;
+  informer.AddHandlers({.on_add = [](const auto&) { throw std::runtime_error("handler bug"); }});
+  informer.AddHandlers({.on_add = [&](const auto&) { ++seen; }});
+  informer.Replace({PodJson("a", "p1", "1"), PodJson("a", "p2", "1")}, "1");
+  EXPECT_EQ(seen, 2);
+  EXPECT_EQ(informer.cache().size(), 2u);
 }
 
 TEST_F(InformerTest, RunsAgainstAServerAndSyncs) {

@@ -248,6 +248,7 @@ TEST_F(WatcherTest, BookmarkVersionIsUsedForTheNextWatch) {
 TEST_F(WatcherTest, ListFailuresBackOffWithTheFakeClock) {
   transport_->QueueError(absl::UnavailableError("refused"));
   transport_->QueueResponse(500, "<html>oops</html>");
+  transport_->QueueResponse(200, R"({"metadata":7,"items":"not a list"})");
   transport_->QueueResponse(200, List("5", 1));
   transport_->QueueStream();
   Start();
@@ -258,6 +259,10 @@ TEST_F(WatcherTest, ListFailuresBackOffWithTheFakeClock) {
   clock_.WaitForTimers(1);
   EXPECT_EQ(clock_.NextDeadline() - clock_.Monotonic(), absl::Seconds(2));
   clock_.Advance(absl::Seconds(2));
+  transport_->WaitForRequests(3);  // a list with no resourceVersion is a failure too
+  clock_.WaitForTimers(1);
+  EXPECT_EQ(clock_.NextDeadline() - clock_.Monotonic(), absl::Seconds(4));
+  clock_.Advance(absl::Seconds(4));
   sink_.WaitFor(1);
   EXPECT_EQ(sink_.log()[0], "REPLACE 1@5");
 }
