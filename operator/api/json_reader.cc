@@ -203,4 +203,16 @@ void ObjectReader::CollectUnknownFields(json* out) const {
   }
 }
 
+std::string StringAt(const nlohmann::json& obj, std::string_view key) {
+  if (!obj.is_object()) return "";
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+const nlohmann::json* ObjectAt(const nlohmann::json& obj, std::string_view key) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_object() ? &*it : nullptr;
+}
+
 }  // namespace lockstep::api

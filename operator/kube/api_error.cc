@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "absl/strings/cord.h"
+#include "operator/api/json_reader.h"
 #include "operator/api/str_util.h"
 
 namespace lockstep::kube {
@@ -105,11 +106,6 @@ absl::StatusCode CodeFor(const ApiError& e) {
   return absl::StatusCode::kUnavailable;
 }
 
-std::string StringField(const nlohmann::json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
 std::optional<int64_t> ParseSeconds(std::string_view text) {
   int64_t v = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -123,12 +119,12 @@ void ReadStatusObject(const nlohmann::json& j, ApiError* e) {
   if (auto it = j.find("code"); it != j.end() && it->is_number_integer() && e->code == 0) {
     e->code = it->get<int>();
   }
-  e->reason_text = StringField(j, "reason");
-  e->message = StringField(j, "message");
+  e->reason_text = api::StringAt(j, "reason");
+  e->message = api::StringAt(j, "message");
   auto details = j.find("details");
   if (details == j.end() || !details->is_object()) return;
-  e->kind = StringField(*details, "kind");
-  e->name = StringField(*details, "name");
+  e->kind = api::StringAt(*details, "kind");
+  e->name = api::StringAt(*details, "name");
   if (auto it = details->find("retryAfterSeconds"); it != details->end() && it->is_number()) {
     e->retry_after_seconds = it->get<int64_t>();
   }
@@ -136,7 +132,7 @@ void ReadStatusObject(const nlohmann::json& j, ApiError* e) {
     for (const nlohmann::json& c : *causes) {
       if (!c.is_object()) continue;
       e->causes.push_back(
-          {StringField(c, "reason"), StringField(c, "message"), StringField(c, "field")});
+          {api::StringAt(c, "reason"), api::StringAt(c, "message"), api::StringAt(c, "field")});
     }
   }
 }
@@ -177,7 +173,7 @@ absl::Status ErrorFromResponse(int http_status, std::string_view body,
   ApiError e;
   e.code = http_status;
   nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_object() && StringField(j, "kind") == "Status") {
+  if (j.is_object() && api::StringAt(j, "kind") == "Status") {
     ReadStatusObject(j, &e);
     e.code = http_status;  // the HTTP status wins over the body's claim
   } else if (!body.empty()) {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "operator/api/json_reader.h"
 #include "operator/api/manifest.h"
 #include "operator/api/str_util.h"
 
@@ -16,6 +17,8 @@ namespace lockstep::kube {
 namespace {
 
 namespace fs = std::filesystem;
+using api::ObjectAt;
+using api::StringAt;
 using nlohmann::json;
 
 constexpr char kServiceAccountDir[] = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -32,16 +35,6 @@ struct File {
   std::string path;
   json doc;
 };
-
-const json* ObjectAt(const json& obj, const char* key) {
-  auto it = obj.find(key);
-  return it != obj.end() && it->is_object() ? &*it : nullptr;
-}
-
-std::string StringAt(const json& obj, const char* key) {
-  auto it = obj.find(key);
-  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
 
 // The first entry named `name` in `list` across the files, with the file it came from.
 std::pair<const json*, const File*> FindNamed(const std::vector<File>& files, const char* list,
@@ -60,7 +53,7 @@ std::pair<const json*, const File*> FindNamed(const std::vector<File>& files, co
 
 // Reads `key`-data (base64) or `key` (a file path, relative to the kubeconfig's folder).
 absl::Status ReadPem(const json& obj, const std::string& key, const File& file, std::string* out) {
-  std::string data = StringAt(obj, (key + "-data").c_str());
+  std::string data = StringAt(obj, key + "-data");
   if (!data.empty()) {
     std::string decoded;
     if (!absl::Base64Unescape(data, &decoded)) {
@@ -69,7 +62,7 @@ absl::Status ReadPem(const json& obj, const std::string& key, const File& file, 
     *out = std::move(decoded);
     return absl::OkStatus();
   }
-  std::string path = StringAt(obj, key.c_str());
+  std::string path = StringAt(obj, key);
   if (path.empty()) return absl::OkStatus();
   fs::path p(path);
   if (p.is_relative()) p = fs::path(file.path).parent_path() / p;

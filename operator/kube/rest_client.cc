@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "operator/api/json_reader.h"
 #include "operator/api/str_util.h"
 #include "operator/kube/api_error.h"
 
@@ -47,10 +48,8 @@ std::string_view PatchContentType(PatchType t) {
 }
 
 std::string NameOf(const nlohmann::json& object) {
-  const nlohmann::json* meta = object.contains("metadata") ? &object["metadata"] : nullptr;
-  if (!meta || !meta->is_object()) return "";
-  auto it = meta->find("name");
-  return it != meta->end() && it->is_string() ? it->get<std::string>() : "";
+  const nlohmann::json* meta = api::ObjectAt(object, "metadata");
+  return meta ? api::StringAt(*meta, "name") : "";
 }
 
 }  // namespace

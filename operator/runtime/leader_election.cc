@@ -16,11 +16,6 @@ std::string MicroTime(absl::Time t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", t, absl::UTCTimeZone());
 }
 
-std::string Str(const nlohmann::json& spec, const char* key) {
-  auto it = spec.find(key);
-  return it != spec.end() && it->is_string() ? it->get<std::string>() : "";
-}
-
 int64_t Int(const nlohmann::json& spec, const char* key) {
   auto it = spec.find(key);
   return it != spec.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
@@ -64,9 +59,9 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
 
   nlohmann::json spec = got->value("spec", nlohmann::json::object());
   if (!spec.is_object()) spec = nlohmann::json::object();
-  std::string holder = Str(spec, "holderIdentity");
+  std::string holder = api::StringAt(spec, "holderIdentity");
   std::string record =
-      StrCat(holder, "|", Str(spec, "renewTime"), "|", Int(spec, "leaseTransitions"));
+      StrCat(holder, "|", api::StringAt(spec, "renewTime"), "|", Int(spec, "leaseTransitions"));
   if (record != observed_record_) {
     observed_record_ = record;
     observed_at_ = clock_->Monotonic();
@@ -81,7 +76,7 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
   }
   int64_t transitions = Int(spec, "leaseTransitions");
   nlohmann::json lease = LeaseObject(config_.identity, mine ? transitions : transitions + 1,
-                                     mine ? Str(spec, "acquireTime") : "");
+                                     mine ? api::StringAt(spec, "acquireTime") : "");
   lease["metadata"] = got->value("metadata", nlohmann::json::object());
   absl::StatusOr<nlohmann::json> updated = client_->Update(leases, config_.namespace_, lease);
   if (kube::IsApiConflict(updated.status())) return leading_ = false;
@@ -103,7 +98,7 @@ absl::Status LeaderElector::Release() {
   absl::StatusOr<nlohmann::json> got = client_->Get(leases, config_.namespace_, config_.name);
   if (!got.ok()) return got.status();
   nlohmann::json spec = got->value("spec", nlohmann::json::object());
-  if (!spec.is_object() || Str(spec, "holderIdentity") != config_.identity) {
+  if (!spec.is_object() || api::StringAt(spec, "holderIdentity") != config_.identity) {
     return absl::OkStatus();  // someone else took it already
   }
   nlohmann::json lease = LeaseObject("", Int(spec, "leaseTransitions"), "");

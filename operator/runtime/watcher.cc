@@ -3,6 +3,7 @@
 #include <atomic>
 #include <memory>
 
+#include "operator/api/json_reader.h"
 #include "operator/kube/api_error.h"
 #include "operator/kube/log.h"
 
@@ -14,10 +15,8 @@ namespace {
 
 // The resourceVersion in an object's metadata, or "".
 std::string ResourceVersionOf(const nlohmann::json& object) {
-  auto meta = object.find("metadata");
-  if (meta == object.end() || !meta->is_object()) return "";
-  auto rv = meta->find("resourceVersion");
-  return rv != meta->end() && rv->is_string() ? rv->get<std::string>() : "";
+  const nlohmann::json* meta = api::ObjectAt(object, "metadata");
+  return meta ? api::StringAt(*meta, "resourceVersion") : "";
 }
 
 }  // namespace
@@ -141,10 +140,7 @@ void Watcher::Run(std::stop_token stop) {
           items.reserve(it->size());
           for (nlohmann::json& item : *it) items.push_back(std::move(item));
         }
-        std::string rv;
-        if (auto meta = list->find("metadata"); meta != list->end() && meta->is_object()) {
-          rv = ResourceVersionOf(nlohmann::json{{"metadata", *meta}});
-        }
+        std::string rv = ResourceVersionOf(*list);
         if (rv.empty()) {
           kube::LogWarning(component, "list answered without metadata.resourceVersion");
           action = machine_.OnListed(rv);
