@@ -1,5 +1,6 @@
 #include "operator/runtime/leader_election.h"
 
+#include <exception>
 #include <thread>
 
 #include "operator/api/json_reader.h"
@@ -122,7 +123,16 @@ bool LeaderElector::Run(std::stop_token stop, std::function<void(std::stop_token
   }
   // Lead, renewing every retry period until stop or a renewal deadline is missed.
   std::stop_source leader;
-  std::jthread worker([&lead, token = leader.get_token()] { lead(token); });
+  std::jthread worker([&lead, &leader] {
+    try {
+      lead(leader.get_token());
+    } catch (const std::exception& e) {
+      kube::LogError(kComponent, "the leader's work threw: ", e.what());
+    } catch (...) {
+      kube::LogError(kComponent, "the leader's work threw");
+    }
+    leader.request_stop();  // nothing left to lead for: stop renewing and release
+  });
   absl::Time last_renew = clock_->Monotonic();
   std::stop_callback forward(stop, [&leader] { leader.request_stop(); });
   while (!leader.stop_requested()) {

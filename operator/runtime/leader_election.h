@@ -43,8 +43,9 @@ class LeaderElector {
   absl::Status Release();
 
   // Campaigns until elected, then runs `lead(leader_stop)` on a new thread while renewing.
-  // `leader_stop` is requested when leadership is lost or `stop` is requested; Run returns
-  // after `lead` returned and the lease was released. Returns true if it ever led.
+  // `leader_stop` is requested when leadership is lost or `stop` is requested; when `lead`
+  // returns (or throws) on its own, leading ends too. Run returns after `lead` returned and
+  // the lease was released. Returns true if it ever led.
   bool Run(std::stop_token stop, std::function<void(std::stop_token)> lead);
 
   bool IsLeader() const { return leading_; }

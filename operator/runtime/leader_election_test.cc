@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <stdexcept>
 #include <thread>
 
 #include "operator/kube/fake_clock.h"
@@ -153,6 +154,12 @@ TEST_F(LeaderElectionTest, RunReleasesTheLeaseOnShutdown) {
   });
   run.join();
   EXPECT_EQ(Spec()["holderIdentity"], "");
+}
+
+TEST_F(LeaderElectionTest, WorkThatThrowsEndsLeadingAndReleases) {
+  EXPECT_TRUE(a_.Run({}, [](std::stop_token) { throw std::runtime_error("controller bug"); }));
+  EXPECT_EQ(Spec()["holderIdentity"], "");
+  EXPECT_FALSE(a_.IsLeader());
 }
 
 TEST_F(LeaderElectionTest, CampaignRetriesEveryRetryPeriodUntilTheLeaseIsFree) {
