@@ -1,5 +1,6 @@
 #include "operator/kube/rest_client.h"
 
+#include <cctype>
 #include <utility>
 
 #include "operator/api/json_reader.h"

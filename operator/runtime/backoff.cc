@@ -9,8 +9,6 @@ Backoff::Backoff(BackoffPolicy policy, uint64_t seed) : policy_(policy), rng_(se
 absl::Duration Backoff::Next() {
   step_ = step_ == absl::ZeroDuration() ? policy_.initial
                                         : std::min(policy_.max, step_ * policy_.factor);
-  ++attempts_;
-  if (step_ == absl::ZeroDuration()) attempts_ = 0;
   if (policy_.jitter <= 0) return step_;
   std::uniform_real_distribution<double> extra(0.0, policy_.jitter);
   return step_ + step_ * extra(rng_);

@@ -23,13 +23,11 @@ class Backoff {
   // The next wait; each call grows the step.
   absl::Duration Next();
   void Reset() { step_ = absl::ZeroDuration(); }
-  int attempts() const { return attempts_; }
 
  private:
   BackoffPolicy policy_;
   std::mt19937_64 rng_;
   absl::Duration step_ = absl::ZeroDuration();
-  int attempts_ = 0;
 };
 
 }  // namespace lockstep::runtime

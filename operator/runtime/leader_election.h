@@ -11,7 +11,6 @@
 // Thread-safety: TryAcquireOrRenew and Release are called from Run's thread (or a test's).
 
 #include <functional>
-#include <optional>
 #include <stop_token>
 #include <string>
 
@@ -63,7 +62,6 @@ class LeaderElector {
   std::string observed_holder_;
   std::string observed_record_;  // holder + renewTime + transitions, to detect change
   absl::Time observed_at_;       // monotonic time the record last changed
-  std::optional<nlohmann::json> last_lease_;
 };
 
 }  // namespace lockstep::runtime
