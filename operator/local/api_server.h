@@ -1,0 +1,75 @@
+#pragma once
+// ApiServer: the Kubernetes REST protocol over the ObjectStore, independent of HTTP (the
+// HTTP server in http_server.h feeds it requests). What it serves is listed in the README's
+// "lockstep local" section: discovery, built-in kinds, CRDs and their custom resources with
+// schema defaulting, pruning and validation, status and scale subresources,
+// resourceVersion/409 semantics, watches with bookmarks and 410, label and field selectors,
+// paginated lists, the three patch formats, finalizers, graceful pod deletion and
+// ownerReference cascades.
+// Errors are answered as Kubernetes answers them: a metav1.Status body with code, reason,
+// message and, for invalid objects, field causes. Handle() never throws.
+// Thread-safety: thread-safe.
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "operator/local/object_store.h"
+#include "operator/local/resource_registry.h"
+
+namespace lockstep::local {
+
+struct ApiRequest {
+  std::string method;                        // GET, POST, PUT, PATCH, DELETE
+  std::string path;                          // without the query
+  std::map<std::string, std::string> query;  // decoded
+  std::string content_type;
+  std::string body;
+};
+
+// The body of a watch response, produced line by line as events happen.
+class WatchSource {
+ public:
+  virtual ~WatchSource() = default;
+  // The next lines to send (one JSON event per line); nullopt when the watch is over.
+  virtual std::optional<std::string> Next() = 0;
+};
+
+struct ApiResponse {
+  int status = 200;
+  std::string body;                    // JSON
+  std::shared_ptr<WatchSource> watch;  // set for a watch: stream it instead of `body`
+};
+
+struct ApiServerOptions {
+  std::string state_dir;   // "" keeps everything in memory
+  size_t history = 10000;  // watch events kept for resuming
+  absl::Duration bookmark_interval = absl::Seconds(60);
+  absl::Duration default_watch_timeout = absl::Minutes(30);
+  size_t max_body_bytes = 3 << 20;  // as the Kubernetes API server's limit
+};
+
+class ApiServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<ApiServer>> Create(ApiServerOptions options);
+
+  ApiResponse Handle(const ApiRequest& request);
+
+  ObjectStore& store() { return *store_; }
+  const ResourceRegistry& registry() const { return registry_; }
+
+ private:
+  class Impl;
+  friend class Impl;
+  ApiServer() = default;
+
+  ApiServerOptions options_;
+  std::unique_ptr<ObjectStore> store_;
+  ResourceRegistry registry_;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace lockstep::local
