@@ -1,7 +1,7 @@
 #include "operator/local/api_server.h"
 
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <random>
 #include <utility>
 #include <variant>
@@ -238,13 +238,15 @@ class CollectionWatch final : public WatchSource {
     while (true) {
       auto now = std::chrono::steady_clock::now();
       if (now >= deadline_) return std::nullopt;
-      auto wake = std::min(deadline_, bookmarks_ ? next_bookmark_ : deadline_);
+      auto wake = std::min(
+          {deadline_, bookmarks_ ? next_bookmark_ : deadline_, now + std::chrono::seconds(1)});
       std::vector<StoreEvent> events = sub_->Next(
           std::chrono::duration_cast<std::chrono::milliseconds>(std::max(wake - now, {})));
       std::string lines = Format(events);
       if (!lines.empty()) return lines;
       if (sub_->closed()) return std::nullopt;
       now = std::chrono::steady_clock::now();
+      if (now < next_bookmark_ || !bookmarks_) return std::string();  // still alive
       if (bookmarks_ && now >= next_bookmark_) {
         next_bookmark_ = now + interval_;
         // Every event up to this version has been queued to us (the store publishes under
@@ -1069,7 +1071,9 @@ ApiResponse ApiServer::Impl::DeleteCollection(const Route& route, const ApiReque
 std::optional<ApiResponse> ApiServer::Impl::Discovery(const ApiRequest& r) {
   if (r.method != "GET") return std::nullopt;
   const std::string& p = r.path;
-  if (p == "/healthz" || p == "/readyz" || p == "/livez") return ApiResponse{200, "ok", nullptr};
+  if (p == "/healthz" || p == "/readyz" || p == "/livez") {
+    return ApiResponse{200, "ok", nullptr, "text/plain"};
+  }
   if (p == "/version") {
     return Reply(200, {{"major", "1"},
                        {"minor", "32"},

@@ -34,7 +34,9 @@ struct ApiRequest {
 class WatchSource {
  public:
   virtual ~WatchSource() = default;
-  // The next lines to send (one JSON event per line); nullopt when the watch is over.
+  // The next lines to send (one JSON event per line); "" when there is nothing to send yet
+  // (it returns at least once a second, so the server can notice a client that left);
+  // nullopt when the watch is over.
   virtual std::optional<std::string> Next() = 0;
 };
 
@@ -42,6 +44,7 @@ struct ApiResponse {
   int status = 200;
   std::string body;                    // JSON
   std::shared_ptr<WatchSource> watch;  // set for a watch: stream it instead of `body`
+  std::string content_type = "application/json";
 };
 
 struct ApiServerOptions {

@@ -1,0 +1,38 @@
+#pragma once
+// HttpServer: serves an ApiServer over plain HTTP/1.1 on a loopback address, with Boost.Beast.
+// One thread per connection (a local cluster has a handful of clients); watch responses are
+// streamed with chunked encoding until the watch ends or the client goes away. A request
+// body over the API server's limit is answered 413 without being read whole.
+// Thread-safety: construct, read port(), destroy; the destructor closes every connection.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "operator/local/api_server.h"
+
+namespace lockstep::local {
+
+class HttpServer {
+ public:
+  // Listens on `address`:`port` (0 = any free port). `api` must outlive the server.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(ApiServer* api,
+                                                           const std::string& address = "127.0.0.1",
+                                                           uint16_t port = 0,
+                                                           size_t max_body_bytes = 3 << 20);
+  ~HttpServer();
+
+  uint16_t port() const;
+  std::string url() const;  // "http://127.0.0.1:PORT"
+
+ private:
+  struct Impl;
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Percent-decoding of a URL component ('+' is a space in a query).
+std::string UrlDecode(std::string_view s, bool query);
+
+}  // namespace lockstep::local
