@@ -4,6 +4,11 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include <climits>
+
+#include "operator/cli/local_command.h"
 #include "operator/cli/validate_command.h"
 
 namespace {
@@ -11,6 +16,8 @@ namespace {
 constexpr const char* kUsage = R"(usage: lockstep COMMAND [ARGS]
 
 commands:
+  local up|down|status
+                     a Kubernetes-compatible API server on this machine (see `lockstep local`)
   validate FILE...   check the TrainingJobs in manifest files (YAML or JSON) without a cluster
   version            print the version
 )";
@@ -26,6 +33,12 @@ int main(int argc, char** argv) {
   const std::string command = args[0];
   args.erase(args.begin());
   if (command == "validate") return lockstep::cli::RunValidate(args, std::cout, std::cerr);
+  if (command == "local") {
+    char self[PATH_MAX];
+    ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+    std::string path = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
+    return lockstep::cli::RunLocal(args, path, std::cout, std::cerr);
+  }
   if (command == "version") {
     std::cout << "lockstep " << LOCKSTEP_VERSION << "\n";
     return 0;

@@ -1,0 +1,240 @@
+#include "operator/cli/local_command.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "operator/api/str_util.h"
+#include "operator/kube/cpprest_transport.h"
+#include "operator/kube/log.h"
+#include "operator/local/api_server.h"
+#include "operator/local/http_server.h"
+
+namespace lockstep::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kUsage[] = R"(usage: lockstep local COMMAND [--state-dir DIR] [--port N]
+
+commands:
+  up       start the local cluster in the background (prints how to point kubectl at it)
+  down     stop it (its objects stay in the state directory for the next `up`)
+  status   say whether it runs, and where
+  serve    run the API server in the foreground (what `up` starts)
+)";
+
+struct Options {
+  std::string command;
+  std::string state_dir;
+  uint16_t port = 0;
+};
+
+std::string DefaultStateDir() {
+  if (const char* home = std::getenv("LOCKSTEP_HOME"); home && *home) return home;
+  const char* home = std::getenv("HOME");
+  return StrCat(home && *home ? home : "/tmp", "/.lockstep/local");
+}
+
+struct Running {
+  pid_t pid = 0;
+  std::string url;
+};
+
+// The server recorded in server.json, if that process is alive.
+std::optional<Running> FindServer(const std::string& dir) {
+  std::ifstream in(dir + "/server.json");
+  if (!in) return std::nullopt;
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+  if (!j.is_object() || !j.contains("pid") || !j["pid"].is_number_integer() || !j.contains("url") ||
+      !j["url"].is_string()) {
+    return std::nullopt;
+  }
+  Running r{j["pid"].get<pid_t>(), j["url"].get<std::string>()};
+  if (r.pid <= 0 || ::kill(r.pid, 0) != 0) return std::nullopt;
+  return r;
+}
+
+bool Healthy(const std::string& url) {
+  absl::StatusOr<std::unique_ptr<kube::Transport>> t =
+      kube::NewHttpTransport({.server = url, .connect_timeout = absl::Seconds(2)});
+  if (!t.ok()) return false;
+  absl::StatusOr<kube::HttpResponse> r =
+      (*t)->Send({.target = "/healthz", .timeout = absl::Seconds(2)});
+  return r.ok() && r->status == 200;
+}
+
+void WriteKubeconfig(const std::string& dir, const std::string& url) {
+  std::ofstream(dir + "/kubeconfig")
+      << "apiVersion: v1\nkind: Config\n"
+      << "clusters:\n- name: lockstep-local\n  cluster:\n    server: " << url << "\n"
+      << "users:\n- name: lockstep-local\n  user: {}\n"
+      << "contexts:\n- name: lockstep-local\n  context:\n"
+      << "    cluster: lockstep-local\n    user: lockstep-local\n"
+      << "    namespace: default\n"
+      << "current-context: lockstep-local\n";
+}
+
+std::stop_source* g_stop = nullptr;
+extern "C" void OnSignal(int) {
+  if (g_stop) g_stop->request_stop();
+}
+
+int Serve(const Options& o, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<std::unique_ptr<local::ApiServer>> api =
+      local::ApiServer::Create({.state_dir = o.state_dir});
+  if (!api.ok()) {
+    err << "lockstep local: " << api.status().message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<local::HttpServer>> http =
+      local::HttpServer::Start(api->get(), "127.0.0.1", o.port);
+  if (!http.ok()) {
+    err << "lockstep local: " << http.status().message() << "\n";
+    return 1;
+  }
+  std::stop_source stop;
+  g_stop = &stop;
+  ::signal(SIGTERM, OnSignal);
+  ::signal(SIGINT, OnSignal);
+  std::string info = o.state_dir + "/server.json";
+  std::ofstream(info + ".tmp") << nlohmann::json{
+      {"pid", ::getpid()},
+      {"url", (*http)->url()}}.dump();
+  fs::rename(info + ".tmp", info);
+  WriteKubeconfig(o.state_dir, (*http)->url());
+  kube::LogInfo("local", "serving on ", (*http)->url(), ", state in ", o.state_dir);
+  out << (*http)->url() << std::endl;
+  while (!stop.stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  kube::LogInfo("local", "stopping");
+  http->reset();
+  std::error_code ec;
+  fs::remove(info, ec);
+  return 0;
+}
+
+int Up(const Options& o, const std::string& self, std::ostream& out, std::ostream& err) {
+  if (std::optional<Running> r = FindServer(o.state_dir); r && Healthy(r->url)) {
+    out << "lockstep local is already running at " << r->url << "\n"
+        << "export KUBECONFIG=" << o.state_dir << "/kubeconfig\n";
+    return 0;
+  }
+  std::error_code ec;
+  fs::remove(o.state_dir + "/server.json", ec);
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    err << "lockstep local: fork failed\n";
+    return 1;
+  }
+  if (pid == 0) {
+    ::setsid();
+    std::string log = o.state_dir + "/server.log";
+    FILE* f = std::freopen(log.c_str(), "a", stdout);
+    if (f) std::freopen(log.c_str(), "a", stderr);
+    std::freopen("/dev/null", "r", stdin);
+    std::string port = std::to_string(o.port);
+    ::execl(self.c_str(), self.c_str(), "local", "serve", "--state-dir", o.state_dir.c_str(),
+            "--port", port.c_str(), static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+  // Wait for it to answer (it may be replaying a large state directory).
+  for (int i = 0; i < 600; ++i) {
+    if (std::optional<Running> r = FindServer(o.state_dir); r && Healthy(r->url)) {
+      out << "lockstep local is running at " << r->url << " (pid " << r->pid << ")\n"
+          << "point kubectl at it with:\n  export KUBECONFIG=" << o.state_dir << "/kubeconfig\n";
+      return 0;
+    }
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) break;  // it died
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  err << "lockstep local: the server did not start; see " << o.state_dir << "/server.log\n";
+  return 1;
+}
+
+int Down(const Options& o, std::ostream& out) {
+  std::optional<Running> r = FindServer(o.state_dir);
+  if (!r) {
+    out << "lockstep local is not running\n";
+    return 0;
+  }
+  ::kill(r->pid, SIGTERM);
+  for (int i = 0; i < 300 && ::kill(r->pid, 0) == 0; ++i) {
+    ::waitpid(r->pid, nullptr, WNOHANG);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (::kill(r->pid, 0) == 0) ::kill(r->pid, SIGKILL);
+  std::error_code ec;
+  fs::remove(o.state_dir + "/server.json", ec);
+  out << "lockstep local stopped (state kept in " << o.state_dir << ")\n";
+  return 0;
+}
+
+int Status(const Options& o, std::ostream& out) {
+  std::optional<Running> r = FindServer(o.state_dir);
+  if (!r || !Healthy(r->url)) {
+    out << "lockstep local is not running (state directory " << o.state_dir << ")\n";
+    return 3;
+  }
+  out << "lockstep local is running at " << r->url << " (pid " << r->pid << ")\n"
+      << "export KUBECONFIG=" << o.state_dir << "/kubeconfig\n";
+  return 0;
+}
+
+}  // namespace
+
+int RunLocal(const std::vector<std::string>& args, const std::string& self, std::ostream& out,
+             std::ostream& err) {
+  Options o;
+  o.state_dir = DefaultStateDir();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if ((a == "--state-dir" || a == "--port") && i + 1 < args.size()) {
+      const std::string& v = args[++i];
+      if (a == "--state-dir") {
+        o.state_dir = v;
+      } else {
+        char* end = nullptr;
+        long port = std::strtol(v.c_str(), &end, 10);
+        if (*end != '\0' || port < 0 || port > 65535) {
+          err << "lockstep local: --port " << v << ": want a number from 0 to 65535\n";
+          return 2;
+        }
+        o.port = static_cast<uint16_t>(port);
+      }
+    } else if (o.command.empty() && a[0] != '-') {
+      o.command = a;
+    } else {
+      err << "lockstep local: unexpected argument \"" << a << "\"\n" << kUsage;
+      return 2;
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(o.state_dir, ec);
+  if (ec) {
+    err << "lockstep local: state directory " << o.state_dir << ": " << ec.message() << "\n";
+    return 1;
+  }
+  o.state_dir = fs::absolute(o.state_dir).string();
+  if (o.command == "up") return Up(o, self, out, err);
+  if (o.command == "down") return Down(o, out);
+  if (o.command == "status") return Status(o, out);
+  if (o.command == "serve") return Serve(o, out, err);
+  err << (o.command.empty() ? "" : "lockstep local: unknown command \"" + o.command + "\"\n")
+      << kUsage;
+  return 2;
+}
+
+}  // namespace lockstep::cli
