@@ -15,6 +15,7 @@
 #include "operator/api/str_util.h"
 #include "operator/kube/label_selector.h"
 #include "operator/local/patch.h"
+#include "operator/local/table.h"
 
 namespace lockstep::local {
 
@@ -299,11 +300,36 @@ class CollectionWatch final : public WatchSource {
 
 }  // namespace
 
+// The autoscaling/v1 Scale view of a custom resource with a scale subresource.
+json ScaleOf(const ResourceType& t, const json& obj) {
+  auto at = [&](const std::optional<std::string>& p) -> json {
+    if (!p || p->empty() || (*p)[0] != '.') return nullptr;
+    std::string path = *p;
+    std::replace(path.begin(), path.end(), '.', '/');
+    json::json_pointer pointer(path);
+    return obj.contains(pointer) ? obj.at(pointer) : json(nullptr);
+  };
+  json spec = at(t.scale_spec_path), status = at(t.scale_status_path);
+  json scale = {{"kind", "Scale"},
+                {"apiVersion", "autoscaling/v1"},
+                {"metadata",
+                 {{"name", MetaString(obj, "name")},
+                  {"namespace", MetaString(obj, "namespace")},
+                  {"uid", MetaString(obj, "uid")},
+                  {"resourceVersion", MetaString(obj, "resourceVersion")}}},
+                {"spec", {{"replicas", spec.is_number() ? spec : json(0)}}},
+                {"status", {{"replicas", status.is_number() ? status : json(0)}}}};
+  json selector = at(t.scale_selector_path);
+  if (selector.is_string()) scale["status"]["selector"] = selector;
+  return scale;
+}
+
 struct Route {
   std::shared_ptr<const ResourceType> type;
   std::string ns;
   std::string name;
   std::string subresource;
+  bool strict_fields = false;  // ?fieldValidation=Strict: unknown fields are errors
 };
 
 class ApiServer::Impl {
@@ -314,6 +340,8 @@ class ApiServer::Impl {
 
  private:
   std::optional<ApiResponse> Discovery(const ApiRequest& r);
+  ApiResponse OpenApi(const std::string& path,
+                      const std::vector<std::shared_ptr<const ResourceType>>& all);
   std::variant<Route, ApiResponse> Parse(const std::string& path);
   ApiResponse Get(const Route& route, const ApiRequest& r);
   ApiResponse List(const Route& route, const ApiRequest& r);
@@ -434,6 +462,7 @@ ApiResponse ApiServer::Impl::Handle(const ApiRequest& r) {
   std::variant<Route, ApiResponse> parsed = Parse(r.path);
   if (auto* fail = std::get_if<ApiResponse>(&parsed)) return *fail;
   Route route = std::get<Route>(parsed);
+  route.strict_fields = Query(r.query, "fieldValidation") == "Strict";
   const ResourceType& t = *route.type;
   if (!route.subresource.empty()) {
     bool known = (route.subresource == "status" && t.status_subresource) ||
@@ -527,32 +556,13 @@ ApiResponse ApiServer::Impl::StoreError(const absl::Status& s, const ResourceTyp
 ApiResponse ApiServer::Impl::Get(const Route& route, const ApiRequest& r) {
   ObjectPtr obj = s_->store_->Get(Key(route));
   if (!obj) return StoreError(absl::NotFoundError(""), *route.type, route.name);
-  if (route.subresource == "scale") {
-    const ResourceType& t = *route.type;
-    auto at = [&](const std::optional<std::string>& p) -> json {
-      if (!p || p->empty() || (*p)[0] != '.') return nullptr;
-      std::string path = *p;
-      std::replace(path.begin(), path.end(), '.', '/');
-      json::json_pointer pointer(path);
-      return obj->contains(pointer) ? obj->at(pointer) : json(nullptr);
-    };
-    json spec = at(t.scale_spec_path), status = at(t.scale_status_path);
-    json scale = {{"kind", "Scale"},
-                  {"apiVersion", "autoscaling/v1"},
-                  {"metadata",
-                   {{"name", route.name},
-                    {"namespace", route.ns},
-                    {"resourceVersion", MetaString(*obj, "resourceVersion")}}},
-                  {"spec", {{"replicas", spec.is_number() ? spec : json(0)}}},
-                  {"status", {{"replicas", status.is_number() ? status : json(0)}}}};
-    json selector = at(t.scale_selector_path);
-    if (selector.is_string()) scale["status"]["selector"] = selector;
-    return Reply(200, scale);
-  }
+  if (route.subresource == "scale") return Reply(200, ScaleOf(*route.type, *obj));
   if (route.subresource == "log") {
     return Fail(404, "NotFound", StrCat("no logs for pod \"", route.name, "\" yet"));
   }
-  (void)r;
+  if (WantsTable(r.accept)) {
+    return Reply(200, ToTable(*route.type, {obj}, MetaString(*obj, "resourceVersion")));
+  }
   return Reply(200, *obj);
 }
 
@@ -593,11 +603,18 @@ ApiResponse ApiServer::Impl::List(const Route& route, const ApiRequest& r) {
   size_t end = snap->items.size();
   if (limit > 0) end = std::min(end, start + static_cast<size_t>(limit));
   json items = json::array();
-  for (size_t i = std::min(start, end); i < end; ++i) items.push_back(*snap->items[i]);
-  json list = {{"kind", t.list_kind},
-               {"apiVersion", t.ApiVersion()},
-               {"metadata", {{"resourceVersion", std::to_string(snap->rv)}}},
-               {"items", std::move(items)}};
+  std::vector<ObjectPtr> page;
+  for (size_t i = std::min(start, end); i < end; ++i) page.push_back(snap->items[i]);
+  json list;
+  if (WantsTable(r.accept)) {
+    list = ToTable(t, page, std::to_string(snap->rv));
+  } else {
+    for (const ObjectPtr& obj : page) items.push_back(*obj);
+    list = {{"kind", t.list_kind},
+            {"apiVersion", t.ApiVersion()},
+            {"metadata", {{"resourceVersion", std::to_string(snap->rv)}}},
+            {"items", std::move(items)}};
+  }
   if (end < snap->items.size()) {
     std::lock_guard lock(tokens_mu_);
     uint64_t id = next_token_++;
@@ -716,7 +733,12 @@ std::optional<ApiResponse> ApiServer::Impl::Admit(const Route& route, json& obj,
   meta.erase("managedFields");
   if (t.custom()) {
     api::ApplySchemaDefaults(t.schema, &obj);
-    api::PruneUnknownFields(t.schema, &obj);
+    std::vector<std::string> unknown = api::PruneUnknownFields(t.schema, &obj);
+    if (route.strict_fields && !unknown.empty()) {
+      std::vector<std::string> parts;
+      for (const std::string& u : unknown) parts.push_back(StrCat("unknown field \"", u, "\""));
+      return Fail(400, "BadRequest", StrCat("strict decoding error: ", StrJoin(parts, ", ")));
+    }
     api::FieldErrors schema_errors = api::ValidateAgainstSchema(t.schema, obj, api::FieldPath());
     errors.insert(errors.end(), schema_errors.begin(), schema_errors.end());
   }
@@ -880,6 +902,7 @@ ApiResponse ApiServer::Impl::Store(const Route& route, const std::string& key, j
   if (t.plural == "customresourcedefinitions") {
     s_->registry_.SetCustomResources(route.name, put->get());
   }
+  if (route.subresource == "scale") return Reply(code, ScaleOf(t, **put));
   return Reply(code, **put);
 }
 
@@ -903,7 +926,8 @@ ApiResponse ApiServer::Impl::Patch(const Route& route, const ApiRequest& r) {
   for (int attempt = 0;; ++attempt) {
     ObjectPtr old = s_->store_->Get(key);
     if (!old) return StoreError(absl::NotFoundError(""), t, route.name);
-    absl::StatusOr<json> patched = ApplyPatch(*format, *old, patch);
+    json base = route.subresource == "scale" ? ScaleOf(t, *old) : *old;
+    absl::StatusOr<json> patched = ApplyPatch(*format, base, patch);
     if (!patched.ok()) {
       if (patched.status().code() == absl::StatusCode::kFailedPrecondition) {
         return Fail(422, "Invalid", std::string(patched.status().message()));
@@ -1087,6 +1111,7 @@ std::optional<ApiResponse> ApiServer::Impl::Discovery(const ApiRequest& r) {
                         {{{"clientCIDR", "0.0.0.0/0"}, {"serverAddress", "127.0.0.1"}}}}});
   }
   std::vector<std::shared_ptr<const ResourceType>> all = s_->registry_.All();
+  if (p == "/openapi/v3" || p.rfind("/openapi/v3/", 0) == 0) return OpenApi(p, all);
   if (p == "/apis") {
     std::map<std::string, std::vector<std::string>> groups;
     for (const auto& t : all) {
@@ -1162,6 +1187,46 @@ std::optional<ApiResponse> ApiServer::Impl::Discovery(const ApiRequest& r) {
                      {"apiVersion", "v1"},
                      {"groupVersion", group.empty() ? version : group + "/" + version},
                      {"resources", resources}});
+}
+
+// OpenAPI v3, only as far as kubectl needs it: every group-version's document lists the
+// collection and object paths with their PATCH operation tagged by group-version-kind and
+// taking `fieldValidation`, which tells kubectl to let the server validate fields. Schemas are
+// not published (custom resources are validated here, against their CRD).
+ApiResponse ApiServer::Impl::OpenApi(const std::string& path,
+                                     const std::vector<std::shared_ptr<const ResourceType>>& all) {
+  if (path == "/openapi/v3") {
+    json paths = json::object();
+    for (const auto& t : all) {
+      std::string gv =
+          t->group.empty() ? "api/" + t->version : "apis/" + t->group + "/" + t->version;
+      paths[gv] = {{"serverRelativeURL", "/openapi/v3/" + gv}};
+    }
+    return Reply(200, {{"paths", paths}});
+  }
+  std::string gv = path.substr(sizeof("/openapi/v3/") - 1);
+  json paths = json::object();
+  for (const auto& t : all) {
+    std::string mine =
+        t->group.empty() ? "api/" + t->version : "apis/" + t->group + "/" + t->version;
+    if (mine != gv) continue;
+    json gvk = {{"group", t->group}, {"version", t->version}, {"kind", t->kind}};
+    json params = json::array(
+        {{{"name", "fieldValidation"}, {"in", "query"}, {"schema", {{"type", "string"}}}},
+         {{"name", "fieldManager"}, {"in", "query"}, {"schema", {{"type", "string"}}}}});
+    json op = {{"x-kubernetes-group-version-kind", gvk},
+               {"parameters", params},
+               {"responses", {{"200", {{"description", "OK"}}}}}};
+    std::string base = "/" + mine + (t->namespaced ? "/namespaces/{namespace}/" : "/") + t->plural;
+    paths[base] = {{"post", op}};
+    paths[base + "/{name}"] = {{"patch", op}, {"put", op}};
+  }
+  if (paths.empty())
+    return Fail(404, "NotFound", "the server could not find the requested resource");
+  return Reply(200, {{"openapi", "3.0.0"},
+                     {"info", {{"title", "Lockstep local"}, {"version", "v1.32.0"}}},
+                     {"paths", paths},
+                     {"components", {{"schemas", json::object()}}}});
 }
 
 }  // namespace lockstep::local

@@ -27,6 +27,7 @@ struct ApiRequest {
   std::string path;                          // without the query
   std::map<std::string, std::string> query;  // decoded
   std::string content_type;
+  std::string accept;  // "...;as=Table;..." asks for server-side printing
   std::string body;
 };
 

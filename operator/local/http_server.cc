@@ -58,6 +58,7 @@ ApiRequest ToApiRequest(const http::request<http::string_body>& req) {
     }
   }
   r.content_type = std::string(req[http::field::content_type]);
+  r.accept = std::string(req[http::field::accept]);
   r.body = req.body();
   return r;
 }
