@@ -470,6 +470,11 @@ ApiResponse ApiServer::Impl::Handle(const ApiRequest& r) {
                  (route.subresource == "scale" && t.scale_spec_path);
     if (!known) return Fail(404, "NotFound", "the server could not find the requested resource");
   }
+  if (r.content_type.rfind("application/vnd.kubernetes.protobuf", 0) == 0 && !r.body.empty()) {
+    return Fail(415, "UnsupportedMediaType",
+                "this server reads JSON, not protobuf; kubectl's imperative `create` commands send "
+                "protobuf: use `kubectl apply -f` instead");
+  }
   if (r.body.size() > s_->options_.max_body_bytes) {
     return Fail(413, "RequestEntityTooLarge",
                 StrCat("the request body is ", r.body.size(), " bytes; the limit is ",
