@@ -19,6 +19,8 @@
 #include "operator/kube/log.h"
 #include "operator/local/api_server.h"
 #include "operator/local/http_server.h"
+#include "operator/local/local_transport.h"
+#include "operator/local/runner.h"
 
 namespace lockstep::cli {
 namespace {
@@ -92,7 +94,7 @@ extern "C" void OnSignal(int) {
   if (g_stop) g_stop->request_stop();
 }
 
-int Serve(const Options& o, std::ostream& out, std::ostream& err) {
+int Serve(const Options& o, const std::string& self, std::ostream& out, std::ostream& err) {
   absl::StatusOr<std::unique_ptr<local::ApiServer>> api =
       local::ApiServer::Create({.state_dir = o.state_dir});
   if (!api.ok()) {
@@ -109,6 +111,16 @@ int Serve(const Options& o, std::ostream& out, std::ostream& err) {
   g_stop = &stop;
   ::signal(SIGTERM, OnSignal);
   ::signal(SIGINT, OnSignal);
+  // The kubelet: pods run as processes, talking to the API server in-process.
+  std::unique_ptr<kube::Clock> clock = kube::NewRealClock();
+  kube::RestClient client(std::make_shared<local::LocalTransport>(api->get()));
+  std::string trainer =
+      (fs::path(self).parent_path().parent_path() / "trainer" / "lockstep-trainer").string();
+  if (::access(trainer.c_str(), X_OK) != 0) {
+    trainer = (fs::path(self).parent_path() / "lockstep-trainer").string();
+  }
+  local::Runner runner(&client, {.state_dir = o.state_dir, .trainer_binary = trainer}, clock.get());
+  std::jthread kubelet([&runner, &stop](std::stop_token) { runner.Run(stop.get_token()); });
   std::string info = o.state_dir + "/server.json";
   std::ofstream(info + ".tmp") << nlohmann::json{
       {"pid", ::getpid()},
@@ -119,6 +131,7 @@ int Serve(const Options& o, std::ostream& out, std::ostream& err) {
   out << (*http)->url() << std::endl;
   while (!stop.stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   kube::LogInfo("local", "stopping");
+  kubelet.join();  // stops every pod's processes
   http->reset();
   std::error_code ec;
   fs::remove(info, ec);
@@ -231,7 +244,7 @@ int RunLocal(const std::vector<std::string>& args, const std::string& self, std:
   if (o.command == "up") return Up(o, self, out, err);
   if (o.command == "down") return Down(o, out);
   if (o.command == "status") return Status(o, out);
-  if (o.command == "serve") return Serve(o, out, err);
+  if (o.command == "serve") return Serve(o, self, out, err);
   err << (o.command.empty() ? "" : "lockstep local: unknown command \"" + o.command + "\"\n")
       << kUsage;
   return 2;

@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <utility>
 #include <variant>
 
@@ -15,6 +17,7 @@
 #include "operator/api/str_util.h"
 #include "operator/kube/label_selector.h"
 #include "operator/local/patch.h"
+#include "operator/local/runner.h"
 #include "operator/local/table.h"
 
 namespace lockstep::local {
@@ -344,6 +347,7 @@ class ApiServer::Impl {
                       const std::vector<std::shared_ptr<const ResourceType>>& all);
   std::variant<Route, ApiResponse> Parse(const std::string& path);
   ApiResponse Get(const Route& route, const ApiRequest& r);
+  ApiResponse Log(const json& pod, const ApiRequest& r);
   ApiResponse List(const Route& route, const ApiRequest& r);
   ApiResponse Watch(const Route& route, const ApiRequest& r);
   ApiResponse Create(const Route& route, json body);
@@ -562,13 +566,42 @@ ApiResponse ApiServer::Impl::Get(const Route& route, const ApiRequest& r) {
   ObjectPtr obj = s_->store_->Get(Key(route));
   if (!obj) return StoreError(absl::NotFoundError(""), *route.type, route.name);
   if (route.subresource == "scale") return Reply(200, ScaleOf(*route.type, *obj));
-  if (route.subresource == "log") {
-    return Fail(404, "NotFound", StrCat("no logs for pod \"", route.name, "\" yet"));
-  }
+  if (route.subresource == "log") return Log(*obj, r);
   if (WantsTable(r.accept)) {
     return Reply(200, ToTable(*route.type, {obj}, MetaString(*obj, "resourceVersion")));
   }
   return Reply(200, *obj);
+}
+
+// A container's log as the runner wrote it; ?container= picks one, ?tailLines= the last lines.
+ApiResponse ApiServer::Impl::Log(const json& pod, const ApiRequest& r) {
+  std::string container = Query(r.query, "container");
+  const json* spec = api::ObjectAt(pod, "spec");
+  auto containers = spec ? spec->find("containers") : std::as_const(pod).end();
+  if (container.empty() && spec && containers != spec->end() && containers->is_array() &&
+      !containers->empty()) {
+    container = api::StringAt((*containers)[0], "name");
+  }
+  std::string name = MetaString(pod, "name");
+  std::ifstream in(PodLogPath(s_->options_.state_dir, MetaString(pod, "namespace"), name,
+                              MetaString(pod, "uid"), container));
+  if (s_->options_.state_dir.empty() || !in) {
+    return Fail(400, "BadRequest",
+                StrCat("container \"", container, "\" in pod \"", name, "\" has not started"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string log = text.str();
+  if (std::string tail = Query(r.query, "tailLines"); !tail.empty()) {
+    int64_t n = std::max<int64_t>(0, std::atoll(tail.c_str()));
+    size_t pos = log.size();
+    if (pos > 0 && log[pos - 1] == '\n') --pos;
+    for (int64_t i = 0; i < n && pos != std::string::npos && pos > 0; ++i) {
+      pos = log.rfind('\n', pos - 1);
+    }
+    if (pos != std::string::npos && pos > 0) log = log.substr(pos + 1);
+  }
+  return ApiResponse{200, std::move(log), nullptr, "text/plain"};
 }
 
 ApiResponse ApiServer::Impl::List(const Route& route, const ApiRequest& r) {

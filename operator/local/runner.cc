@@ -1,0 +1,594 @@
+#include "operator/local/runner.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/escaping.h"
+#include "operator/api/json_reader.h"
+#include "operator/api/object_meta.h"
+#include "operator/api/str_util.h"
+#include "operator/kube/api_error.h"
+#include "operator/kube/label_selector.h"
+#include "operator/kube/log.h"
+#include "operator/runtime/informer.h"
+
+namespace lockstep::local {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kLog[] = "runner";
+constexpr char kTrainerImage[] = "lockstep/trainer";
+
+// A whole object, with the metadata the cache indexes.
+struct Raw {
+  api::ObjectMeta metadata;
+  json object;
+};
+
+absl::StatusOr<Raw> DecodeRaw(const json& j) {
+  api::FieldErrors errors;
+  const json* meta = api::ObjectAt(j, "metadata");
+  if (!meta) return absl::InvalidArgumentError("no metadata");
+  Raw r{api::DecodeObjectMeta(*meta, api::FieldPath("metadata"), &errors), j};
+  r.metadata.other = json::object();
+  if (r.metadata.name.empty()) return absl::InvalidArgumentError("no metadata.name");
+  return r;
+}
+
+std::string Str(const json& j, const char* key) { return api::StringAt(j, key); }
+
+// Finds a program: an absolute or relative path as given, else along PATH.
+std::string FindProgram(const std::string& name) {
+  if (name.empty()) return "";
+  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "/usr/local/bin:/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    std::string candidate = dir + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+struct Container {
+  std::string name;
+  pid_t pid = 0;  // also its process group
+  int restarts = 0;
+  bool done = false;  // exited and will not be restarted
+  absl::Time started;
+  absl::Time next_start;  // monotonic: not before (crash-loop backoff)
+  absl::Duration backoff = absl::ZeroDuration();
+  std::string waiting_reason = "ContainerCreating";
+  std::string waiting_message;
+  std::optional<json> terminated;  // the last termination, as containerStatuses wants it
+  std::string termination_log;
+};
+
+struct PodRun {
+  std::string ns, name, uid, ip, dir;
+  json pod;
+  std::vector<Container> containers;
+  bool terminating = false;
+  absl::Time kill_at;  // monotonic: SIGKILL after this
+  std::string last_status;
+};
+
+int SignalExitCode(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace
+
+struct Runner::Impl {
+  kube::RestClient* client;
+  RunnerOptions options;
+  kube::Clock* clock;
+  runtime::Informer<Raw> pods;
+  runtime::Informer<Raw> services;
+  std::map<std::string, PodRun> runs;  // by uid
+  std::set<std::string> used_ips;
+  // A random start, so a restarted runner does not hand out an address whose old sockets
+  // may still linger in TIME_WAIT.
+  uint32_t next_ip = 2 + static_cast<uint32_t>(std::random_device{}() % 60000);
+  std::string hosts_text;
+
+  Impl(kube::RestClient* c, RunnerOptions o, kube::Clock* k)
+      : client(c),
+        options(std::move(o)),
+        clock(k),
+        pods(c, kube::resources::kPods, DecodeRaw, {}, k),
+        services(c, kube::resources::kServices, DecodeRaw, {}, k) {}
+
+  std::string AllocateIp() {
+    for (uint32_t tries = 0; tries < 65000; ++tries) {
+      uint32_t n = next_ip++;
+      if (next_ip > 65000) next_ip = 2;
+      std::string ip = StrCat("127.0.", (n >> 8) & 255, ".", n & 255);
+      if ((n & 255) == 0 || (n & 255) == 255 || used_ips.contains(ip)) continue;
+      used_ips.insert(ip);
+      return ip;
+    }
+    return "127.0.0.1";
+  }
+
+  // Every name a pod may look up, with the address it resolves to.
+  std::string HostsFile() {
+    std::map<std::string, std::set<std::string>> names;  // ip -> names
+    std::map<std::string, const PodRun*> by_key;
+    for (const auto& [uid, run] : runs) by_key[run.ns + "/" + run.name] = &run;
+    for (const auto& [uid, run] : runs) {
+      const json* spec = api::ObjectAt(run.pod, "spec");
+      std::string hostname = spec ? Str(*spec, "hostname") : "";
+      if (hostname.empty()) hostname = run.name;
+      names[run.ip].insert(hostname);
+      std::string sub = spec ? Str(*spec, "subdomain") : "";
+      if (!sub.empty()) {
+        for (const char* suffix : {"", ".svc", ".svc.cluster.local"}) {
+          names[run.ip].insert(StrCat(hostname, ".", sub, ".", run.ns, suffix));
+        }
+      }
+    }
+    for (const auto& svc : services.cache().List()) {
+      const json* spec = api::ObjectAt(svc->object, "spec");
+      const json* selector = spec ? api::ObjectAt(*spec, "selector") : nullptr;
+      if (!selector || selector->empty()) continue;
+      std::map<std::string, std::string> sel;
+      for (auto it = selector->begin(); it != selector->end(); ++it) {
+        if (it->is_string()) sel[it.key()] = it->get<std::string>();
+      }
+      kube::LabelSelector match = kube::LabelSelector::FromMap(sel);
+      for (const auto& [uid, run] : runs) {
+        if (run.ns != svc->metadata.namespace_) continue;
+        std::map<std::string, std::string> labels;
+        if (const json* m = api::ObjectAt(run.pod, "metadata")) {
+          if (const json* l = api::ObjectAt(*m, "labels")) {
+            for (auto it = l->begin(); it != l->end(); ++it) {
+              if (it->is_string()) labels[it.key()] = it->get<std::string>();
+            }
+          }
+        }
+        if (!match.Matches(labels)) continue;
+        const std::string& n = svc->metadata.name;
+        for (const char* suffix : {".svc", ".svc.cluster.local"}) {
+          names[run.ip].insert(StrCat(n, ".", run.ns, suffix));
+        }
+        names[run.ip].insert(StrCat(n, ".", run.ns));
+        names[run.ip].insert(n);
+      }
+    }
+    std::string text = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+    for (const auto& [ip, list] : names) {
+      text += ip;
+      for (const std::string& n : list) text += "\t" + n;
+      text += "\n";
+    }
+    return text;
+  }
+
+  void WriteHosts() {
+    std::string text = HostsFile();
+    if (text == hosts_text) return;
+    hosts_text = text;
+    for (auto& [uid, run] : runs) {
+      // In place (not by rename): the bind mount follows the inode.
+      int fd = ::open((run.dir + "/hosts").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) continue;
+      [[maybe_unused]] ssize_t n = ::write(fd, text.data(), text.size());
+      ::close(fd);
+    }
+  }
+
+  std::optional<std::string> ResolveRef(const PodRun& run, const json& value_from,
+                                        std::string* why) {
+    if (const json* f = api::ObjectAt(value_from, "fieldRef")) {
+      std::string path = Str(*f, "fieldPath");
+      const json* meta = api::ObjectAt(run.pod, "metadata");
+      if (path == "metadata.name") return run.name;
+      if (path == "metadata.namespace") return run.ns;
+      if (path == "metadata.uid") return run.uid;
+      if (path == "status.podIP" || path == "status.hostIP") return run.ip;
+      if (path == "spec.nodeName") return options.node_name;
+      if (path.rfind("metadata.labels['", 0) == 0 && path.ends_with("']") && meta) {
+        std::string key = path.substr(17, path.size() - 19);
+        const json* labels = api::ObjectAt(*meta, "labels");
+        return labels ? Str(*labels, key.c_str()) : "";
+      }
+      *why = StrCat("fieldRef ", path, " is not supported");
+      return std::nullopt;
+    }
+    for (const char* kind : {"secretKeyRef", "configMapKeyRef"}) {
+      const json* ref = api::ObjectAt(value_from, kind);
+      if (!ref) continue;
+      bool secret = std::string(kind) == "secretKeyRef";
+      absl::StatusOr<json> obj =
+          client->Get(secret ? kube::resources::kSecrets
+                             : kube::Resource{"", "v1", "configmaps", "ConfigMap", true},
+                      run.ns, Str(*ref, "name"));
+      std::string key = Str(*ref, "key");
+      const json* data = obj.ok() ? api::ObjectAt(*obj, secret ? "data" : "data") : nullptr;
+      std::string value = data ? Str(*data, key.c_str()) : "";
+      if (!obj.ok() || !data || !data->contains(key)) {
+        *why = StrCat(secret ? "secret" : "configmap", " \"", Str(*ref, "name"), "\" key \"", key,
+                      "\" not found");
+        return std::nullopt;
+      }
+      if (secret) {
+        std::string decoded;
+        if (!absl::Base64Unescape(value, &decoded)) {
+          *why = StrCat("secret \"", Str(*ref, "name"), "\" key \"", key, "\" is not base64");
+          return std::nullopt;
+        }
+        return decoded;
+      }
+      return value;
+    }
+    *why = "unsupported valueFrom";
+    return std::nullopt;
+  }
+
+  // Starts container `i` of `run`; on a problem sets a waiting reason instead.
+  void Start(PodRun& run, size_t i) {
+    Container& c = run.containers[i];
+    const json& spec = run.pod["spec"];
+    const json& cs = spec["containers"][i];
+    std::string image = Str(cs, "image");
+    std::vector<std::string> argv;
+    std::string program;
+    auto strings = [](const json& j, const char* key) {
+      std::vector<std::string> out;
+      auto it = j.find(key);
+      if (it != j.end() && it->is_array()) {
+        for (const json& v : *it) {
+          if (v.is_string()) out.push_back(v.get<std::string>());
+        }
+      }
+      return out;
+    };
+    std::vector<std::string> command = strings(cs, "command");
+    std::vector<std::string> args = strings(cs, "args");
+    if (image.rfind(kTrainerImage, 0) == 0 && command.empty()) {
+      program = options.trainer_binary;
+      if (program.empty() || ::access(program.c_str(), X_OK) != 0) {
+        c.waiting_reason = "ErrImagePull";
+        c.waiting_message = StrCat("image ", image, " runs the local trainer, which is not built (",
+                                   program.empty() ? "no --trainer given" : program, ")");
+        return;
+      }
+      argv.push_back(program);
+    } else {
+      program = command.empty() ? "" : FindProgram(command[0]);
+      if (program.empty()) {
+        c.waiting_reason = "ErrImagePull";
+        c.waiting_message =
+            command.empty()
+                ? StrCat("image ", image,
+                         " cannot run here: lockstep local runs processes, and "
+                         "the container has no command")
+                : StrCat("image ", image, ": program \"", command[0], "\" is not on this machine");
+        return;
+      }
+      argv = command;
+      argv[0] = program;
+    }
+    argv.insert(argv.end(), args.begin(), args.end());
+
+    std::vector<std::string> env = {
+        StrCat("PATH=", std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin"),
+        StrCat("HOSTNAME=", spec.contains("hostname") ? Str(spec, "hostname") : run.name),
+        StrCat("LOCKSTEP_TERMINATION_LOG=", c.termination_log)};
+    if (auto e = cs.find("env"); e != cs.end() && e->is_array()) {
+      for (const json& var : *e) {
+        std::string name = Str(var, "name");
+        if (name.empty()) continue;
+        std::string value = Str(var, "value");
+        if (const json* from = api::ObjectAt(var, "valueFrom")) {
+          std::string why;
+          std::optional<std::string> v = ResolveRef(run, *from, &why);
+          if (!v) {
+            c.waiting_reason = "CreateContainerConfigError";
+            c.waiting_message = StrCat("env ", name, ": ", why);
+            return;
+          }
+          value = *v;
+        }
+        env.push_back(name + "=" + value);
+      }
+    }
+    std::string cwd = Str(cs, "workingDir");
+    std::string log = PodLogPath(options.state_dir, run.ns, run.name, run.uid, c.name);
+    std::string hosts = run.dir + "/hosts";
+    std::ofstream(c.termination_log, std::ios::trunc).close();
+
+    std::vector<char*> cargv, cenv;
+    for (std::string& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    for (std::string& e : env) cenv.push_back(e.data());
+    cenv.push_back(nullptr);
+    int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    bool private_hosts = options.private_hosts;
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setpgid(0, 0);
+      if (private_hosts && ::unshare(CLONE_NEWNS) == 0) {
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
+        ::mount(hosts.c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr);
+      }
+      if (log_fd >= 0) {
+        ::dup2(log_fd, 1);
+        ::dup2(log_fd, 2);
+      }
+      int null = ::open("/dev/null", O_RDONLY);
+      if (null >= 0) ::dup2(null, 0);
+      if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
+      ::execve(cargv[0], cargv.data(), cenv.data());
+      ::_exit(127);
+    }
+    if (log_fd >= 0) ::close(log_fd);
+    if (pid < 0) {
+      c.waiting_reason = "RunContainerError";
+      c.waiting_message = "fork failed";
+      return;
+    }
+    ::setpgid(pid, pid);
+    c.pid = pid;
+    c.started = clock->Now();
+    c.waiting_reason.clear();
+    c.waiting_message.clear();
+    kube::LogInfo(kLog, "started ", run.ns, "/", run.name, "/", c.name, " as pid ", pid, " (",
+                  argv[0], ")");
+  }
+
+  void Reap(PodRun& run) {
+    std::string policy = Str(run.pod["spec"], "restartPolicy");
+    for (Container& c : run.containers) {
+      if (c.pid == 0) continue;
+      int status = 0;
+      if (::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
+      ::kill(-c.pid, SIGKILL);  // whatever it left behind in its group
+      int code = SignalExitCode(status);
+      std::ifstream in(c.termination_log);
+      std::stringstream message;
+      message << in.rdbuf();
+      std::string reason = code == 0 ? "Completed" : (code == 137 ? "Killed" : "Error");
+      c.terminated = json{{"exitCode", code},
+                          {"reason", reason},
+                          {"startedAt", api::FormatKubeTime(c.started)},
+                          {"finishedAt", api::FormatKubeTime(clock->Now())}};
+      if (!message.str().empty()) (*c.terminated)["message"] = message.str().substr(0, 4096);
+      c.pid = 0;
+      kube::LogInfo(kLog, run.ns, "/", run.name, "/", c.name, " exited with ", code);
+      bool restart =
+          !run.terminating && (policy == "Always" || (policy == "OnFailure" && code != 0));
+      if (!restart) {
+        c.done = true;
+        continue;
+      }
+      c.restarts += 1;
+      c.backoff = c.backoff == absl::ZeroDuration()
+                      ? options.crash_backoff_initial
+                      : std::min(options.crash_backoff_max, c.backoff * 2);
+      c.next_start = clock->Monotonic() + c.backoff;
+      c.waiting_reason = "CrashLoopBackOff";
+      c.waiting_message =
+          StrCat("back-off ", absl::FormatDuration(c.backoff), " restarting failed container");
+    }
+  }
+
+  json Status(const PodRun& run) {
+    json statuses = json::array();
+    bool any_running = false, all_done = true, any_failed = false;
+    for (const Container& c : run.containers) {
+      json state;
+      if (c.pid) {
+        state = {{"running", {{"startedAt", api::FormatKubeTime(c.started)}}}};
+        any_running = true;
+      } else if (c.done && c.terminated) {
+        state = {{"terminated", *c.terminated}};
+        if ((*c.terminated)["exitCode"] != 0) any_failed = true;
+      } else {
+        state = {{"waiting", {{"reason", c.waiting_reason}}}};
+        if (!c.waiting_message.empty()) state["waiting"]["message"] = c.waiting_message;
+      }
+      if (!c.done) all_done = false;
+      json s = {{"name", c.name},
+                {"ready", c.pid != 0},
+                {"started", c.pid != 0},
+                {"restartCount", c.restarts},
+                {"image", Str(run.pod["spec"]["containers"][&c - run.containers.data()], "image")},
+                {"state", state}};
+      if (!c.done && c.terminated) s["lastState"] = {{"terminated", *c.terminated}};
+      statuses.push_back(s);
+    }
+    std::string phase =
+        all_done ? (any_failed ? "Failed" : "Succeeded") : (any_running ? "Running" : "Pending");
+    bool ready = any_running && std::all_of(run.containers.begin(), run.containers.end(),
+                                            [](const Container& c) { return c.pid != 0; });
+    std::string now = api::FormatKubeTime(clock->Now());
+    json conditions = json::array({
+        {{"type", "PodScheduled"}, {"status", "True"}},
+        {{"type", "Initialized"}, {"status", "True"}},
+        {{"type", "ContainersReady"}, {"status", ready ? "True" : "False"}},
+        {{"type", "Ready"}, {"status", ready ? "True" : "False"}},
+    });
+    return {{"phase", phase},        {"podIP", run.ip},          {"podIPs", {{{"ip", run.ip}}}},
+            {"hostIP", "127.0.0.1"}, {"conditions", conditions}, {"containerStatuses", statuses}};
+  }
+
+  void Report(PodRun& run) {
+    json status = Status(run);
+    std::string text = status.dump();
+    if (text == run.last_status) return;
+    if (run.pod.contains("status") && !run.last_status.empty()) {
+      // keep startTime stable
+    }
+    if (!run.pod.contains("status") || !run.pod["status"].contains("startTime")) {
+      status["startTime"] = api::FormatKubeTime(clock->Now());
+    } else {
+      status["startTime"] = run.pod["status"]["startTime"];
+    }
+    absl::StatusOr<json> r = client->Patch(kube::resources::kPods, run.ns, run.name,
+                                           kube::PatchType::kMerge, {{"status", status}}, "status");
+    if (r.ok()) {
+      run.last_status = text;
+      run.pod = *r;
+    } else if (!kube::IsApiNotFound(r.status())) {
+      kube::LogWarning(kLog, "status of ", run.ns, "/", run.name, ": ", r.status().message());
+    }
+  }
+
+  void Kill(PodRun& run, int sig) {
+    for (Container& c : run.containers) {
+      if (c.pid) ::kill(-c.pid, sig);
+    }
+  }
+
+  void Forget(const std::string& uid) {
+    auto it = runs.find(uid);
+    if (it == runs.end()) return;
+    Kill(it->second, SIGKILL);
+    for (Container& c : it->second.containers) {
+      if (c.pid) ::waitpid(c.pid, nullptr, 0);
+    }
+    used_ips.erase(it->second.ip);
+    runs.erase(it);
+  }
+
+  void Tick() {
+    std::set<std::string> seen;
+    for (const auto& p : pods.cache().List()) {
+      const json& pod = p->object;
+      const json* spec = api::ObjectAt(pod, "spec");
+      if (!spec) continue;
+      std::string node = Str(*spec, "nodeName");
+      const std::string& uid = p->metadata.uid;
+      if (node.empty()) {
+        if (!p->metadata.deletion_timestamp) {
+          (void)client->Patch(kube::resources::kPods, p->metadata.namespace_, p->metadata.name,
+                              kube::PatchType::kMerge,
+                              {{"spec", {{"nodeName", options.node_name}}}});
+        }
+        continue;
+      }
+      if (node != options.node_name) continue;
+      seen.insert(uid);
+      auto it = runs.find(uid);
+      if (it == runs.end()) {
+        std::string phase = api::ObjectAt(pod, "status") ? Str(pod["status"], "phase") : "";
+        if (phase == "Succeeded" || phase == "Failed")
+          continue;  // finished before a restart of ours
+        PodRun run;
+        run.ns = p->metadata.namespace_;
+        run.name = p->metadata.name;
+        run.uid = uid;
+        run.ip = AllocateIp();
+        run.dir = StrCat(options.state_dir, "/pods/", run.ns, "_", run.name, "_", uid);
+        fs::create_directories(run.dir);
+        auto cs = spec->find("containers");
+        if (cs != spec->end() && cs->is_array()) {
+          for (const json& c : *cs) {
+            Container container;
+            container.name = Str(c, "name");
+            container.termination_log = run.dir + "/" + container.name + ".termination-log";
+            run.containers.push_back(std::move(container));
+          }
+        }
+        it = runs.emplace(uid, std::move(run)).first;
+        hosts_text.clear();  // a new file to fill
+      }
+      PodRun& run = it->second;
+      run.pod = pod;
+      if (p->metadata.deletion_timestamp && !run.terminating) {
+        run.terminating = true;
+        int64_t grace = p->metadata.deletion_grace_period_seconds.value_or(30);
+        run.kill_at = clock->Monotonic() + absl::Seconds(grace);
+        Kill(run, SIGTERM);
+      }
+    }
+    for (auto it = runs.begin(); it != runs.end();) {
+      std::string uid = (it++)->first;
+      if (!seen.contains(uid)) Forget(uid);  // removed from the API: stop at once
+    }
+    WriteHosts();
+    for (auto it = runs.begin(); it != runs.end();) {
+      PodRun& run = it->second;
+      Reap(run);
+      if (run.terminating) {
+        bool alive = std::any_of(run.containers.begin(), run.containers.end(),
+                                 [](const Container& c) { return c.pid != 0; });
+        if (alive && clock->Monotonic() >= run.kill_at) Kill(run, SIGKILL);
+        if (!alive) {
+          (void)client->Delete(kube::resources::kPods, run.ns, run.name,
+                               {.precondition_uid = run.uid, .grace_period_seconds = 0});
+          used_ips.erase(run.ip);
+          it = runs.erase(it);
+          continue;
+        }
+      } else {
+        for (size_t i = 0; i < run.containers.size(); ++i) {
+          Container& c = run.containers[i];
+          if (c.pid == 0 && !c.done && clock->Monotonic() >= c.next_start) Start(run, i);
+        }
+      }
+      Report(run);
+      ++it;
+    }
+  }
+
+  void StopAll() {
+    for (auto& [uid, run] : runs) Kill(run, SIGTERM);
+    absl::Time deadline = clock->Monotonic() + absl::Seconds(10);
+    for (auto& [uid, run] : runs) {
+      for (Container& c : run.containers) {
+        while (c.pid && ::waitpid(c.pid, nullptr, WNOHANG) == 0 && clock->Monotonic() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        if (c.pid) {
+          ::kill(-c.pid, SIGKILL);
+          ::waitpid(c.pid, nullptr, 0);
+          c.pid = 0;
+        }
+      }
+    }
+    runs.clear();
+  }
+};
+
+Runner::Runner(kube::RestClient* client, RunnerOptions options, kube::Clock* clock)
+    : impl_(std::make_unique<Impl>(client, std::move(options), clock)) {}
+
+Runner::~Runner() { impl_->StopAll(); }
+
+std::string PodLogPath(const std::string& state_dir, const std::string& ns, const std::string& pod,
+                       const std::string& uid, const std::string& container) {
+  return StrCat(state_dir, "/pods/", ns, "_", pod, "_", uid, "/", container, ".log");
+}
+
+void Runner::Run(std::stop_token stop) {
+  std::jthread pods([this](std::stop_token s) { impl_->pods.Run(s); });
+  std::jthread services([this](std::stop_token s) { impl_->services.Run(s); });
+  if (!impl_->pods.WaitForSync(stop) || !impl_->services.WaitForSync(stop)) return;
+  while (!stop.stop_requested()) {
+    impl_->Tick();
+    impl_->clock->SleepFor(impl_->options.tick, stop);
+  }
+  impl_->StopAll();
+}
+
+}  // namespace lockstep::local

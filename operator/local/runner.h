@@ -1,0 +1,60 @@
+#pragma once
+// Runner: the kubelet of `lockstep local`. It binds pending pods to its node, runs each
+// container as a local process, and reports status through the API like a kubelet:
+//  - image lockstep/trainer (any tag) runs the locally built trainer with the container's
+//    args; any other image runs the container's `command` when that program exists on this
+//    machine, and otherwise waits with reason ErrImagePull and a message saying so;
+//  - env (values, fieldRef to metadata.name/namespace/uid/labels, status.podIP, spec.nodeName;
+//    secretKeyRef and configMapKeyRef), workingDir, and LOCKSTEP_TERMINATION_LOG pointing at
+//    the file whose contents become the termination message;
+//  - every pod gets its own loopback address (127.0.x.y) as podIP, and, when the kernel allows
+//    a private mount namespace, its own /etc/hosts in which every Service name
+//    (<svc>.<ns>.svc, .svc.cluster.local) and pod hostname resolves; the file is rewritten in
+//    place as peers come and go;
+//  - restartPolicy Always/OnFailure/Never with CrashLoopBackOff (10 s doubling to 5 min),
+//    restartCount, exit codes and reasons (Completed, Error, signal deaths as 128+n);
+//  - graceful deletion: SIGTERM to the container's process group, SIGKILL after the grace
+//    period, then the pod is removed; a stopped runner stops every process it started.
+// Logs go to <state>/pods/<namespace>_<name>_<uid>/<container>.log.
+// Thread-safety: Run() on one thread; the destructor stops everything.
+
+#include <map>
+#include <memory>
+#include <stop_token>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "operator/kube/clock.h"
+#include "operator/kube/rest_client.h"
+
+namespace lockstep::local {
+
+// Where the runner writes a container's log (GET .../pods/NAME/log reads it).
+std::string PodLogPath(const std::string& state_dir, const std::string& ns, const std::string& pod,
+                       const std::string& uid, const std::string& container);
+
+struct RunnerOptions {
+  std::string node_name = "lockstep-local";
+  std::string state_dir;       // where logs and hosts files go
+  std::string trainer_binary;  // what the lockstep/trainer image runs
+  absl::Duration tick = absl::Milliseconds(100);
+  absl::Duration crash_backoff_initial = absl::Seconds(10);
+  absl::Duration crash_backoff_max = absl::Minutes(5);
+  bool private_hosts = true;  // a mount namespace per pod for /etc/hosts
+};
+
+class Runner {
+ public:
+  Runner(kube::RestClient* client, RunnerOptions options, kube::Clock* clock);
+  ~Runner();
+
+  // Runs pods until `stop`, then stops every process it started.
+  void Run(std::stop_token stop);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lockstep::local

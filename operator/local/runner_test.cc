@@ -1,0 +1,221 @@
+// The runner with real processes, against an in-process API server.
+#include "operator/local/runner.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "operator/kube/api_error.h"
+#include "operator/local/api_server.h"
+#include "operator/local/local_transport.h"
+
+namespace lockstep::local {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// Processes whose process group is `pgid`.
+int CountGroup(pid_t pgid) {
+  int n = 0;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat;
+    std::getline(in, stat);
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string state;
+    pid_t ppid = 0, pgrp = 0;
+    rest >> state >> ppid >> pgrp;
+    if (pgrp == pgid && state != "Z") ++n;
+  }
+  return n;
+}
+
+// Whether this process may make a private mount namespace (root, usually).
+bool CanUnshareMounts() {
+  pid_t pid = fork();
+  if (pid == 0) _exit(::unshare(CLONE_NEWNS) == 0 ? 0 : 1);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+class RunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("lockstep-runner-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    api_ = ApiServer::Create({.state_dir = dir_.string()}).value();
+    client_ = std::make_unique<kube::RestClient>(std::make_shared<LocalTransport>(api_.get()));
+    runner_ =
+        std::make_unique<Runner>(client_.get(),
+                                 RunnerOptions{.state_dir = dir_.string(),
+                                               .tick = absl::Milliseconds(20),
+                                               .crash_backoff_initial = absl::Milliseconds(50)},
+                                 clock_.get());
+    thread_ = std::jthread([this](std::stop_token stop) { runner_->Run(stop); });
+  }
+  void TearDown() override {
+    if (thread_.joinable()) {
+      thread_.request_stop();
+      thread_.join();
+    }
+    runner_.reset();
+    fs::remove_all(dir_);
+  }
+
+  json Pod(const std::string& name, const std::string& script,
+           const std::string& policy = "Never") {
+    return {{"apiVersion", "v1"},
+            {"kind", "Pod"},
+            {"metadata", {{"name", name}, {"labels", {{"app", name}}}}},
+            {"spec",
+             {{"restartPolicy", policy},
+              {"terminationGracePeriodSeconds", 1},
+              {"containers",
+               {{{"name", "main"}, {"image", "debian"}, {"command", {"sh", "-c", script}}}}}}}};
+  }
+  void Create(const json& obj, const kube::Resource& r = kube::resources::kPods) {
+    ASSERT_TRUE(client_->Create(r, "default", obj).ok());
+  }
+  // Polls the pod until `pred` holds (60 s at most); returns the last state seen.
+  json Await(const std::string& name, const std::function<bool(const json&)>& pred) {
+    json last;
+    for (int i = 0; i < 3000; ++i) {
+      absl::StatusOr<json> pod = client_->Get(kube::resources::kPods, "default", name);
+      last = pod.ok() ? *pod : json(nullptr);
+      if (pred(last)) return last;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "condition never held for pod " << name << "; last: " << last.dump();
+    return last;
+  }
+  static bool Phase(const json& pod, const std::string& phase) {
+    return pod.is_object() && pod.contains("status") && pod["status"].value("phase", "") == phase;
+  }
+  std::string Logs(const std::string& name) {
+    ApiResponse r =
+        api_->Handle({.method = "GET", .path = "/api/v1/namespaces/default/pods/" + name + "/log"});
+    return r.status == 200 ? r.body : "";
+  }
+
+  fs::path dir_;
+  std::unique_ptr<kube::Clock> clock_ = kube::NewRealClock();
+  std::unique_ptr<ApiServer> api_;
+  std::unique_ptr<kube::RestClient> client_;
+  std::unique_ptr<Runner> runner_;
+  std::jthread thread_;
+};
+
+TEST_F(RunnerTest, ExitCodeReasonTerminationMessageAndLogs) {
+  Create(Pod("fail",
+             "echo started; echo '{\"reason\":\"PeerLost\"}' > $LOCKSTEP_TERMINATION_LOG; exit 3"));
+  json pod = Await("fail", [](const json& p) { return Phase(p, "Failed"); });
+  const json& state = pod["status"]["containerStatuses"][0]["state"]["terminated"];
+  EXPECT_EQ(state["exitCode"], 3);
+  EXPECT_EQ(state["reason"], "Error");
+  EXPECT_THAT(state["message"].get<std::string>(), ::testing::HasSubstr("PeerLost"));
+  EXPECT_EQ(pod["spec"]["nodeName"], "lockstep-local");
+  EXPECT_THAT(pod["status"]["podIP"].get<std::string>(), ::testing::StartsWith("127.0."));
+  EXPECT_EQ(Logs("fail"), "started\n");
+
+  Create(Pod("ok", "exit 0"));
+  json ok = Await("ok", [](const json& p) { return Phase(p, "Succeeded"); });
+  EXPECT_EQ(ok["status"]["containerStatuses"][0]["state"]["terminated"]["reason"], "Completed");
+  EXPECT_NE(ok["status"]["podIP"], pod["status"]["podIP"]);  // each pod its own address
+}
+
+TEST_F(RunnerTest, OnFailureRestartsAreCounted) {
+  std::string mark = (dir_ / "mark").string();
+  Create(Pod("flaky", "test -f " + mark + " && exit 0; touch " + mark + "; exit 1", "OnFailure"));
+  json pod = Await("flaky", [](const json& p) { return Phase(p, "Succeeded"); });
+  EXPECT_EQ(pod["status"]["containerStatuses"][0]["restartCount"], 1);
+}
+
+TEST_F(RunnerTest, AnImageThatCannotRunWaitsWithAReason) {
+  json pod = Pod("img", "true");
+  pod["spec"]["containers"][0].erase("command");
+  Create(pod);
+  json seen = Await("img", [](const json& p) {
+    return p.is_object() && p.contains("status") && p["status"].contains("containerStatuses");
+  });
+  const json& waiting = seen["status"]["containerStatuses"][0]["state"]["waiting"];
+  EXPECT_EQ(waiting["reason"], "ErrImagePull");
+  EXPECT_THAT(waiting["message"].get<std::string>(), ::testing::HasSubstr("no command"));
+  EXPECT_EQ(seen["status"]["phase"], "Pending");
+}
+
+TEST_F(RunnerTest, DeletionStopsTheWholeProcessTree) {
+  Create(Pod("tree", "echo $$; sleep 300 & sleep 300; wait"));
+  Await("tree", [](const json& p) { return Phase(p, "Running"); });
+  std::string log;
+  for (int i = 0; i < 3000 && log.empty(); ++i) {
+    log = Logs("tree");
+    if (log.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  pid_t pgid = std::atoi(log.c_str());
+  ASSERT_GT(pgid, 0);
+  for (int i = 0; i < 3000 && CountGroup(pgid) < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(CountGroup(pgid), 3);  // sh and two sleeps
+  ASSERT_TRUE(client_->Delete(kube::resources::kPods, "default", "tree").ok());
+  Await("tree", [](const json& p) { return p.is_null(); });  // removed once stopped
+  EXPECT_EQ(CountGroup(pgid), 0);
+}
+
+TEST_F(RunnerTest, StoppingTheRunnerLeavesNoProcess) {
+  Create(Pod("lingering", "echo $$; exec sleep 300"));
+  Await("lingering", [](const json& p) { return Phase(p, "Running"); });
+  std::string log;
+  for (int i = 0; i < 3000 && log.empty(); ++i) {
+    log = Logs("lingering");
+    if (log.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  pid_t pgid = std::atoi(log.c_str());
+  ASSERT_GT(pgid, 0);
+  thread_.request_stop();
+  thread_.join();
+  EXPECT_EQ(CountGroup(pgid), 0);
+}
+
+TEST_F(RunnerTest, PodsReachEachOtherByServiceNameOverTcp) {
+  if (!CanUnshareMounts()) GTEST_SKIP() << "no private mount namespaces here (needs root)";
+  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "python3 is not installed";
+  json service = {{"apiVersion", "v1"}, {"kind", "Service"}, {"metadata", {{"name", "echo"}}}};
+  service["spec"]["clusterIP"] = "None";
+  service["spec"]["selector"] = {{"app", "server"}};
+  service["spec"]["ports"] = json::array({{{"port", 7000}}});
+  Create(service, kube::resources::kServices);
+  json server = Pod("server",
+                    "exec /usr/bin/python3 -c 'import os,socket\n"
+                    "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                    "s.bind((os.environ[\"POD_IP\"],7000)); s.listen()\n"
+                    "c,_=s.accept(); c.sendall(b\"pong\"); c.close()'");
+  server["spec"]["containers"][0]["env"] = {
+      {{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}}};
+  Create(server);
+  Await("server", [](const json& p) { return Phase(p, "Running"); });
+  Create(Pod("client",
+             "for i in $(seq 100); do /usr/bin/python3 -c 'import socket\n"
+             "s=socket.create_connection((\"echo.default.svc\",7000)); print(s.recv(4).decode())' "
+             "&& exit 0; sleep 0.1; done; exit 1"));
+  json client =
+      Await("client", [](const json& p) { return Phase(p, "Succeeded") || Phase(p, "Failed"); });
+  EXPECT_EQ(client["status"]["phase"], "Succeeded") << "server: " << Logs("server").substr(0, 500);
+  EXPECT_THAT(Logs("client"), ::testing::HasSubstr("pong"));
+}
+
+}  // namespace
+}  // namespace lockstep::local
