@@ -70,6 +70,8 @@ spec: {containers: [{name: lockstep, image: lockstep/trainer:0.1.0}]}
 YAML
 expect "Pending" kubectl get pods
 expect "deleted" kubectl delete tj fmnist-mwm
+# The runner stops the pod's process, then the pod is gone.
+kubectl wait --for=delete pod/fmnist-mwm-worker-0 --timeout=60s >/dev/null 2>&1 || true
 expect "No resources found" kubectl get pods
 
 # State survives down and up.
