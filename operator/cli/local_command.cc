@@ -14,10 +14,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "operator/api/manifest.h"
 #include "operator/api/str_util.h"
 #include "operator/kube/cpprest_transport.h"
 #include "operator/kube/log.h"
 #include "operator/local/api_server.h"
+#include "operator/local/builtin_crds.h"
 #include "operator/local/http_server.h"
 #include "operator/local/local_transport.h"
 #include "operator/local/runner.h"
@@ -100,6 +102,23 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
   if (!api.ok()) {
     err << "lockstep local: " << api.status().message() << "\n";
     return 1;
+  }
+  // The TrainingJob CRD is always there, so a job can be applied at once.
+  if (!(*api)->store().Get(
+          "customresourcedefinitions.apiextensions.k8s.io//trainingjobs.lockstep.io")) {
+    absl::StatusOr<std::vector<nlohmann::json>> crd =
+        api::ParseYamlDocuments(local::TrainingJobCrdYaml());
+    local::ApiResponse installed =
+        crd.ok() && !crd->empty()
+            ? (*api)->Handle({.method = "POST",
+                              .path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                              .content_type = "application/json",
+                              .body = (*crd)[0].dump()})
+            : local::ApiResponse{500, "the built-in CRD does not parse", nullptr};
+    if (installed.status != 201) {
+      err << "lockstep local: installing the TrainingJob CRD: " << installed.body << "\n";
+      return 1;
+    }
   }
   absl::StatusOr<std::unique_ptr<local::HttpServer>> http =
       local::HttpServer::Start(api->get(), "127.0.0.1", o.port);

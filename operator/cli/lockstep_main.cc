@@ -9,6 +9,7 @@
 #include <climits>
 
 #include "operator/cli/local_command.h"
+#include "operator/cli/run_command.h"
 #include "operator/cli/validate_command.h"
 
 namespace {
@@ -18,6 +19,8 @@ constexpr const char* kUsage = R"(usage: lockstep COMMAND [ARGS]
 commands:
   local up|down|status
                      a Kubernetes-compatible API server on this machine (see `lockstep local`)
+  run FILE           apply a manifest (to the local cluster unless KUBECONFIG says otherwise)
+                     and follow its TrainingJob until it ends
   validate FILE...   check the TrainingJobs in manifest files (YAML or JSON) without a cluster
   version            print the version
 )";
@@ -33,10 +36,11 @@ int main(int argc, char** argv) {
   const std::string command = args[0];
   args.erase(args.begin());
   if (command == "validate") return lockstep::cli::RunValidate(args, std::cout, std::cerr);
-  if (command == "local") {
+  if (command == "local" || command == "run") {
     char self[PATH_MAX];
     ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
     std::string path = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
+    if (command == "run") return lockstep::cli::RunRun(args, path, std::cout, std::cerr);
     return lockstep::cli::RunLocal(args, path, std::cout, std::cerr);
   }
   if (command == "version") {
