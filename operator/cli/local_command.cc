@@ -35,13 +35,15 @@ commands:
   up       start the local cluster in the background (prints how to point kubectl at it)
   down     stop it (its objects stay in the state directory for the next `up`)
   status   say whether it runs, and where
-  serve    run the API server in the foreground (what `up` starts)
+  serve    run the API server in the foreground (what `up` starts); --no-runner leaves pods
+           unrun (for benchmarks of the API server alone)
 )";
 
 struct Options {
   std::string command;
   std::string state_dir;
   uint16_t port = 0;
+  bool runner = true;  // serve --no-runner: the API server alone (benchmarks)
 };
 
 std::string DefaultStateDir() {
@@ -139,7 +141,9 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
     trainer = (fs::path(self).parent_path() / "lockstep-trainer").string();
   }
   local::Runner runner(&client, {.state_dir = o.state_dir, .trainer_binary = trainer}, clock.get());
-  std::jthread kubelet([&runner, &stop](std::stop_token) { runner.Run(stop.get_token()); });
+  std::jthread kubelet([&runner, &stop, &o](std::stop_token) {
+    if (o.runner) runner.Run(stop.get_token());
+  });
   std::string info = o.state_dir + "/server.json";
   std::ofstream(info + ".tmp") << nlohmann::json{
       {"pid", ::getpid()},
@@ -246,6 +250,8 @@ int RunLocal(const std::vector<std::string>& args, const std::string& self, std:
         }
         o.port = static_cast<uint16_t>(port);
       }
+    } else if (a == "--no-runner") {
+      o.runner = false;
     } else if (o.command.empty() && a[0] != '-') {
       o.command = a;
     } else {

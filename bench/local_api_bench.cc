@@ -1,0 +1,180 @@
+// The local API server under load: 5,000 pods across 500 TrainingJobs in 10 namespaces,
+// created one after another by one client while 3 watchers follow every pod. Reports create
+// latency (p50/p99), watch delivery latency (from the create's answer to each watcher's
+// receipt, p50/p99) and the server's resident memory. The server runs as `lockstep local
+// serve --no-runner` with a durable state directory, as users run it.
+// Usage: local_api_bench LOCKSTEP_BINARY [PODS]
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "operator/api/manifest.h"
+#include "operator/kube/cpprest_transport.h"
+#include "operator/kube/rest_client.h"
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+namespace kube = lockstep::kube;
+
+namespace {
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+long RssKb(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s LOCKSTEP_BINARY [PODS]\n", argv[0]);
+    return 2;
+  }
+  const int pods = argc > 2 ? std::atoi(argv[2]) : 5000;
+  const int jobs = std::max(1, pods / 10), namespaces = 10, watchers = 3;
+  std::string dir =
+      std::filesystem::temp_directory_path() / ("lockstep-bench-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  pid_t server = ::fork();
+  if (server == 0) {
+    std::string log = dir + "/server.log";
+    std::freopen(log.c_str(), "w", stdout);
+    std::freopen(log.c_str(), "a", stderr);
+    ::execl(argv[1], argv[1], "local", "serve", "--no-runner", "--state-dir", dir.c_str(), nullptr);
+    ::_exit(127);
+  }
+  std::string url;
+  for (int i = 0; i < 300 && url.empty(); ++i) {
+    std::ifstream in(dir + "/server.json");
+    json info = json::parse(in, nullptr, false);
+    if (info.is_object() && info.contains("url")) url = info["url"];
+    if (url.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (url.empty()) {
+    std::fprintf(stderr, "the server did not start\n");
+    return 1;
+  }
+  auto transport =
+      std::shared_ptr<kube::Transport>(kube::NewHttpTransport({.server = url}).value());
+  kube::RestClient client(transport);
+  for (int n = 0; n < namespaces; ++n) {
+    (void)client.Create(kube::resources::kNamespaces, "",
+                        {{"metadata", {{"name", "team-" + std::to_string(n)}}}});
+  }
+  std::string start_rv =
+      client.List(kube::resources::kPods, "").value()["metadata"]["resourceVersion"];
+
+  // Watchers: the time each pod's ADDED event arrived, per watcher.
+  std::mutex mu;
+  std::map<std::string, Clock::time_point> sent;  // when each create was sent
+  std::vector<double> delivery_ms;
+  std::atomic<int> done{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < watchers; ++w) {
+    threads.emplace_back([&] {
+      auto stream = client.Watch(kube::resources::kPods, "",
+                                 {.resource_version = start_rv, .timeout_seconds = 3600});
+      if (!stream.ok()) return;
+      int seen = 0;
+      while (seen < pods) {
+        auto e = (*stream)->Next();
+        if (!e.ok() || !e->has_value()) break;
+        if ((**e).type != kube::WatchEvent::Type::kAdded) continue;
+        auto now = Clock::now();
+        std::string key = (**e).object["metadata"]["namespace"].get<std::string>() + "/" +
+                          (**e).object["metadata"]["name"].get<std::string>();
+        ++seen;
+        std::lock_guard lock(mu);
+        auto it = sent.find(key);
+        if (it != sent.end()) {
+          delivery_ms.push_back(
+              std::chrono::duration<double, std::milli>(now - it->second).count());
+        }
+      }
+      ++done;
+    });
+  }
+
+  std::vector<double> create_ms;
+  auto t0 = Clock::now();
+  for (int j = 0; j < jobs; ++j) {
+    std::string ns = "team-" + std::to_string(j % namespaces);
+    std::string job = "job-" + std::to_string(j);
+    json container = {{"name", "lockstep"}, {"image", "lockstep/trainer:0.1.0"}};
+    json tj = {{"apiVersion", "lockstep.io/v1alpha1"}, {"kind", "TrainingJob"}};
+    tj["metadata"]["name"] = job;
+    tj["spec"]["replicaSpecs"]["Worker"]["replicas"] = 10;
+    tj["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"] =
+        json::array({container});
+    auto created = client.Create(kube::resources::kTrainingJobs, ns, tj);
+    std::string uid = created.ok() ? (*created)["metadata"]["uid"].get<std::string>() : "";
+    for (int i = 0; i < pods / jobs; ++i) {
+      std::string name = job + "-worker-" + std::to_string(i);
+      json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}};
+      pod["metadata"]["name"] = name;
+      pod["metadata"]["labels"] = {{"lockstep.io/job-name", job},
+                                   {"lockstep.io/replica-index", std::to_string(i)}};
+      json owner = {{"apiVersion", "lockstep.io/v1alpha1"},
+                    {"kind", "TrainingJob"},
+                    {"name", job},
+                    {"uid", uid},
+                    {"controller", true}};
+      pod["metadata"]["ownerReferences"] = json::array({owner});
+      json c = container;
+      c["args"] = json::array({"--model=mlp"});
+      pod["spec"]["containers"] = json::array({c});
+      auto before = Clock::now();
+      {
+        std::lock_guard lock(mu);
+        sent[ns + "/" + name] = before;
+      }
+      auto r = client.Create(kube::resources::kPods, ns, pod);
+      auto after = Clock::now();
+      if (!r.ok()) {
+        std::fprintf(stderr, "create failed: %s\n", std::string(r.status().message()).c_str());
+        continue;
+      }
+      create_ms.push_back(std::chrono::duration<double, std::milli>(after - before).count());
+    }
+  }
+  double total_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (std::thread& t : threads) t.join();
+  long rss = RssKb(server);
+  auto list_t = Clock::now();
+  auto all = client.ListAll(kube::resources::kPods, "", {.limit = 500});
+  double list_ms = std::chrono::duration<double, std::milli>(Clock::now() - list_t).count();
+  std::printf("objects: %d pods, %d TrainingJobs, %d namespaces; %d watchers followed every pod\n",
+              static_cast<int>(create_ms.size()), jobs, namespaces, done.load());
+  std::printf(
+      "create latency: p50 %.2f ms, p99 %.2f ms (%.0f creates/s, one client, fsync per write)\n",
+      Percentile(create_ms, 0.5), Percentile(create_ms, 0.99),
+      static_cast<double>(create_ms.size()) / total_s);
+  std::printf("watch delivery latency: p50 %.2f ms, p99 %.2f ms over %zu deliveries\n",
+              Percentile(delivery_ms, 0.5), Percentile(delivery_ms, 0.99), delivery_ms.size());
+  std::printf("list of all pods (pages of 500): %.1f ms for %zu pods\n", list_ms,
+              all.ok() ? (*all)["items"].size() : 0);
+  std::printf("server RSS: %.1f MiB\n", static_cast<double>(rss) / 1024.0);
+  ::kill(server, SIGTERM);
+  ::waitpid(server, nullptr, 0);
+  std::filesystem::remove_all(dir);
+  return 0;
+}
