@@ -74,6 +74,19 @@ expect "deleted" kubectl delete tj fmnist-mwm
 kubectl wait --for=delete pod/fmnist-mwm-worker-0 --timeout=60s >/dev/null 2>&1 || true
 expect "No resources found" kubectl get pods
 
+# The runner runs a pod whose program exists here; kubectl logs shows what it printed.
+kubectl apply -f - <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: hello}
+spec:
+  restartPolicy: Never
+  containers: [{name: main, image: debian, command: [sh, -c, 'echo hello from $HOSTNAME']}]
+YAML
+kubectl wait --for=jsonpath='{.status.phase}'=Succeeded pod/hello --timeout=60s >/dev/null
+expect "hello from hello" kubectl logs hello
+expect "Completed" kubectl get pod hello
+
 # State survives down and up.
 # Imperative create commands send protobuf, which this server refuses with a clear answer.
 expect "use \`kubectl apply -f\` instead" kubectl create configmap nope --from-literal=a=b
