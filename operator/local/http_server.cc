@@ -94,6 +94,8 @@ struct HttpServer::Impl {
       std::lock_guard lock(mu);
       if (stopping) return;
       if (ec) continue;
+      // Watch events are small writes; without this, Nagle's algorithm holds them back.
+      socket->set_option(tcp::no_delay(true), ec);
       sockets.push_back(socket);
       workers.emplace_back([this, socket] { Serve(*socket); });
     }
