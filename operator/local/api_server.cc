@@ -225,8 +225,9 @@ class CollectionWatch final : public WatchSource {
  public:
   CollectionWatch(ObjectStore* store, std::shared_ptr<Subscription> sub,
                   std::shared_ptr<const ResourceType> type, Filter filter, bool bookmarks,
-                  absl::Duration bookmark_interval, absl::Duration timeout)
-      : store_(store),
+                  absl::Duration bookmark_interval, absl::Duration timeout, bool tables)
+      : tables_(tables),
+        store_(store),
         sub_(std::move(sub)),
         type_(std::move(type)),
         filter_(std::move(filter)),
@@ -285,12 +286,17 @@ class CollectionWatch final : public WatchSource {
         type = "DELETED";  // it left the selector
       }
       if (!type) continue;
-      out += Dump({{"type", type}, {"object", *e.object}});
+      // `kubectl get -w` asks for tables: each event carries a one-row Table.
+      out +=
+          Dump({{"type", type},
+                {"object", tables_ ? ToTable(*type_, {e.object}, std::to_string(e.resource_version))
+                                   : *e.object}});
       out += '\n';
     }
     return out;
   }
 
+  bool tables_;
   ObjectStore* store_;
   std::shared_ptr<Subscription> sub_;
   std::shared_ptr<const ResourceType> type_;
@@ -698,7 +704,8 @@ ApiResponse ApiServer::Impl::Watch(const Route& route, const ApiRequest& r) {
   bool bookmarks = Query(r.query, "allowWatchBookmarks") == "true";
   return {200, "",
           std::make_shared<CollectionWatch>(s_->store_.get(), *sub, route.type, *filter, bookmarks,
-                                            s_->options_.bookmark_interval, timeout)};
+                                            s_->options_.bookmark_interval, timeout,
+                                            WantsTable(r.accept))};
 }
 
 std::optional<ApiResponse> ApiServer::Impl::Admit(const Route& route, json& obj, const json* old) {
