@@ -5,6 +5,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <chrono>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -61,6 +62,26 @@ ApiRequest ToApiRequest(const http::request<http::string_body>& req) {
   r.accept = std::string(req[http::field::accept]);
   r.body = req.body();
   return r;
+}
+
+// After refusing a request early, reads and drops what the client still sends (for at most
+// 2 s and 64 MiB), so it can read the answer instead of losing it to a connection reset.
+void Drain(tcp::socket& socket) {
+  boost::system::error_code ec;
+  socket.shutdown(tcp::socket::shutdown_send, ec);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  size_t total = 0;
+  char buf[64 << 10];
+  while (total < (64u << 20)) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{socket.native_handle(), POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    ssize_t n = ::recv(socket.native_handle(), buf, sizeof(buf), MSG_DONTWAIT);
+    if (n <= 0) break;
+    total += static_cast<size_t>(n);
+  }
 }
 
 // True when the peer closed its side (or the socket failed).
@@ -130,6 +151,7 @@ struct HttpServer::Impl {
                 {"message", StrCat("the request body is larger than ", max_body, " bytes")}}
                 .dump();
         Write(socket, res);
+        Drain(socket);
         break;
       }
       if (ec) break;  // closed, or not HTTP: nothing sensible to answer

@@ -1,3 +1,5 @@
+// API conformance: every semantic of the local API server, driven in-process and over raw
+// HTTP (the same test runs both ways).
 #include "operator/local/api_server.h"
 
 #include <gmock/gmock.h>
@@ -6,6 +8,8 @@
 #include <filesystem>
 
 #include "operator/api/manifest.h"
+#include "operator/kube/cpprest_transport.h"
+#include "operator/kube/rest_client.h"
 #include "operator/local/http_server.h"
 
 namespace lockstep::local {
@@ -19,13 +23,34 @@ struct Answer {
   json body;
 };
 
-class ApiServerTest : public ::testing::Test {
+class ApiServerTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override { Reset({}); }
-  void Reset(ApiServerOptions options) { server_ = ApiServer::Create(std::move(options)).value(); }
+  void Reset(ApiServerOptions options) {
+    http_.reset();
+    transport_.reset();
+    server_ = ApiServer::Create(std::move(options)).value();
+    if (GetParam()) {
+      http_ = HttpServer::Start(server_.get()).value();
+      transport_ = kube::NewHttpTransport({.server = http_->url()}).value();
+    }
+  }
+
+  // Over HTTP: the raw request, as a client would send it.
+  Answer CallHttp(const std::string& method, const std::string& target, const json& body,
+                  const std::string& content_type) {
+    kube::HttpRequest r{.method = method, .target = target};
+    if (!body.is_null()) r.body = body.is_string() ? body.get<std::string>() : body.dump();
+    r.SetHeader("Content-Type", content_type);
+    absl::StatusOr<kube::HttpResponse> out = transport_->Send(r);
+    if (!out.ok()) return {0, json(std::string(out.status().message()))};
+    json parsed = json::parse(out->body, nullptr, false);
+    return {out->status, parsed.is_discarded() ? json(out->body) : parsed};
+  }
 
   Answer Call(const std::string& method, const std::string& target, const json& body = nullptr,
               const std::string& content_type = "application/json") {
+    if (GetParam()) return CallHttp(method, target, body, content_type);
     ApiRequest r;
     r.method = method;
     size_t q = target.find('?');
@@ -54,6 +79,20 @@ class ApiServerTest : public ::testing::Test {
 
   // Lines a watch produces until `n` events (bookmarks included) have arrived.
   std::vector<json> WatchEvents(const std::string& target, size_t n) {
+    if (GetParam()) {
+      std::vector<json> events;
+      std::string t = target + (target.find('?') == std::string::npos ? "?" : "&") + "watch=true";
+      absl::StatusOr<kube::StreamedResponse> out = transport_->Open({.method = "GET", .target = t});
+      if (!out.ok()) return events;
+      kube::WatchStream stream(std::move(out->body), t);
+      while (events.size() < n) {
+        auto e = stream.Next();
+        if (!e.ok() || !e->has_value()) break;
+        events.push_back(
+            {{"type", kube::WatchEventTypeName((**e).type)}, {"object", (**e).object}});
+      }
+      return events;
+    }
     ApiRequest r{.method = "GET"};
     size_t q = target.find('?');
     r.path = target.substr(0, q);
@@ -112,12 +151,19 @@ class ApiServerTest : public ::testing::Test {
   }
 
   std::unique_ptr<ApiServer> server_;
+  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<kube::Transport> transport_;
 };
+
+INSTANTIATE_TEST_SUITE_P(InProcessAndOverHttp, ApiServerTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Http" : "InProcess";
+                         });
 
 constexpr char kPods[] = "/api/v1/namespaces/default/pods";
 constexpr char kJobs[] = "/apis/lockstep.io/v1alpha1/namespaces/default/trainingjobs";
 
-TEST_F(ApiServerTest, Discovery) {
+TEST_P(ApiServerTest, Discovery) {
   EXPECT_EQ(Call("GET", "/version").body["major"], "1");
   EXPECT_EQ(Call("GET", "/api").body["versions"][0], "v1");
   Answer core = Call("GET", "/api/v1");
@@ -138,7 +184,7 @@ TEST_F(ApiServerTest, Discovery) {
   EXPECT_EQ(Call("GET", "/healthz").status, 200);
 }
 
-TEST_F(ApiServerTest, CreateGetListAndNotFoundLikeKubernetes) {
+TEST_P(ApiServerTest, CreateGetListAndNotFoundLikeKubernetes) {
   Answer created = Call("POST", kPods, Pod("web-0"));
   ASSERT_EQ(created.status, 201) << created.body.dump();
   const json& meta = created.body["metadata"];
@@ -167,7 +213,7 @@ TEST_F(ApiServerTest, CreateGetListAndNotFoundLikeKubernetes) {
   EXPECT_THAT(g.body["metadata"]["name"].get<std::string>(), ::testing::StartsWith("web-"));
 }
 
-TEST_F(ApiServerTest, BadRequestsGetKubernetesStyleAnswers) {
+TEST_P(ApiServerTest, BadRequestsGetKubernetesStyleAnswers) {
   EXPECT_EQ(Call("POST", kPods, json("{not json")).status, 400);
   EXPECT_EQ(Call("POST", kPods, json("[1,2]")).status, 400);
   json wrong_kind = Pod("x");
@@ -193,7 +239,7 @@ TEST_F(ApiServerTest, BadRequestsGetKubernetesStyleAnswers) {
   EXPECT_EQ(Call("GET", std::string(kPods) + "/x/exec").status, 404);
 }
 
-TEST_F(ApiServerTest, StaleUpdatesConflict) {
+TEST_P(ApiServerTest, StaleUpdatesConflict) {
   json pod = Call("POST", kPods, Pod("a")).body;
   json first = pod;
   first["metadata"]["labels"]["v"] = "1";
@@ -211,7 +257,7 @@ TEST_F(ApiServerTest, StaleUpdatesConflict) {
   EXPECT_EQ(Call("PUT", std::string(kPods) + "/zzz", Pod("zzz")).status, 404);
 }
 
-TEST_F(ApiServerTest, CustomResourcesAreDefaultedPrunedAndValidated) {
+TEST_P(ApiServerTest, CustomResourcesAreDefaultedPrunedAndValidated) {
   InstallCrd();
   json job = Job("mnist");
   job["spec"]["notAField"] = 1;
@@ -226,7 +272,7 @@ TEST_F(ApiServerTest, CustomResourcesAreDefaultedPrunedAndValidated) {
               HasSubstr("spec.replicaSpecs.Worker.replicas"));
 }
 
-TEST_F(ApiServerTest, GenerationFollowsSpecAndStatusHasItsOwnEndpoint) {
+TEST_P(ApiServerTest, GenerationFollowsSpecAndStatusHasItsOwnEndpoint) {
   InstallCrd();
   json job = Call("POST", kJobs, Job("j")).body;
   // A status write through the main endpoint is ignored; a spec write bumps the generation.
@@ -251,7 +297,7 @@ TEST_F(ApiServerTest, GenerationFollowsSpecAndStatusHasItsOwnEndpoint) {
   EXPECT_EQ(spec.body["status"]["state"], "Running");  // kept
 }
 
-TEST_F(ApiServerTest, ScaleSubresource) {
+TEST_P(ApiServerTest, ScaleSubresource) {
   InstallCrd();
   ASSERT_EQ(Call("POST", kJobs, Job("j", 2)).status, 201);
   Answer scale = Call("GET", std::string(kJobs) + "/j/scale");
@@ -265,7 +311,7 @@ TEST_F(ApiServerTest, ScaleSubresource) {
       Call("GET", std::string(kJobs) + "/j").body["spec"]["replicaSpecs"]["Worker"]["replicas"], 5);
 }
 
-TEST_F(ApiServerTest, PatchFormats) {
+TEST_P(ApiServerTest, PatchFormats) {
   ASSERT_EQ(Call("POST", kPods, Pod("p", {{"a", "1"}})).status, 201);
   Answer merge = Call("PATCH", std::string(kPods) + "/p",
                       {{"metadata", {{"labels", {{"a", nullptr}, {"b", "2"}}}}}},
@@ -305,7 +351,7 @@ TEST_F(ApiServerTest, PatchFormats) {
             415);
 }
 
-TEST_F(ApiServerTest, SelectorsAndPagination) {
+TEST_P(ApiServerTest, SelectorsAndPagination) {
   for (int i = 0; i < 5; ++i) {
     ASSERT_EQ(Call("POST", kPods, Pod("p" + std::to_string(i), {{"role", i % 2 ? "ps" : "worker"}}))
                   .status,
@@ -340,7 +386,7 @@ TEST_F(ApiServerTest, SelectorsAndPagination) {
   EXPECT_EQ(Call("GET", std::string(kPods) + "?limit=2&continue=bm90LWEtdG9rZW4=").status, 410);
 }
 
-TEST_F(ApiServerTest, WatchFromAVersionInOrder) {
+TEST_P(ApiServerTest, WatchFromAVersionInOrder) {
   std::string rv = Call("POST", kPods, Pod("a")).body["metadata"]["resourceVersion"];
   json b = Call("POST", kPods, Pod("b")).body;
   ASSERT_EQ(Call("PATCH", std::string(kPods) + "/b", {{"metadata", {{"labels", {{"x", "y"}}}}}},
@@ -361,7 +407,7 @@ TEST_F(ApiServerTest, WatchFromAVersionInOrder) {
   EXPECT_EQ(current[0]["object"]["metadata"]["name"], "b");
 }
 
-TEST_F(ApiServerTest, WatchSelectorTransitionsAndBookmarks) {
+TEST_P(ApiServerTest, WatchSelectorTransitionsAndBookmarks) {
   Reset({.bookmark_interval = absl::Milliseconds(20)});
   std::string rv =
       Call("POST", kPods, Pod("a", {{"role", "worker"}})).body["metadata"]["resourceVersion"];
@@ -380,7 +426,7 @@ TEST_F(ApiServerTest, WatchSelectorTransitionsAndBookmarks) {
             std::to_string(server_->store().resource_version()));
 }
 
-TEST_F(ApiServerTest, WatchFromACompactedVersionIsGone) {
+TEST_P(ApiServerTest, WatchFromACompactedVersionIsGone) {
   Reset({.history = 2});
   std::string rv = Call("POST", kPods, Pod("a")).body["metadata"]["resourceVersion"];
   for (int i = 0; i < 3; ++i)
@@ -392,7 +438,7 @@ TEST_F(ApiServerTest, WatchFromACompactedVersionIsGone) {
   EXPECT_EQ(events[0]["object"]["reason"], "Expired");
 }
 
-TEST_F(ApiServerTest, FinalizersHoldDeletionUntilRemoved) {
+TEST_P(ApiServerTest, FinalizersHoldDeletionUntilRemoved) {
   json pod = Pod("f");
   pod["metadata"]["finalizers"] = {"lockstep.io/cleanup"};
   ASSERT_EQ(Call("POST", kPods, pod).status, 201);
@@ -407,7 +453,7 @@ TEST_F(ApiServerTest, FinalizersHoldDeletionUntilRemoved) {
   EXPECT_EQ(Call("GET", std::string(kPods) + "/f").status, 404);
 }
 
-TEST_F(ApiServerTest, OwnerReferencesCascade) {
+TEST_P(ApiServerTest, OwnerReferencesCascade) {
   InstallCrd();
   json job = Call("POST", kJobs, Job("j")).body;
   json owner = {{"apiVersion", "lockstep.io/v1alpha1"},
@@ -437,7 +483,7 @@ TEST_F(ApiServerTest, OwnerReferencesCascade) {
   EXPECT_TRUE(orphan.body["metadata"]["ownerReferences"].empty());
 }
 
-TEST_F(ApiServerTest, DeletePreconditionsAndGracefulPods) {
+TEST_P(ApiServerTest, DeletePreconditionsAndGracefulPods) {
   json pod = Call("POST", kPods, Pod("a")).body;
   Answer wrong = Call("DELETE", std::string(kPods) + "/a", {{"preconditions", {{"uid", "other"}}}});
   EXPECT_EQ(wrong.status, 409);
@@ -455,7 +501,7 @@ TEST_F(ApiServerTest, DeletePreconditionsAndGracefulPods) {
   EXPECT_EQ(Call("DELETE", std::string(kPods) + "/a").status, 404);
 }
 
-TEST_F(ApiServerTest, NamespaceDeletionTakesItsObjects) {
+TEST_P(ApiServerTest, NamespaceDeletionTakesItsObjects) {
   ASSERT_EQ(Call("POST", "/api/v1/namespaces", {{"metadata", {{"name", "team"}}}}).status, 201);
   ASSERT_EQ(Call("POST", "/api/v1/namespaces/team/pods", Pod("a")).status, 201);
   ASSERT_EQ(Call("DELETE", "/api/v1/namespaces/team").status, 200);
@@ -463,7 +509,7 @@ TEST_F(ApiServerTest, NamespaceDeletionTakesItsObjects) {
   EXPECT_EQ(Call("GET", "/api/v1/namespaces/team").status, 404);
 }
 
-TEST_F(ApiServerTest, StateSurvivesARestart) {
+TEST_P(ApiServerTest, StateSurvivesARestart) {
   std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("lockstep-api-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
