@@ -5,22 +5,8 @@
 set -euo pipefail
 lockstep=$1
 src=$2
-if ! command -v kubectl >/dev/null; then
-  echo "kubectl not installed: skipping"
-  exit 77
-fi
-export LOCKSTEP_HOME
-LOCKSTEP_HOME=$(mktemp -d)
+source "$(dirname "$0")/lib.sh"
 export KUBECONFIG=$LOCKSTEP_HOME/kubeconfig
-cleanup() { "$lockstep" local down >/dev/null 2>&1 || true; rm -rf "$LOCKSTEP_HOME"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-expect() {  # expect WANT COMMAND...: COMMAND's output must contain WANT
-  local want=$1; shift
-  local got
-  got=$("$@" 2>&1) || true
-  [[ $got == *"$want"* ]] || fail "$* -> '$got', want '$want'"
-}
 
 "$lockstep" local up
 expect "is running" "$lockstep" local status

@@ -7,17 +7,8 @@
 set -euo pipefail
 lockstep=$1
 src=$2
-if ! command -v kubectl >/dev/null; then
-  echo "kubectl not installed: skipping"
-  exit 77
-fi
-export LOCKSTEP_HOME
-LOCKSTEP_HOME=$(mktemp -d)
+source "$(dirname "$0")/lib.sh"
 unset KUBECONFIG
-work=$(mktemp -d)
-cleanup() { "$lockstep" local down >/dev/null 2>&1 || true; rm -rf "$LOCKSTEP_HOME" "$work"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
 k() { KUBECONFIG=$LOCKSTEP_HOME/kubeconfig kubectl "$@"; }
 
 # Waits until `lockstep run` has created the job (the cluster starts first).

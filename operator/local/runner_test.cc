@@ -105,6 +105,16 @@ class RunnerTest : public ::testing::Test {
   static bool Phase(const json& pod, const std::string& phase) {
     return pod.is_object() && pod.contains("status") && pod["status"].value("phase", "") == phase;
   }
+  // A running pod whose script starts with `echo $$`: its process group, read from its log.
+  pid_t ProcessGroupOf(const std::string& name) {
+    Await(name, [](const json& p) { return Phase(p, "Running"); });
+    std::string log;
+    for (int i = 0; i < 3000 && log.empty(); ++i) {
+      log = Logs(name);
+      if (log.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::atoi(log.c_str());
+  }
   std::string Logs(const std::string& name) {
     ApiResponse r =
         api_->Handle({.method = "GET", .path = "/api/v1/namespaces/default/pods/" + name + "/log"});
@@ -159,13 +169,7 @@ TEST_F(RunnerTest, AnImageThatCannotRunWaitsWithAReason) {
 
 TEST_F(RunnerTest, DeletionStopsTheWholeProcessTree) {
   Create(Pod("tree", "echo $$; sleep 300 & sleep 300; wait"));
-  Await("tree", [](const json& p) { return Phase(p, "Running"); });
-  std::string log;
-  for (int i = 0; i < 3000 && log.empty(); ++i) {
-    log = Logs("tree");
-    if (log.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  pid_t pgid = std::atoi(log.c_str());
+  pid_t pgid = ProcessGroupOf("tree");
   ASSERT_GT(pgid, 0);
   for (int i = 0; i < 3000 && CountGroup(pgid) < 3; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -177,13 +181,7 @@ TEST_F(RunnerTest, DeletionStopsTheWholeProcessTree) {
 
 TEST_F(RunnerTest, StoppingTheRunnerLeavesNoProcess) {
   Create(Pod("lingering", "echo $$; exec sleep 300"));
-  Await("lingering", [](const json& p) { return Phase(p, "Running"); });
-  std::string log;
-  for (int i = 0; i < 3000 && log.empty(); ++i) {
-    log = Logs("lingering");
-    if (log.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  pid_t pgid = std::atoi(log.c_str());
+  pid_t pgid = ProcessGroupOf("lingering");
   ASSERT_GT(pgid, 0);
   thread_.request_stop();
   thread_.join();
