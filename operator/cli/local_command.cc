@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -93,10 +94,9 @@ void WriteKubeconfig(const std::string& dir, const std::string& url) {
       << "current-context: lockstep-local\n";
 }
 
-std::stop_source* g_stop = nullptr;
-extern "C" void OnSignal(int) {
-  if (g_stop) g_stop->request_stop();
-}
+// Set by SIGTERM/SIGINT; only an atomic flag is safe to touch in a signal handler.
+volatile std::sig_atomic_t g_signalled = 0;
+extern "C" void OnSignal(int) { g_signalled = 1; }
 
 int Serve(const Options& o, const std::string& self, std::ostream& out, std::ostream& err) {
   absl::StatusOr<std::unique_ptr<local::ApiServer>> api =
@@ -129,7 +129,6 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
     return 1;
   }
   std::stop_source stop;
-  g_stop = &stop;
   ::signal(SIGTERM, OnSignal);
   ::signal(SIGINT, OnSignal);
   // The kubelet: pods run as processes, talking to the API server in-process.
@@ -152,7 +151,8 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
   WriteKubeconfig(o.state_dir, (*http)->url());
   kube::LogInfo("local", "serving on ", (*http)->url(), ", state in ", o.state_dir);
   out << (*http)->url() << std::endl;
-  while (!stop.stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (!g_signalled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  stop.request_stop();
   kube::LogInfo("local", "stopping");
   kubelet.join();  // stops every pod's processes
   http->reset();

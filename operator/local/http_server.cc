@@ -2,10 +2,12 @@
 
 #include <poll.h>
 
+#include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <list>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -104,8 +106,13 @@ struct HttpServer::Impl {
   std::thread accept_thread;
   std::mutex mu;
   bool stopping = false;
-  std::vector<std::shared_ptr<tcp::socket>> sockets;
-  std::vector<std::thread> workers;
+  // One per open connection; finished ones are joined and dropped as new ones arrive.
+  struct Connection {
+    std::shared_ptr<tcp::socket> socket;
+    std::shared_ptr<std::atomic<bool>> done;
+    std::thread thread;
+  };
+  std::list<Connection> connections;
 
   void Accept() {
     while (true) {
@@ -117,8 +124,19 @@ struct HttpServer::Impl {
       if (ec) continue;
       // Watch events are small writes; without this, Nagle's algorithm holds them back.
       socket->set_option(tcp::no_delay(true), ec);
-      sockets.push_back(socket);
-      workers.emplace_back([this, socket] { Serve(*socket); });
+      for (auto it = connections.begin(); it != connections.end();) {
+        if (!it->done->load()) {
+          ++it;
+          continue;
+        }
+        it->thread.join();
+        it = connections.erase(it);
+      }
+      auto done = std::make_shared<std::atomic<bool>>(false);
+      connections.push_back({socket, done, std::thread([this, socket, done] {
+                               Serve(*socket);
+                               done->store(true);
+                             })});
     }
   }
 
@@ -237,15 +255,15 @@ HttpServer::~HttpServer() {
     poke.connect(tcp::endpoint(impl_->acceptor.local_endpoint(ec).address(), impl_->port), ec);
   }
   impl_->accept_thread.join();
-  std::vector<std::thread> workers;
+  std::list<Impl::Connection> connections;
   {
     std::lock_guard lock(impl_->mu);
     boost::system::error_code ec;
     impl_->acceptor.close(ec);
-    for (auto& s : impl_->sockets) s->shutdown(tcp::socket::shutdown_both, ec);
-    workers.swap(impl_->workers);
+    for (auto& c : impl_->connections) c.socket->shutdown(tcp::socket::shutdown_both, ec);
+    connections.swap(impl_->connections);
   }
-  for (std::thread& t : workers) t.join();
+  for (Impl::Connection& c : connections) c.thread.join();
 }
 
 uint16_t HttpServer::port() const { return impl_->port; }
