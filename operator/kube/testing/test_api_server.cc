@@ -221,14 +221,19 @@ struct TestApiServer::Impl {
       asio::write(stream, http::make_chunk_last(), ec);
       return;
     }
-    size_t next = 0;
-    while (next < history.size() && history[next].first <= from) ++next;
+    // Track what was sent by version, not by position: Compact() empties the history under
+    // an open watch, which must go on.
+    int64_t sent = from;
+    auto pending = [&] { return !history.empty() && history.back().first > sent; };
     while (true) {
-      cv.wait(lock,
-              [&] { return stopping || drop_generation != generation || next < history.size(); });
+      cv.wait(lock, [&] { return stopping || drop_generation != generation || pending(); });
       if (stopping || drop_generation != generation) return;  // the socket is already closed
       std::string lines;
-      for (; next < history.size(); ++next) lines += history[next].second.dump() + "\n";
+      for (const auto& [event_rv, event] : history) {
+        if (event_rv <= sent) continue;
+        lines += event.dump() + "\n";
+        sent = event_rv;
+      }
       lock.unlock();
       asio::write(stream, http::make_chunk(asio::buffer(lines)), ec);
       lock.lock();
