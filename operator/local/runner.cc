@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -87,6 +88,16 @@ struct PodRun {
   absl::Time kill_at;  // monotonic: SIGKILL after this
   std::string last_status;
 };
+
+// open/write/close only: safe between fork and exec.
+bool WriteProcFile(const char* path, const char* text) {
+  int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  size_t n = std::strlen(text);
+  bool ok = ::write(fd, text, n) == static_cast<ssize_t>(n);
+  ::close(fd);
+  return ok;
+}
 
 int SignalExitCode(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -323,10 +334,21 @@ struct Runner::Impl {
     cenv.push_back(nullptr);
     int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     bool private_hosts = options.private_hosts;
+    // Without root, a user namespace (our own uid and gid mapped to themselves) gives the
+    // child the right to make its mount namespace. Prepared before fork: the child may only
+    // make system calls.
+    std::string uid_map = StrCat(::getuid(), " ", ::getuid(), " 1");
+    std::string gid_map = StrCat(::getgid(), " ", ::getgid(), " 1");
     pid_t pid = ::fork();
     if (pid == 0) {
       ::setpgid(0, 0);
-      if (private_hosts && ::unshare(CLONE_NEWNS) == 0) {
+      bool own_mounts = private_hosts && ::unshare(CLONE_NEWNS) == 0;
+      if (private_hosts && !own_mounts && ::unshare(CLONE_NEWUSER | CLONE_NEWNS) == 0) {
+        WriteProcFile("/proc/self/setgroups", "deny");
+        own_mounts = WriteProcFile("/proc/self/uid_map", uid_map.c_str()) &&
+                     WriteProcFile("/proc/self/gid_map", gid_map.c_str());
+      }
+      if (own_mounts) {
         ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
         ::mount(hosts.c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr);
       }

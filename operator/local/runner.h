@@ -8,7 +8,8 @@
 //    secretKeyRef and configMapKeyRef), workingDir, and LOCKSTEP_TERMINATION_LOG pointing at
 //    the file whose contents become the termination message;
 //  - every pod gets its own loopback address (127.0.x.y) as podIP, and, when the kernel allows
-//    a private mount namespace, its own /etc/hosts in which every Service name
+//    a private mount namespace (as root, or inside a user namespace otherwise), its own
+//    /etc/hosts in which every Service name
 //    (<svc>.<ns>.svc, .svc.cluster.local) and pod hostname resolves; the file is rewritten in
 //    place as peers come and go;
 //  - restartPolicy Always/OnFailure/Never with CrashLoopBackOff (10 s doubling to 5 min),
