@@ -41,6 +41,7 @@ YAML
 expect "scaled" kubectl scale tj fmnist-mwm --replicas=4
 expect "4" kubectl get tj fmnist-mwm -o 'jsonpath={.spec.replicaSpecs.Worker.replicas}'
 expect "2" kubectl get tj fmnist-mwm -o 'jsonpath={.metadata.generation}'
+expect "Replica Specs" kubectl describe tj fmnist-mwm
 expect "patched" kubectl patch tj fmnist-mwm --type=merge -p '{"metadata":{"labels":{"team":"ml"}}}'
 expect "fmnist-mwm" kubectl get tj -l team=ml -o name
 
@@ -72,6 +73,7 @@ YAML
 kubectl wait --for=jsonpath='{.status.phase}'=Succeeded pod/hello --timeout=60s >/dev/null
 expect "hello from hello" kubectl logs hello
 expect "Completed" kubectl get pod hello
+expect "hello" kubectl describe pod hello
 
 # State survives down and up.
 # Imperative create commands send protobuf, which this server refuses with a clear answer.

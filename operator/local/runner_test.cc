@@ -53,6 +53,11 @@ bool CanUnshareMounts() {
 class RunnerTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // A stand-in for the trainer binary: prints its arguments and working directory.
+    trainer_ = fs::temp_directory_path() / ("lockstep-fake-trainer-" + std::to_string(::getpid()));
+    std::ofstream(trainer_) << "#!/bin/sh\necho \"trainer $* in $(pwd)\"\n";
+    fs::permissions(trainer_,
+                    fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
     dir_ = fs::temp_directory_path() /
            ("lockstep-runner-" + std::to_string(::getpid()) + "-" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
@@ -62,6 +67,7 @@ class RunnerTest : public ::testing::Test {
     runner_ =
         std::make_unique<Runner>(client_.get(),
                                  RunnerOptions{.state_dir = dir_.string(),
+                                               .trainer_binary = trainer_.string(),
                                                .tick = absl::Milliseconds(20),
                                                .crash_backoff_initial = absl::Milliseconds(50)},
                                  clock_.get());
@@ -74,6 +80,7 @@ class RunnerTest : public ::testing::Test {
     }
     runner_.reset();
     fs::remove_all(dir_);
+    fs::remove(trainer_);
   }
 
   json Pod(const std::string& name, const std::string& script,
@@ -122,6 +129,7 @@ class RunnerTest : public ::testing::Test {
   }
 
   fs::path dir_;
+  fs::path trainer_;
   std::unique_ptr<kube::Clock> clock_ = kube::NewRealClock();
   std::unique_ptr<ApiServer> api_;
   std::unique_ptr<kube::RestClient> client_;
@@ -152,6 +160,30 @@ TEST_F(RunnerTest, OnFailureRestartsAreCounted) {
   Create(Pod("flaky", "test -f " + mark + " && exit 0; touch " + mark + "; exit 1", "OnFailure"));
   json pod = Await("flaky", [](const json& p) { return Phase(p, "Succeeded"); });
   EXPECT_EQ(pod["status"]["containerStatuses"][0]["restartCount"], 1);
+}
+
+TEST_F(RunnerTest, TheTrainerImageRunsTheLocalTrainerInItsWorkingDir) {
+  json pod = Pod("train", "unused");
+  json& c = pod["spec"]["containers"][0];
+  c.erase("command");
+  c["image"] = "lockstep/trainer:0.1.0";
+  c["args"] = {"--model=mlp", "--epochs=1"};
+  c["workingDir"] = "/tmp";
+  Create(pod);
+  Await("train", [](const json& p) { return Phase(p, "Succeeded"); });
+  EXPECT_EQ(Logs("train"), "trainer --model=mlp --epochs=1 in /tmp\n");
+}
+
+TEST_F(RunnerTest, AProcessIgnoringSigtermIsKilledAfterTheGracePeriod) {
+  Create(Pod("stubborn", "trap '' TERM; echo $$; sleep 300"));
+  pid_t pgid = ProcessGroupOf("stubborn");
+  ASSERT_GT(pgid, 0);
+  auto asked = std::chrono::steady_clock::now();
+  ASSERT_TRUE(client_->Delete(kube::resources::kPods, "default", "stubborn").ok());
+  Await("stubborn", [](const json& p) { return p.is_null(); });
+  // terminationGracePeriodSeconds is 1: SIGTERM was ignored, SIGKILL came after it.
+  EXPECT_GE(std::chrono::steady_clock::now() - asked, std::chrono::seconds(1));
+  EXPECT_EQ(CountGroup(pgid), 0);
 }
 
 TEST_F(RunnerTest, AnImageThatCannotRunWaitsWithAReason) {
