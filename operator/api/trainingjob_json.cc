@@ -239,6 +239,8 @@ Condition DecodeCondition(const json& j, const FieldPath& path, FieldErrors* err
   return c;
 }
 
+}  // namespace
+
 Progress DecodeProgress(const json& j, const FieldPath& path, FieldErrors* errors,
                         const DecodeOptions& options) {
   ObjectReader r(j, path, errors);
@@ -277,8 +279,6 @@ json EncodeProgress(const Progress& p) {
   return j;
 }
 
-}  // namespace
-
 TrainingJobStatus DecodeTrainingJobStatus(const json& j, const FieldPath& path, FieldErrors* errors,
                                           const DecodeOptions& options) {
   ObjectReader r(j, path, errors);
@@ -307,6 +307,7 @@ TrainingJobStatus DecodeTrainingJobStatus(const json& j, const FieldPath& path, 
       st.failed = rr.Int32("failed").value_or(0);
       st.restarts = rr.Int32("restarts").value_or(0);
       st.selector = rr.String("selector").value_or("");
+      st.completed_indexes = rr.String("completedIndexes").value_or("");
       Finish(rr, options);
       s.replica_statuses.emplace(*t, st);
     }
@@ -314,6 +315,17 @@ TrainingJobStatus DecodeTrainingJobStatus(const json& j, const FieldPath& path, 
   s.ready = r.String("ready").value_or("");
   s.restart_count = r.Int32("restartCount").value_or(0);
   s.attempt = r.Int32("attempt").value_or(0);
+  if (const json* cf = r.Object("countedFailures")) {
+    for (const auto& [uid, value] : cf->items()) {
+      if (value.is_number_integer() && value.get<int64_t>() >= 0 &&
+          value.get<int64_t>() <= std::numeric_limits<int32_t>::max()) {
+        s.counted_failures[uid] = value.get<int32_t>();
+      } else {
+        errors->push_back(Invalid(r.Path("countedFailures").Child(uid), value.dump(),
+                                  "must be a non-negative 32-bit integer"));
+      }
+    }
+  }
   s.start_time = r.Time("startTime");
   s.completion_time = r.Time("completionTime");
   s.last_reconcile_time = r.Time("lastReconcileTime");
@@ -349,6 +361,7 @@ json EncodeTrainingJobStatus(const TrainingJobStatus& s) {
                 {"failed", st.failed},
                 {"restarts", st.restarts}};
       if (!st.selector.empty()) e["selector"] = st.selector;
+      if (!st.completed_indexes.empty()) e["completedIndexes"] = st.completed_indexes;
       rs[std::string(NameOf<ReplicaType>(kReplicaTypeNames, type))] = std::move(e);
     }
     j["replicaStatuses"] = std::move(rs);
@@ -356,6 +369,7 @@ json EncodeTrainingJobStatus(const TrainingJobStatus& s) {
   if (!s.ready.empty()) j["ready"] = s.ready;
   j["restartCount"] = s.restart_count;
   j["attempt"] = s.attempt;
+  if (!s.counted_failures.empty()) j["countedFailures"] = s.counted_failures;
   if (s.start_time) j["startTime"] = FormatKubeTime(*s.start_time);
   if (s.completion_time) j["completionTime"] = FormatKubeTime(*s.completion_time);
   if (s.last_reconcile_time) j["lastReconcileTime"] = FormatKubeTime(*s.last_reconcile_time);

@@ -28,4 +28,10 @@ TrainingJobStatus DecodeTrainingJobStatus(const nlohmann::json& j, const FieldPa
                                           FieldErrors* errors, const DecodeOptions& options = {});
 nlohmann::json EncodeTrainingJobStatus(const TrainingJobStatus& status);
 
+// status.progress alone: what the trainer's GET /progress serves (minus summary and
+// updateTime, which the operator adds).
+Progress DecodeProgress(const nlohmann::json& j, const FieldPath& path, FieldErrors* errors,
+                        const DecodeOptions& options = {});
+nlohmann::json EncodeProgress(const Progress& p);
+
 }  // namespace lockstep::api

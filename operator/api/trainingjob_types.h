@@ -233,6 +233,10 @@ struct ReplicaStatus {
   int32_t failed = 0;
   int32_t restarts = 0;
   std::string selector;  // label selector of this type's pods, for the scale subresource
+  // Indexes whose replica succeeded, as Kubernetes Jobs write completedIndexes ("0,2-4").
+  // The operator's memory of success: a completed replica is never recreated, even after
+  // its pod is gone.
+  std::string completed_indexes;
 
   bool operator==(const ReplicaStatus&) const = default;
 };
@@ -259,6 +263,10 @@ struct TrainingJobStatus {
   std::string ready;          // "3/3": ready pods of all pods, for the Ready printer column
   int32_t restart_count = 0;  // restarts spent against backoffLimit
   int32_t attempt = 0;        // the training group's restart generation (lockstep.io/attempt)
+  // Failures already counted, per pod UID: the pod's container restarts plus one if it failed.
+  // Counting the difference on every reconcile keeps restartCount exact when a reconcile is
+  // repeated or a status write is lost.
+  std::map<std::string, int32_t> counted_failures;
   std::optional<absl::Time> start_time;
   std::optional<absl::Time> completion_time;
   std::optional<absl::Time> last_reconcile_time;

@@ -24,6 +24,8 @@
 #include "operator/local/http_server.h"
 #include "operator/local/local_transport.h"
 #include "operator/local/runner.h"
+#include "operator/runtime/metrics.h"
+#include "operator/trainingjob/controller.h"
 
 namespace lockstep::cli {
 namespace {
@@ -36,15 +38,17 @@ commands:
   up       start the local cluster in the background (prints how to point kubectl at it)
   down     stop it (its objects stay in the state directory for the next `up`)
   status   say whether it runs, and where
-  serve    run the API server in the foreground (what `up` starts); --no-runner leaves pods
-           unrun (for benchmarks of the API server alone)
+  serve    run the API server, the TrainingJob controller and the pod runner in the
+           foreground (what `up` starts); --no-runner leaves pods unrun and --no-controller
+           leaves TrainingJobs unreconciled (for benchmarks and tests of the parts alone)
 )";
 
 struct Options {
   std::string command;
   std::string state_dir;
   uint16_t port = 0;
-  bool runner = true;  // serve --no-runner: the API server alone (benchmarks)
+  bool runner = true;      // serve --no-runner: the API server alone (benchmarks)
+  bool controller = true;  // serve --no-controller: no TrainingJob controller in-process
 };
 
 std::string DefaultStateDir() {
@@ -143,6 +147,16 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
   std::jthread kubelet([&runner, &stop, &o](std::stop_token) {
     if (o.runner) runner.Run(stop.get_token());
   });
+  // The operator, in-process: the same controller lockstep-operator runs.
+  kube::RestClient operator_client(std::make_shared<local::LocalTransport>(api->get()),
+                                   {.user_agent = "lockstep-operator (local)"});
+  runtime::MetricsRegistry metrics;
+  std::unique_ptr<trainingjob::ProgressSource> progress = trainingjob::NewHttpProgressSource();
+  trainingjob::TrainingJobController controller(&operator_client, clock.get(), &metrics,
+                                                progress.get(), {.workers = 2});
+  std::jthread operator_thread([&controller, &stop, &o](std::stop_token) {
+    if (o.controller) controller.Run(stop.get_token());
+  });
   std::string info = o.state_dir + "/server.json";
   std::ofstream(info + ".tmp") << nlohmann::json{
       {"pid", ::getpid()},
@@ -154,6 +168,7 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
   while (!g_signalled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   stop.request_stop();
   kube::LogInfo("local", "stopping");
+  operator_thread.join();
   kubelet.join();  // stops every pod's processes
   http->reset();
   std::error_code ec;
@@ -252,6 +267,8 @@ int RunLocal(const std::vector<std::string>& args, const std::string& self, std:
       }
     } else if (a == "--no-runner") {
       o.runner = false;
+    } else if (a == "--no-controller") {
+      o.controller = false;
     } else if (o.command.empty() && a[0] != '-') {
       o.command = a;
     } else {

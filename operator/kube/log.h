@@ -14,6 +14,11 @@ namespace lockstep::kube {
 
 enum class Severity { kDebug, kInfo, kWarning, kError };
 
+// Text: "2026-11-21T17:05:00.123Z I watcher] message". JSON: one object per line,
+// {"ts":"...","level":"info","component":"watcher","msg":"message"}.
+enum class LogFormat { kText, kJson };
+void SetLogFormat(LogFormat format);
+
 // Messages below `min` are dropped (default kInfo; LOCKSTEP_LOG=debug lowers it).
 void SetMinSeverity(Severity min);
 // Replaces stderr; an empty function restores it.

@@ -1,0 +1,141 @@
+// lockstep-operator: the TrainingJob controller as a process. Connects to the API server,
+// optionally campaigns for the leader Lease, serves /metrics, /healthz and /readyz, and
+// reconciles until SIGTERM or SIGINT, after which it finishes the reconciles in flight,
+// releases the Lease and exits 0.
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <thread>
+
+#include "operator/api/str_util.h"
+#include "operator/cmd/operator_flags.h"
+#include "operator/kube/connect.h"
+#include "operator/kube/kube_config.h"
+#include "operator/kube/log.h"
+#include "operator/kube/rate_limiter.h"
+#include "operator/runtime/api_metrics.h"
+#include "operator/runtime/http_endpoints.h"
+#include "operator/runtime/leader_election.h"
+#include "operator/trainingjob/controller.h"
+
+namespace {
+
+volatile std::sig_atomic_t g_signalled = 0;
+void OnSignal(int) { g_signalled = 1; }
+
+std::string Identity() {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::random_device rd;
+  return lockstep::StrCat(std::string(host), "_", rd() & 0xffffff);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace lockstep;
+  absl::StatusOr<cmd::OperatorFlags> flags =
+      cmd::ParseOperatorFlags(std::vector<std::string>(argv + 1, argv + argc));
+  if (!flags.ok()) {
+    std::cerr << "lockstep-operator: " << flags.status().message() << "\n";
+    return 2;
+  }
+  if (flags->help) {
+    std::cout << cmd::OperatorUsage();
+    return 0;
+  }
+  if (flags->version) {
+    std::cout << "lockstep-operator " << LOCKSTEP_VERSION << "\n";
+    return 0;
+  }
+  if (flags->json_logs) kube::SetLogFormat(kube::LogFormat::kJson);
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+
+  absl::StatusOr<kube::RestConfig> config = kube::DefaultConfig(flags->kubeconfig, flags->context);
+  if (!config.ok()) {
+    kube::LogError("operator", "cannot configure the API client: ", config.status().message());
+    return 1;
+  }
+  std::unique_ptr<kube::Clock> clock = kube::NewRealClock();
+  absl::StatusOr<std::shared_ptr<kube::Transport>> transport = kube::Connect(*config, clock.get());
+  if (!transport.ok()) {
+    kube::LogError("operator", "cannot connect: ", transport.status().message());
+    return 1;
+  }
+  runtime::MetricsRegistry metrics;
+  auto instrumented = std::make_shared<runtime::InstrumentedTransport>(*transport, &metrics);
+  kube::RestClient client(
+      instrumented,
+      {.user_agent = StrCat("lockstep-operator/", LOCKSTEP_VERSION),
+       .throttle = std::make_shared<kube::TokenBucket>(flags->qps, flags->burst, clock.get())});
+
+  std::unique_ptr<trainingjob::ProgressSource> progress = trainingjob::NewHttpProgressSource();
+  trainingjob::TrainingJobController controller(
+      &client, clock.get(), &metrics, progress.get(),
+      {.namespace_ = flags->namespace_,
+       .workers = flags->workers,
+       .reconciler = {
+           .planner = {.desired = {.cluster_domain = flags->cluster_domain, .gang = flags->gang}},
+           .progress_interval = flags->progress_interval}});
+
+  std::string lease_ns = flags->leader_election_namespace;
+  if (lease_ns.empty()) {
+    const char* pod_ns = std::getenv("POD_NAMESPACE");
+    lease_ns = pod_ns != nullptr && *pod_ns != '\0' ? pod_ns : "default";
+  }
+  runtime::LeaderElector elector(
+      &client, {.namespace_ = lease_ns, .name = flags->leader_election_id, .identity = Identity()},
+      clock.get());
+  metrics.AddGauge("lockstep_leader", "1 while this replica leads.");
+  metrics.AddCollector([&](runtime::MetricsRegistry& m) {
+    m.Set("lockstep_leader", {}, !flags->leader_elect || elector.IsLeader() ? 1 : 0);
+  });
+
+  std::unique_ptr<runtime::EndpointServer> endpoints;
+  if (!flags->metrics_addr.empty()) {
+    absl::StatusOr<std::unique_ptr<runtime::EndpointServer>> s = runtime::EndpointServer::Start(
+        flags->metrics_addr, [&](const std::string& path) -> runtime::EndpointResponse {
+          if (path == "/metrics") {
+            return {200, "text/plain; version=0.0.4; charset=utf-8", metrics.Render()};
+          }
+          if (path == "/healthz") return {200, "text/plain; charset=utf-8", "ok\n"};
+          if (path == "/readyz") {
+            // A standby replica is ready: it is healthy and waiting for the Lease.
+            if (controller.Ready()) return {200, "text/plain; charset=utf-8", "ok\n"};
+            if (flags->leader_elect && !elector.IsLeader()) {
+              return {200, "text/plain; charset=utf-8", "ok (standby)\n"};
+            }
+            return {503, "text/plain; charset=utf-8", "caches not synced\n"};
+          }
+          return {404, "text/plain; charset=utf-8", "not found\n"};
+        });
+    if (!s.ok()) {
+      kube::LogError("operator", "metrics endpoint: ", s.status().message());
+      return 1;
+    }
+    endpoints = std::move(*s);
+    kube::LogInfo("operator", "serving /metrics, /healthz and /readyz on port ", endpoints->port());
+  }
+
+  std::stop_source stop;
+  std::jthread watch_signals([&stop](std::stop_token st) {
+    while (!st.stop_requested() && !g_signalled) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    stop.request_stop();
+  });
+  kube::LogInfo("operator", "lockstep-operator ", LOCKSTEP_VERSION, " starting; namespace ",
+                flags->namespace_.empty() ? "(all)" : flags->namespace_);
+  if (flags->leader_elect) {
+    elector.Run(stop.get_token(), [&](std::stop_token lead) { controller.Run(lead); });
+  } else {
+    controller.Run(stop.get_token());
+  }
+  kube::LogInfo("operator", "stopped");
+  watch_signals.request_stop();
+  return 0;
+}

@@ -1,0 +1,64 @@
+#pragma once
+// Metrics: a small Prometheus registry (counters, gauges, histograms with labels) and its text
+// exposition format, version 0.0.4. Collectors run at scrape time, for gauges that are a view
+// of a cache (jobs by state). Debian packages no Prometheus client library for C++, and the
+// operator needs only these three types.
+// Thread-safety: thread-safe.
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace lockstep::runtime {
+
+using MetricLabels = std::vector<std::pair<std::string, std::string>>;
+
+class MetricsRegistry {
+ public:
+  void AddCounter(const std::string& name, const std::string& help);
+  void AddGauge(const std::string& name, const std::string& help);
+  void AddHistogram(const std::string& name, const std::string& help, std::vector<double> buckets);
+
+  // Unknown names are ignored (a metric is declared once, at startup).
+  void Inc(const std::string& name, const MetricLabels& labels = {}, double v = 1);
+  void Set(const std::string& name, const MetricLabels& labels, double v);
+  // Drops every series of a gauge (before a collector sets them afresh).
+  void ClearGauge(const std::string& name);
+  void Observe(const std::string& name, const MetricLabels& labels, double v);
+
+  void AddCollector(std::function<void(MetricsRegistry&)> collect);
+
+  // Runs the collectors, then renders every family in name order.
+  std::string Render();
+
+  // A counter or gauge's current value (0 when absent), for tests.
+  double Value(const std::string& name, const MetricLabels& labels = {}) const;
+  // A histogram's observation count, for tests.
+  uint64_t Count(const std::string& name, const MetricLabels& labels = {}) const;
+
+ private:
+  enum class Type { kCounter, kGauge, kHistogram };
+  struct Histogram {
+    std::vector<uint64_t> counts;  // per bucket, not cumulative
+    uint64_t count = 0;
+    double sum = 0;
+  };
+  struct Family {
+    Type type;
+    std::string help;
+    std::vector<double> buckets;
+    std::map<MetricLabels, double> values;
+    std::map<MetricLabels, Histogram> histograms;
+  };
+  mutable std::mutex mu_;
+  std::map<std::string, Family> families_;
+  std::vector<std::function<void(MetricsRegistry&)>> collectors_;
+};
+
+// Latency buckets in seconds, 1 ms to 60 s.
+std::vector<double> LatencyBuckets();
+
+}  // namespace lockstep::runtime

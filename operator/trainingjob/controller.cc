@@ -1,0 +1,164 @@
+#include "operator/trainingjob/controller.h"
+
+#include <thread>
+
+#include "operator/api/enum_names.h"
+#include "operator/kube/log.h"
+#include "operator/runtime/controller.h"
+#include "operator/runtime/event_recorder.h"
+#include "operator/runtime/informer.h"
+#include "operator/runtime/work_queue.h"
+#include "operator/trainingjob/labels.h"
+
+namespace lockstep::trainingjob {
+
+struct TrainingJobController::Impl {
+  Impl(kube::RestClient* c, kube::Clock* clk, runtime::MetricsRegistry* m, ProgressSource* p,
+       ControllerOptions o)
+      : client(c),
+        clock(clk),
+        metrics(m),
+        options(std::move(o)),
+        jobs(client, kube::resources::kTrainingJobs, DecodeJobObject, WatchOptions(""), clock),
+        pods(client, kube::resources::kPods, kube::DecodePod, WatchOptions(kJobNameLabel), clock),
+        services(client, kube::resources::kServices, DecodeObjectHeader,
+                 WatchOptions(kJobNameLabel), clock),
+        secrets(client, kube::resources::kSecrets, DecodeObjectHeader, WatchOptions(kJobNameLabel),
+                clock),
+        queue(clock),
+        expectations(clock, options.expectation_timeout),
+        events(client, clock),
+        reconciler({.client = client,
+                    .jobs = &jobs.cache(),
+                    .pods = &pods.cache(),
+                    .services = &services.cache(),
+                    .secrets = &secrets.cache(),
+                    .expectations = &expectations,
+                    .events = &events,
+                    .progress = p,
+                    .metrics = metrics,
+                    .clock = clock},
+                   options.reconciler) {}
+
+  runtime::WatcherOptions WatchOptions(std::string_view selector) const {
+    runtime::WatcherOptions w = options.watch;
+    w.namespace_ = options.namespace_;
+    w.label_selector = std::string(selector);
+    return w;
+  }
+
+  // Child events: enqueue the controlling job, settle the expectation.
+  template <typename T>
+  void WatchChildren(runtime::Informer<T>* informer, const std::string& resource) {
+    informer->AddHandlers({
+        .on_add =
+            [this, resource](const std::shared_ptr<const T>& o) {
+              std::string key = ControllerKey(o->metadata);
+              if (key.empty()) return;
+              expectations.Observe(key, resource + "/" + o->metadata.name);
+              queue.Add(key);
+            },
+        .on_update =
+            [this, resource](const std::shared_ptr<const T>&, const std::shared_ptr<const T>& o) {
+              std::string key = ControllerKey(o->metadata);
+              if (key.empty()) return;
+              if (o->metadata.deletion_timestamp) {
+                expectations.Observe(key, resource + "-uid/" + o->metadata.uid);
+              }
+              queue.Add(key);
+            },
+        .on_delete =
+            [this, resource](const std::shared_ptr<const T>& o) {
+              std::string key = ControllerKey(o->metadata);
+              if (key.empty()) return;
+              expectations.Observe(key, resource + "-uid/" + o->metadata.uid);
+              queue.Add(key);
+            },
+    });
+  }
+
+  kube::RestClient* client;
+  kube::Clock* clock;
+  runtime::MetricsRegistry* metrics;
+  ControllerOptions options;
+  runtime::Informer<JobObject> jobs;
+  runtime::Informer<kube::Pod> pods;
+  runtime::Informer<ObjectHeader> services;
+  runtime::Informer<ObjectHeader> secrets;
+  runtime::WorkQueue queue;
+  Expectations expectations;
+  runtime::EventRecorder events;
+  Reconciler reconciler;
+};
+
+TrainingJobController::TrainingJobController(kube::RestClient* client, kube::Clock* clock,
+                                             runtime::MetricsRegistry* metrics,
+                                             ProgressSource* progress, ControllerOptions options)
+    : impl_(std::make_unique<Impl>(client, clock, metrics, progress, std::move(options))) {
+  DeclareReconcilerMetrics(metrics);
+  metrics->AddGauge("lockstep_trainingjobs", "TrainingJobs in the cache, by state.");
+  metrics->AddGauge("lockstep_workqueue_depth", "Job keys ready to be reconciled.");
+  Impl* impl = impl_.get();
+  metrics->AddCollector([impl](runtime::MetricsRegistry& m) {
+    m.ClearGauge("lockstep_trainingjobs");
+    std::map<api::JobState, int> counts;
+    for (const api::EnumName<api::JobState>& e : api::kJobStateNames) counts[e.value] = 0;
+    for (const auto& j : impl->jobs.cache().List()) {
+      counts[j->job.status ? j->job.status->state : api::JobState::kPending] += 1;
+    }
+    for (const auto& [state, n] : counts) {
+      m.Set("lockstep_trainingjobs",
+            {{"state", std::string(api::NameOf<api::JobState>(api::kJobStateNames, state))}}, n);
+    }
+    m.Set("lockstep_workqueue_depth", {}, static_cast<double>(impl->queue.Len()));
+  });
+}
+
+TrainingJobController::~TrainingJobController() = default;
+
+void TrainingJobController::Run(std::stop_token stop) {
+  Impl& i = *impl_;
+  i.jobs.AddHandlers({
+      .on_add =
+          [&i](const std::shared_ptr<const JobObject>& j) {
+            i.queue.Add(runtime::KeyOf(j->metadata));
+          },
+      .on_update =
+          [&i](const std::shared_ptr<const JobObject>&, const std::shared_ptr<const JobObject>& j) {
+            i.queue.Add(runtime::KeyOf(j->metadata));
+          },
+      .on_delete =
+          [&i](const std::shared_ptr<const JobObject>& j) {
+            i.queue.Add(runtime::KeyOf(j->metadata));
+          },
+  });
+  i.WatchChildren(&i.pods, "pods");
+  i.WatchChildren(&i.services, "services");
+  i.WatchChildren(&i.secrets, "secrets");
+
+  std::jthread t_jobs([&i](std::stop_token s) { i.jobs.Run(s); });
+  std::jthread t_pods([&i](std::stop_token s) { i.pods.Run(s); });
+  std::jthread t_services([&i](std::stop_token s) { i.services.Run(s); });
+  std::jthread t_secrets([&i](std::stop_token s) { i.secrets.Run(s); });
+  std::stop_callback stop_informers(stop, [&] {
+    t_jobs.request_stop();
+    t_pods.request_stop();
+    t_services.request_stop();
+    t_secrets.request_stop();
+  });
+  kube::LogInfo("trainingjob", "waiting for caches to sync");
+  if (!i.jobs.WaitForSync(stop) || !i.pods.WaitForSync(stop) || !i.services.WaitForSync(stop) ||
+      !i.secrets.WaitForSync(stop)) {
+    return;
+  }
+  kube::LogInfo("trainingjob", "caches synced: ", i.jobs.cache().size(), " jobs, ",
+                i.pods.cache().size(), " pods; starting ", i.options.workers, " workers");
+  runtime::Controller controller(
+      "trainingjob", &i.queue, [&i](const std::string& key) { return i.reconciler.Reconcile(key); },
+      i.options.workers);
+  ready_ = true;
+  controller.Run(stop);
+  ready_ = false;
+}
+
+}  // namespace lockstep::trainingjob

@@ -1,0 +1,52 @@
+#pragma once
+// TrainingJobController: the controller assembled. Informers on TrainingJobs and on the pods,
+// Services and Secrets that carry the lockstep.io/job-name label feed one work queue of job
+// keys (watch -> cache -> queue -> reconcile -> API); N workers run the Reconciler. A child's
+// events enqueue the job named by its controller owner reference and settle the
+// expectations the reconciler registered for it.
+// Used by the lockstep-operator binary (under leader election) and in-process by
+// `lockstep local`.
+// Thread-safety: Run() on one thread; Ready() and metrics() from any.
+
+#include <atomic>
+#include <memory>
+#include <stop_token>
+#include <string>
+
+#include "operator/kube/clock.h"
+#include "operator/kube/rest_client.h"
+#include "operator/runtime/metrics.h"
+#include "operator/runtime/watcher.h"
+#include "operator/trainingjob/progress.h"
+#include "operator/trainingjob/reconciler.h"
+
+namespace lockstep::trainingjob {
+
+struct ControllerOptions {
+  std::string namespace_;  // empty: every namespace
+  int workers = 2;
+  ReconcilerOptions reconciler;
+  absl::Duration expectation_timeout = absl::Minutes(5);
+  runtime::WatcherOptions watch;  // namespace_ and label_selector are set from the above
+};
+
+class TrainingJobController {
+ public:
+  // Pointers must outlive the controller. `progress` may be null (no polling).
+  TrainingJobController(kube::RestClient* client, kube::Clock* clock,
+                        runtime::MetricsRegistry* metrics, ProgressSource* progress,
+                        ControllerOptions options);
+  ~TrainingJobController();
+
+  // Starts the informers, waits for their caches, then reconciles until `stop`.
+  void Run(std::stop_token stop);
+  // The caches have synced and workers are running.
+  bool Ready() const { return ready_.load(); }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::atomic<bool> ready_{false};
+};
+
+}  // namespace lockstep::trainingjob

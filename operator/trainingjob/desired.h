@@ -1,0 +1,47 @@
+#pragma once
+// Desired state: the pod, headless Service, token Secret and PodGroup a TrainingJob should
+// have, built as plain JSON values (DESIGN section 3). Nothing here talks to the API server.
+//
+// A pod is the replica's template with the operator's parts laid over it: name, namespace,
+// labels (ours win over the template's), the controller owner reference, the mapped restart
+// policy (ExitCode becomes Never so the operator sees every exit code), the training port when
+// the template has none, and the injected environment. A variable the user already set in the
+// training container is kept; its name is reported through `kept_env` so the caller can warn.
+// Thread-safety: pure functions.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "operator/api/trainingjob_types.h"
+#include "operator/kube/rest_client.h"
+
+namespace lockstep::trainingjob {
+
+enum class GangScheduler { kNone, kVolcano, kSchedulerPlugins };
+
+struct DesiredOptions {
+  std::string cluster_domain;  // the operator's --cluster-domain; the job's own wins
+  GangScheduler gang = GangScheduler::kNone;
+};
+
+nlohmann::json DesiredPod(const api::TrainingJob& job, api::ReplicaType type, int32_t index,
+                          int32_t attempt, const DesiredOptions& options,
+                          std::vector<std::string>* kept_env = nullptr);
+
+nlohmann::json DesiredService(const api::TrainingJob& job, api::ReplicaType type, int32_t index);
+
+// `token` is the job's random peer token (the caller draws it; this stays pure).
+nlohmann::json DesiredTokenSecret(const api::TrainingJob& job, const std::string& token);
+
+// The PodGroup of the configured gang scheduler; minMember is schedulingPolicy.minAvailable,
+// else every replica. Not meaningful for GangScheduler::kNone.
+nlohmann::json DesiredPodGroup(const api::TrainingJob& job, GangScheduler gang);
+const kube::Resource& PodGroupResource(GangScheduler gang);
+
+// The restart policy the pod itself gets.
+std::string_view PodRestartPolicy(api::RestartPolicy policy);
+
+}  // namespace lockstep::trainingjob

@@ -1,0 +1,188 @@
+#include "operator/trainingjob/failure.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "operator/api/str_util.h"
+#include "operator/api/validation.h"
+
+namespace lockstep::trainingjob {
+namespace {
+
+using api::ReplicaType;
+
+bool IsDisruptionReason(std::string_view r) {
+  return r == "Evicted" || r == "Preempted" || r == "NodeLost" || r == "NodeShutdown" ||
+         r == "Shutdown" || r == "Terminated" || r == "DisruptionTarget";
+}
+
+// The training container's status: the one whose name the pod's first container has, which is
+// what a single-container training pod has; otherwise the first terminated one.
+const kube::ContainerStatus* FailedContainer(const kube::Pod& pod) {
+  const kube::ContainerStatus* best = nullptr;
+  for (const kube::ContainerStatus& c : pod.container_statuses) {
+    bool terminated =
+        c.state.kind == kube::ContainerState::Kind::kTerminated && c.state.exit_code != 0;
+    bool restarted =
+        c.restart_count > 0 && c.last_state.kind == kube::ContainerState::Kind::kTerminated;
+    if (terminated || restarted) {
+      if (best == nullptr || c.restart_count > best->restart_count || terminated) best = &c;
+    }
+  }
+  return best;
+}
+
+const api::ReplicaSpec* SpecOf(const api::TrainingJobSpec& spec, ReplicaType t) {
+  auto it = spec.replica_specs.find(t);
+  return it == spec.replica_specs.end() ? nullptr : &it->second;
+}
+
+bool RuleMatches(const api::FailureRule& rule, const PodFailure& f) {
+  if (rule.replica_types.empty()) {
+    if (f.type == ReplicaType::kEvaluator) return false;
+  } else if (std::find(rule.replica_types.begin(), rule.replica_types.end(), f.type) ==
+             rule.replica_types.end()) {
+    return false;
+  }
+  if (rule.on_exit_codes) {
+    if (!f.exit_code) return false;
+    bool in = std::find(rule.on_exit_codes->values.begin(), rule.on_exit_codes->values.end(),
+                        *f.exit_code) != rule.on_exit_codes->values.end();
+    if ((rule.on_exit_codes->op == api::ExitCodeOperator::kIn) != in) return false;
+  }
+  if (!rule.on_reasons.empty() && std::find(rule.on_reasons.begin(), rule.on_reasons.end(),
+                                            f.reason) == rule.on_reasons.end()) {
+    return false;
+  }
+  return true;
+}
+
+Remedy DefaultScope(const PodFailure& f, const api::TrainingJobSpec& spec) {
+  if (f.type == ReplicaType::kEvaluator) return Remedy::kRestartPod;
+  if (api::EffectiveStrategy(spec) == api::Strategy::kParameterServer) {
+    return f.type == ReplicaType::kWorker ? Remedy::kRestartPod : Remedy::kRestartGroup;
+  }
+  return Remedy::kRestartGroup;
+}
+
+bool Retryable(const PodFailure& f, api::RestartPolicy policy) {
+  switch (policy) {
+    case api::RestartPolicy::kAlways:
+    case api::RestartPolicy::kOnFailure:
+      return true;
+    case api::RestartPolicy::kNever:
+      return false;
+    case api::RestartPolicy::kExitCode:
+      if (f.retryable) return *f.retryable;
+      return f.exit_code.value_or(0) >= 128;
+  }
+  return false;
+}
+
+}  // namespace
+
+int32_t FailureCount(const kube::Pod& pod) {
+  int32_t n = pod.phase == "Failed" ? 1 : 0;
+  for (const kube::ContainerStatus& c : pod.container_statuses) n += c.restart_count;
+  return n;
+}
+
+PodFailure DescribeFailure(const kube::Pod& pod, ReplicaType type, int32_t index) {
+  PodFailure f;
+  f.pod_name = pod.metadata.name;
+  f.pod_uid = pod.metadata.uid;
+  f.type = type;
+  f.index = index;
+  f.restarted_in_place = pod.phase != "Failed";
+  const kube::PodCondition* dt = pod.Condition("DisruptionTarget");
+  f.disruption = IsDisruptionReason(pod.reason) || (dt != nullptr && dt->status == "True");
+
+  std::string container_reason;
+  std::string termination;
+  if (const kube::ContainerStatus* c = FailedContainer(pod)) {
+    const kube::ContainerState& s =
+        c->state.kind == kube::ContainerState::Kind::kTerminated ? c->state : c->last_state;
+    f.exit_code = s.exit_code;
+    container_reason = s.reason;
+    termination = s.message;
+  }
+  // The trainer's termination message is JSON; anything else is kept as plain text.
+  nlohmann::json msg = nlohmann::json::parse(termination, nullptr, false);
+  if (msg.is_object()) {
+    if (msg.contains("reason") && msg["reason"].is_string()) f.reason = msg["reason"];
+    if (msg.contains("message") && msg["message"].is_string()) f.message = msg["message"];
+    if (msg.contains("retryable") && msg["retryable"].is_boolean()) f.retryable = msg["retryable"];
+  } else if (!termination.empty()) {
+    f.message = termination.substr(0, 512);
+  }
+  if (f.reason.empty()) {
+    if (f.disruption && !pod.reason.empty()) {
+      f.reason = pod.reason;
+    } else if (f.disruption) {
+      f.reason = "DisruptionTarget";
+    } else if (!container_reason.empty()) {
+      f.reason = container_reason;
+    } else {
+      f.reason = pod.reason;
+    }
+  }
+  if (f.message.empty()) f.message = pod.message;
+  return f;
+}
+
+FailureDecision DecideFailure(const PodFailure& f, const api::TrainingJobSpec& spec) {
+  if (spec.failure_policy) {
+    const std::vector<api::FailureRule>& rules = spec.failure_policy->rules;
+    for (size_t i = 0; i < rules.size(); ++i) {
+      if (!RuleMatches(rules[i], f)) continue;
+      std::string source = StrCat("failurePolicy.rules[", i, "]");
+      switch (rules[i].action) {
+        case api::FailureAction::kFailJob:
+          return {Remedy::kFailJob, true, source};
+        case api::FailureAction::kRestartJob:
+          return {Remedy::kRestartGroup, true, source};
+        case api::FailureAction::kRestartPod:
+          return {Remedy::kRestartPod, true, source};
+        case api::FailureAction::kIgnore:
+          return {DefaultScope(f, spec), false, source};
+      }
+    }
+  }
+  if (f.disruption) return {DefaultScope(f, spec), false, "default (disruption)"};
+  const api::ReplicaSpec* rs = SpecOf(spec, f.type);
+  api::RestartPolicy policy = rs != nullptr ? rs->restart_policy : api::kDefaultRestartPolicy;
+  bool retryable = Retryable(f, policy);
+  if (f.type == ReplicaType::kEvaluator) {
+    return {retryable ? Remedy::kRestartPod : Remedy::kLeaveFailed, true, "default (evaluator)"};
+  }
+  if (!retryable) return {Remedy::kFailJob, true, "default (permanent failure)"};
+  return {DefaultScope(f, spec), true, "default"};
+}
+
+std::string FailureReason(const PodFailure& f) {
+  std::string_view type = api::NameOf<ReplicaType>(api::kReplicaTypeNames, f.type);
+  if (f.disruption) return StrCat(type, f.reason.empty() ? "Disrupted" : f.reason);
+  if (f.exit_code && *f.exit_code != 0) return StrCat(type, "ExitedWithCode", *f.exit_code);
+  if (!f.reason.empty()) return StrCat(type, f.reason);
+  return StrCat(type, "Failed");
+}
+
+std::string FailureMessage(const PodFailure& f) {
+  std::string out = StrCat(api::NameOf<ReplicaType>(api::kReplicaTypeNames, f.type), " ", f.index,
+                           " (pod ", f.pod_name, ")");
+  if (f.disruption) {
+    out = StrCat(out, " was disrupted");
+  } else if (f.exit_code && *f.exit_code != 0) {
+    out = StrCat(out, " exited with code ", *f.exit_code);
+  } else {
+    out = StrCat(out, " failed");
+  }
+  if (!f.reason.empty() || !f.message.empty()) {
+    out = StrCat(out, " (", f.reason, f.reason.empty() || f.message.empty() ? "" : ": ", f.message,
+                 ")");
+  }
+  return out;
+}
+
+}  // namespace lockstep::trainingjob

@@ -1,0 +1,31 @@
+#pragma once
+// The names, labels and annotations of the objects a TrainingJob owns (DESIGN section 3).
+// Thread-safety: constants and pure functions.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "operator/api/trainingjob_types.h"
+
+namespace lockstep::trainingjob {
+
+inline constexpr std::string_view kJobNameLabel = "lockstep.io/job-name";
+inline constexpr std::string_view kReplicaTypeLabel = "lockstep.io/replica-type";
+inline constexpr std::string_view kReplicaIndexLabel = "lockstep.io/replica-index";
+inline constexpr std::string_view kAttemptLabel = "lockstep.io/attempt";
+
+// The per-job Secret holding the token peers present to each other, and its key.
+inline constexpr std::string_view kTokenKey = "token";
+std::string TokenSecretName(std::string_view job_name);
+
+// "lockstep.io/job-name=<job>,lockstep.io/replica-type=<type>": a replica type's pods.
+std::string ReplicaSelector(std::string_view job_name, api::ReplicaType type);
+
+// The owner reference every child carries: controller and blockOwnerDeletion set.
+api::OwnerReference ControllerRef(const api::TrainingJob& job);
+
+// Parses a decimal label value; -1 when absent or malformed.
+int32_t LabelInt(const std::map<std::string, std::string>& labels, std::string_view key);
+
+}  // namespace lockstep::trainingjob

@@ -1,0 +1,506 @@
+#include "operator/trainingjob/planner.h"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+
+#include "operator/api/conditions.h"
+#include "operator/api/job_state.h"
+#include "operator/api/str_util.h"
+#include "operator/api/validation.h"
+#include "operator/trainingjob/failure.h"
+#include "operator/trainingjob/labels.h"
+#include "operator/trainingjob/replica_status.h"
+
+namespace lockstep::trainingjob {
+namespace {
+
+using api::JobState;
+using api::ReplicaType;
+using runtime::EventType;
+
+std::optional<ReplicaType> TypeFromLabel(const std::map<std::string, std::string>& labels) {
+  auto it = labels.find(std::string(kReplicaTypeLabel));
+  if (it == labels.end()) return std::nullopt;
+  for (const auto& e : api::kReplicaTypeNames) {
+    if (api::ReplicaTypeLower(e.value) == it->second) return e.value;
+  }
+  return std::nullopt;
+}
+
+// The training group: every replica type except the evaluator restarts together.
+bool InGroup(ReplicaType t) { return t != ReplicaType::kEvaluator; }
+
+class Planner {
+ public:
+  Planner(const Observed& o, const PlannerOptions& opt)
+      : o_(o),
+        job_(o.job),
+        opt_(opt),
+        now_(o.now),
+        gen_(o.job.metadata.generation),
+        st_(o.job.status.value_or(api::TrainingJobStatus{})) {}
+
+  Plan Run() {
+    const api::TrainingJobStatus before = st_;
+    Decide();
+    st_.replica_statuses =
+        ReplicaStatuses(job_.spec, pods_, completed_, st_.replica_statuses, job_.metadata.name);
+    st_.ready = ReadyString(job_.spec, st_.replica_statuses);
+    api::TrainingJobStatus cmp = st_;
+    cmp.last_reconcile_time = before.last_reconcile_time;
+    if (!(cmp == before)) st_.last_reconcile_time = now_;
+    plan_.status = std::move(st_);
+    return std::move(plan_);
+  }
+
+ private:
+  struct Slot {
+    std::shared_ptr<const kube::Pod> pod;  // live (not being deleted)
+    bool blocked = false;                  // a pod of this name still exists or is going
+  };
+
+  void Decide() {
+    IndexChildren();
+    if (api::IsTerminal(st_.state)) return Finish();
+    api::FieldErrors errors = o_.decode_errors;
+    if (errors.empty()) errors = api::ValidateTrainingJob(job_);
+    if (!errors.empty()) {
+      std::string msg = "invalid spec: ";
+      for (size_t i = 0; i < errors.size() && i < 5; ++i) {
+        msg = StrCat(msg, i == 0 ? "" : "; ", errors[i].ToString());
+      }
+      if (errors.size() > 5) msg = StrCat(msg, "; and ", errors.size() - 5, " more");
+      Fail("InvalidSpec", msg);
+      return Finish();
+    }
+    st_.observed_generation = gen_;
+    if (job_.spec.run_policy.suspend) return Suspend();
+    if (st_.state == JobState::kSuspended) {
+      Move(JobState::kCreated, "Resumed", "runPolicy.suspend was cleared; pods are created again");
+      st_.start_time = now_;
+    } else if (st_.state == JobState::kPending) {
+      Move(JobState::kCreated, "Created", "the job was accepted; creating pods and services");
+    }
+    if (!st_.start_time) st_.start_time = now_;
+    if (job_.spec.run_policy.active_deadline_seconds) {
+      absl::Time deadline =
+          *st_.start_time + absl::Seconds(*job_.spec.run_policy.active_deadline_seconds);
+      if (now_ >= deadline) {
+        Fail("DeadlineExceeded", StrCat("the job ran longer than runPolicy.activeDeadlineSeconds (",
+                                        *job_.spec.run_policy.active_deadline_seconds, "s)"));
+        return Finish();
+      }
+      Requeue(deadline - now_);
+    }
+    SupportObjects();
+    DeleteStale();
+    if (SuccessMet()) return Finish();
+    HandleFailures();
+    if (api::IsTerminal(st_.state)) return Finish();
+    CreateMissing();
+    RunningState();
+    Watchdogs();
+  }
+
+  // ---- observation ----
+
+  void IndexChildren() {
+    for (const auto& [type, spec] : job_.spec.replica_specs) {
+      completed_[type] = ParseIndexes(st_.replica_statuses[type].completed_indexes);
+    }
+    for (const std::shared_ptr<const kube::Pod>& pod : o_.pods) {
+      std::optional<ReplicaType> type = TypeFromLabel(pod->metadata.labels);
+      int32_t index = LabelInt(pod->metadata.labels, kReplicaIndexLabel);
+      if (!type || index < 0) {
+        if (!pod->metadata.deletion_timestamp)
+          DeletePod(*pod, "it carries no valid replica labels");
+        continue;
+      }
+      Slot& slot = slots_[{*type, index}];
+      slot.blocked = true;
+      if (pod->metadata.deletion_timestamp) continue;
+      slot.pod = pod;
+      pods_.push_back({*type, index, pod});
+      if (pod->phase == "Succeeded" && job_.spec.replica_specs.contains(*type)) {
+        completed_[*type].insert(index);
+      }
+    }
+  }
+
+  // Surplus replicas (scale down) and pods of a replaced attempt.
+  void DeleteStale() {
+    for (auto& [key, slot] : slots_) {
+      if (!slot.pod) continue;
+      const auto& [type, index] = key;
+      int32_t attempt = LabelInt(slot.pod->metadata.labels, kAttemptLabel);
+      if (index >= api::ReplicaCount(job_.spec, type)) {
+        DeletePod(*slot.pod, "the replica count was lowered");
+        slot.pod = nullptr;
+      } else if (InGroup(type) && attempt < st_.attempt && slot.pod->phase != "Succeeded") {
+        DeletePod(*slot.pod, StrCat("attempt ", st_.attempt, " replaces attempt ", attempt));
+        slot.pod = nullptr;
+      }
+    }
+    for (const ChildRef& svc : o_.services) {
+      if (svc.deleting) continue;
+      std::optional<ReplicaType> type = TypeFromLabel(svc.labels);
+      int32_t index = LabelInt(svc.labels, kReplicaIndexLabel);
+      if (!type || index >= api::ReplicaCount(job_.spec, *type) || index < 0) {
+        Delete("services", svc.name, svc.uid, "the replica count was lowered");
+      }
+    }
+  }
+
+  void SupportObjects() {
+    if (!o_.token_secret_exists) {
+      Action a{.kind = Action::Kind::kCreateTokenSecret,
+               .resource = "secrets",
+               .name = TokenSecretName(job_.metadata.name),
+               .why = "the job's peer token"};
+      plan_.actions.push_back(std::move(a));
+    }
+    if (opt_.desired.gang != GangScheduler::kNone && !o_.pod_group_exists) {
+      plan_.actions.push_back({.kind = Action::Kind::kCreate,
+                               .resource = "podgroups",
+                               .name = job_.metadata.name,
+                               .object = DesiredPodGroup(job_, opt_.desired.gang),
+                               .why = "gang scheduling"});
+    }
+  }
+
+  // ---- success and failure ----
+
+  bool SuccessMet() {
+    auto done = [&](ReplicaType t, int32_t i) { return completed_[t].contains(i); };
+    std::string reason;
+    std::string message;
+    if (job_.spec.success_policy == api::SuccessPolicy::kAllWorkers) {
+      for (ReplicaType t : {ReplicaType::kChief, ReplicaType::kWorker}) {
+        for (int32_t i = 0; i < api::ReplicaCount(job_.spec, t); ++i) {
+          if (!done(t, i)) return false;
+        }
+      }
+      reason = "AllWorkersSucceeded";
+      message = "every chief and worker replica succeeded";
+    } else if (api::ReplicaCount(job_.spec, ReplicaType::kChief) > 0) {
+      if (!done(ReplicaType::kChief, 0)) return false;
+      reason = "ChiefSucceeded";
+      message = StrCat("the chief (pod ",
+                       api::ReplicaName(job_.metadata.name, ReplicaType::kChief, 0), ") succeeded");
+    } else {
+      if (api::ReplicaCount(job_.spec, ReplicaType::kWorker) == 0 ||
+          !done(ReplicaType::kWorker, 0)) {
+        return false;
+      }
+      reason = "Worker0Succeeded";
+      message =
+          StrCat("worker 0 (pod ", api::ReplicaName(job_.metadata.name, ReplicaType::kWorker, 0),
+                 ") succeeded");
+    }
+    if (Move(JobState::kSucceeded, reason, message)) st_.completion_time = now_;
+    return true;
+  }
+
+  void HandleFailures() {
+    std::map<std::string, int32_t> counted;
+    std::vector<PodFailure> failures;
+    for (const auto& [type, index, pod] : pods_) {
+      int32_t n = FailureCount(*pod);
+      counted[pod->metadata.uid] = n;
+      auto it = st_.counted_failures.find(pod->metadata.uid);
+      int32_t before = it == st_.counted_failures.end() ? 0 : it->second;
+      if (n <= before || slots_[{type, index}].pod != pod) continue;
+      if (InGroup(type) && LabelInt(pod->metadata.labels, kAttemptLabel) < st_.attempt) continue;
+      if (pod->phase == "Succeeded") continue;
+      PodFailure f = DescribeFailure(*pod, type, index);
+      f.new_failures = n - before;
+      failures.push_back(std::move(f));
+    }
+    st_.counted_failures = std::move(counted);
+    if (failures.empty()) return;
+
+    const PodFailure* fatal = nullptr;
+    const PodFailure* group_cause = nullptr;
+    bool group_counted = false;
+    int32_t counted_restarts = 0;
+    std::vector<const PodFailure*> pod_restarts;
+    for (const PodFailure& f : failures) {
+      FailureDecision d = DecideFailure(f, job_.spec);
+      switch (d.remedy) {
+        case Remedy::kFailJob:
+          if (fatal == nullptr) fatal = &f;
+          break;
+        case Remedy::kRestartGroup:
+          if (group_cause == nullptr || (d.counted && !group_counted)) group_cause = &f;
+          group_counted = group_counted || d.counted;
+          break;
+        case Remedy::kRestartPod:
+          pod_restarts.push_back(&f);
+          // The evaluator's restarts are its own: they never spend the job's budget.
+          if (d.counted && f.type != ReplicaType::kEvaluator) {
+            counted_restarts += f.restarted_in_place ? f.new_failures : 1;
+          }
+          break;
+        case Remedy::kLeaveFailed:
+          Event(EventType::kWarning, FailureReason(f),
+                StrCat(FailureMessage(f), "; the evaluator is left failed, the job goes on"));
+          break;
+      }
+    }
+    if (fatal != nullptr) return Fail(FailureReason(*fatal), FailureMessage(*fatal));
+    if (group_cause != nullptr) {
+      // A group restart replaces the training pods, so their own restarts are part of it.
+      std::erase_if(pod_restarts, [](const PodFailure* f) { return InGroup(f->type); });
+      counted_restarts = 0;
+      for (const PodFailure* f : pod_restarts) {
+        if (f->type != ReplicaType::kEvaluator) counted_restarts += 1;
+      }
+      if (group_counted) counted_restarts += 1;
+    }
+    const int32_t limit = job_.spec.run_policy.backoff_limit;
+    if (st_.restart_count + counted_restarts > limit) {
+      const PodFailure& last = group_cause != nullptr ? *group_cause : *pod_restarts.back();
+      return Fail("BackoffLimitExceeded",
+                  StrCat("restarting again would make ", st_.restart_count + counted_restarts,
+                         " restarts, over runPolicy.backoffLimit ", limit,
+                         "; last failure: ", FailureMessage(last)));
+    }
+    st_.restart_count += counted_restarts;
+    for (const PodFailure* f : pod_restarts) {
+      st_.replica_statuses[f->type].restarts += f->restarted_in_place ? f->new_failures : 1;
+      Slot& slot = slots_.at({f->type, f->index});
+      if (!f->restarted_in_place && slot.pod) {
+        DeletePod(*slot.pod, StrCat("restart after: ", FailureMessage(*f)));
+        slot.pod = nullptr;
+      }
+    }
+    if (group_cause != nullptr) {
+      st_.attempt += 1;
+      for (auto& [key, slot] : slots_) {
+        if (!slot.pod || !InGroup(key.first) || slot.pod->phase == "Succeeded") continue;
+        DeletePod(*slot.pod, StrCat("group restart to attempt ", st_.attempt));
+        slot.pod = nullptr;
+      }
+      st_.replica_statuses[group_cause->type].restarts += 1;
+      Move(JobState::kRestarting, FailureReason(*group_cause),
+           StrCat(FailureMessage(*group_cause), "; restarting the training group as attempt ",
+                  st_.attempt));
+    } else if (!pod_restarts.empty()) {
+      const PodFailure& f = *pod_restarts.front();
+      Move(JobState::kRestarting, FailureReason(f),
+           StrCat(FailureMessage(f), "; restarting ",
+                  f.restarted_in_place ? "in place" : "the pod"));
+    }
+  }
+
+  // ---- creation and state ----
+
+  void CreateMissing() {
+    std::set<std::string> services;
+    for (const ChildRef& s : o_.services) services.insert(s.name);
+    for (const auto& [type, spec] : job_.spec.replica_specs) {
+      for (int32_t i = 0; i < spec.replicas; ++i) {
+        if (completed_[type].contains(i)) continue;
+        std::string name = api::ReplicaName(job_.metadata.name, type, i);
+        if (!services.contains(name)) {
+          plan_.actions.push_back({.kind = Action::Kind::kCreate,
+                                   .resource = "services",
+                                   .name = name,
+                                   .object = DesiredService(job_, type, i),
+                                   .why = "peer discovery"});
+        }
+        if (slots_[{type, i}].blocked) continue;
+        Action a{.kind = Action::Kind::kCreate, .resource = "pods", .name = name};
+        a.object = DesiredPod(job_, type, i, st_.attempt, opt_.desired, &a.kept_env);
+        a.why = StrCat("attempt ", st_.attempt);
+        plan_.actions.push_back(std::move(a));
+      }
+    }
+  }
+
+  void RunningState() {
+    if (st_.state != JobState::kCreated && st_.state != JobState::kRestarting) return;
+    int32_t running = 0;
+    for (const auto& [type, spec] : job_.spec.replica_specs) {
+      if (!InGroup(type)) continue;
+      for (int32_t i = 0; i < spec.replicas; ++i) {
+        if (completed_[type].contains(i)) continue;
+        const Slot& slot = slots_[{type, i}];
+        if (!slot.pod || !PodRunning(*slot.pod)) return;
+        ++running;
+      }
+    }
+    Move(JobState::kRunning, "AllReplicasRunning",
+         StrCat(running, " training pods of attempt ", st_.attempt, " are running"));
+  }
+
+  void Watchdogs() {
+    std::optional<std::string> stalled_reason;
+    std::string stalled_message;
+    const absl::Duration pending_limit =
+        absl::Seconds(job_.spec.run_policy.pending_timeout_seconds);
+    for (const auto& [type, index, pod] : pods_) {
+      if (pod->phase != "Pending" || !pod->metadata.creation_timestamp) continue;
+      absl::Duration age = now_ - *pod->metadata.creation_timestamp;
+      if (age >= pending_limit) {
+        stalled_reason = "PodPending";
+        stalled_message =
+            StrCat("pod ", pod->metadata.name, " has been Pending for ", absl::ToInt64Seconds(age),
+                   "s (runPolicy.pendingTimeoutSeconds ",
+                   job_.spec.run_policy.pending_timeout_seconds, ")", PendingDetail(*pod));
+        break;
+      }
+      Requeue(pending_limit - age);
+    }
+    if (o_.progress) MergeProgress(*o_.progress);
+    if (!stalled_reason && st_.state == JobState::kRunning &&
+        job_.spec.run_policy.progress_deadline_seconds) {
+      absl::Duration limit = absl::Seconds(*job_.spec.run_policy.progress_deadline_seconds);
+      const api::Condition* running =
+          api::FindCondition(st_.conditions, api::ConditionType::kRunning);
+      absl::Time since = running != nullptr ? running->last_transition_time : now_;
+      if (st_.progress && st_.progress->update_time && *st_.progress->update_time > since) {
+        since = *st_.progress->update_time;
+      }
+      if (now_ - since >= limit) {
+        stalled_reason = "NoProgress";
+        stalled_message = StrCat("no training step for ", absl::ToInt64Seconds(now_ - since),
+                                 "s (runPolicy.progressDeadlineSeconds ",
+                                 *job_.spec.run_policy.progress_deadline_seconds, "); last step ",
+                                 st_.progress ? st_.progress->step : 0);
+      } else {
+        Requeue(since + limit - now_);
+      }
+    }
+    bool was = api::IsConditionTrue(st_.conditions, api::ConditionType::kStalled);
+    if (stalled_reason) {
+      if (api::SetStalled(&st_, true, *stalled_reason, stalled_message, gen_, now_).ok() && !was) {
+        Event(EventType::kWarning, *stalled_reason, stalled_message);
+      }
+    } else if (was) {
+      (void)api::SetStalled(&st_, false, "Progressing", "the job is making progress again", gen_,
+                            now_);
+    }
+  }
+
+  void MergeProgress(api::Progress p) {
+    if (st_.progress && st_.progress->step == p.step && st_.progress->update_time) {
+      p.update_time = st_.progress->update_time;
+    } else {
+      p.update_time = now_;
+    }
+    p.summary = ProgressSummary(p);
+    st_.progress = std::move(p);
+  }
+
+  // ---- endings ----
+
+  void Suspend() {
+    for (auto& [key, slot] : slots_) {
+      if (slot.pod) DeletePod(*slot.pod, "the job is suspended");
+    }
+    for (const ChildRef& s : o_.services) {
+      if (!s.deleting) Delete("services", s.name, s.uid, "the job is suspended");
+    }
+    if (st_.state != JobState::kSuspended) {
+      Move(JobState::kSuspended, "Suspended",
+           "runPolicy.suspend is set; pods and services deleted");
+    }
+  }
+
+  // Terminal: cleanPodPolicy, then the TTL.
+  void Finish() {
+    if (!st_.completion_time) st_.completion_time = now_;
+    api::CleanPodPolicy policy = job_.spec.run_policy.clean_pod_policy;
+    if (policy != api::CleanPodPolicy::kNone) {
+      for (auto& [key, slot] : slots_) {
+        if (!slot.pod) continue;
+        bool finished = slot.pod->phase == "Succeeded" || slot.pod->phase == "Failed";
+        if (policy == api::CleanPodPolicy::kAll || !finished) {
+          DeletePod(*slot.pod, StrCat("cleanPodPolicy ", api::NameOf<api::CleanPodPolicy>(
+                                                             api::kCleanPodPolicyNames, policy)));
+          slot.pod = nullptr;
+        }
+      }
+      for (const ChildRef& s : o_.services) {
+        if (!s.deleting) Delete("services", s.name, s.uid, "the job finished");
+      }
+    }
+    if (job_.spec.run_policy.ttl_seconds_after_finished) {
+      absl::Time expiry =
+          *st_.completion_time + absl::Seconds(*job_.spec.run_policy.ttl_seconds_after_finished);
+      if (now_ >= expiry) {
+        plan_.actions.push_back(
+            {.kind = Action::Kind::kDeleteJob,
+             .resource = "trainingjobs",
+             .name = job_.metadata.name,
+             .uid = job_.metadata.uid,
+             .why = StrCat("runPolicy.ttlSecondsAfterFinished (",
+                           *job_.spec.run_policy.ttl_seconds_after_finished, "s) passed")});
+      } else {
+        Requeue(expiry - now_);
+      }
+    }
+  }
+
+  void Fail(const std::string& reason, const std::string& message) {
+    if (Move(JobState::kFailed, reason, message)) st_.completion_time = now_;
+  }
+
+  // ---- helpers ----
+
+  bool Move(JobState to, const std::string& reason, const std::string& message) {
+    JobState from = st_.state;
+    if (!api::TransitionTo(&st_, to, reason, message, gen_, now_).ok()) return false;
+    if (from != to) {
+      bool warn = to == JobState::kFailed || to == JobState::kRestarting;
+      Event(warn ? EventType::kWarning : EventType::kNormal, reason, message);
+    }
+    return true;
+  }
+
+  void Event(EventType type, std::string reason, std::string message) {
+    plan_.events.push_back({type, std::move(reason), std::move(message)});
+  }
+
+  void Requeue(absl::Duration d) {
+    d = std::max(d, absl::Seconds(1));
+    if (!plan_.requeue_after || d < *plan_.requeue_after) plan_.requeue_after = d;
+  }
+
+  void DeletePod(const kube::Pod& pod, std::string why) {
+    Delete("pods", pod.metadata.name, pod.metadata.uid, std::move(why));
+  }
+
+  void Delete(std::string resource, const std::string& name, const std::string& uid,
+              std::string why) {
+    for (const Action& a : plan_.actions) {
+      if (a.kind == Action::Kind::kDelete && a.resource == resource && a.name == name) return;
+    }
+    plan_.actions.push_back({.kind = Action::Kind::kDelete,
+                             .resource = std::move(resource),
+                             .name = name,
+                             .uid = uid,
+                             .why = std::move(why)});
+  }
+
+  const Observed& o_;
+  const api::TrainingJob& job_;
+  const PlannerOptions& opt_;
+  const absl::Time now_;
+  const int64_t gen_;
+  api::TrainingJobStatus st_;
+  Plan plan_;
+  std::map<std::pair<ReplicaType, int32_t>, Slot> slots_;
+  std::vector<ReplicaPod> pods_;  // live pods, in the order observed
+  std::map<ReplicaType, std::set<int32_t>> completed_;
+};
+
+}  // namespace
+
+Plan MakePlan(const Observed& observed, const PlannerOptions& options) {
+  return Planner(observed, options).Run();
+}
+
+}  // namespace lockstep::trainingjob

@@ -1,0 +1,86 @@
+#pragma once
+// The pure heart of the controller: observed state in, a plan out (STYLE rule 1).
+//
+// MakePlan(observed, options) recomputes the whole picture on every call (level-triggered):
+// which pods, Services, Secret and PodGroup should exist, which must go (surplus replicas,
+// pods of a replaced attempt, failed pods being restarted, cleanup of a finished or suspended
+// job, the job itself when its TTL has passed), the new status (conditions through the
+// transition table of operator/api/job_state.h, replica statuses, restart count, attempt,
+// times, progress), the events to record, and when to look again (deadline, TTL, pending and
+// progress watchdogs). The reconciler writes the status first and then carries out the
+// actions, so a crash between the two repeats actions rather than losing what the status
+// remembers (restart count, attempt, completed replicas).
+// Thread-safety: pure function over values.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/time/time.h"
+#include "operator/api/field_errors.h"
+#include "operator/api/trainingjob_types.h"
+#include "operator/kube/pod.h"
+#include "operator/runtime/event_recorder.h"
+#include "operator/trainingjob/desired.h"
+
+namespace lockstep::trainingjob {
+
+// A child the job owns, as far as the planner needs to know it.
+struct ChildRef {
+  std::string name;
+  std::string uid;
+  std::map<std::string, std::string> labels;
+  bool deleting = false;
+};
+
+struct Observed {
+  api::TrainingJob job;
+  api::FieldErrors decode_errors;                      // problems found decoding the job
+  std::vector<std::shared_ptr<const kube::Pod>> pods;  // controlled by the job
+  std::vector<ChildRef> services;                      // controlled by the job
+  bool token_secret_exists = false;
+  bool pod_group_exists = false;
+  std::optional<api::Progress> progress;  // fresh from the chief's /progress, when polled
+  absl::Time now = absl::UnixEpoch();
+};
+
+struct PlannerOptions {
+  DesiredOptions desired;
+};
+
+struct Action {
+  enum class Kind { kCreate, kCreateTokenSecret, kDelete, kDeleteJob };
+  Kind kind = Kind::kCreate;
+  std::string resource;  // "pods", "services", "secrets", "podgroups", "trainingjobs"
+  std::string name;
+  std::string uid;                    // delete precondition
+  nlohmann::json object;              // what to create
+  std::string why;                    // for the event
+  std::vector<std::string> kept_env;  // user variables kept over injected ones (pods)
+};
+
+struct PlannedEvent {
+  runtime::EventType type = runtime::EventType::kNormal;
+  std::string reason;
+  std::string message;
+};
+
+struct Plan {
+  api::TrainingJobStatus status;
+  std::vector<Action> actions;
+  std::vector<PlannedEvent> events;
+  std::optional<absl::Duration> requeue_after;
+};
+
+Plan MakePlan(const Observed& observed, const PlannerOptions& options);
+
+// Kubernetes Job's completedIndexes form: "0,2-4" <-> {0,2,3,4}. Malformed parts are skipped.
+std::set<int32_t> ParseIndexes(std::string_view s);
+std::string FormatIndexes(const std::set<int32_t>& indexes);
+
+}  // namespace lockstep::trainingjob

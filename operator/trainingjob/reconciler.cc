@@ -1,0 +1,305 @@
+#include "operator/trainingjob/reconciler.h"
+
+#include <chrono>
+#include <random>
+
+#include "operator/api/str_util.h"
+#include "operator/api/trainingjob_json.h"
+#include "operator/api/validation.h"
+#include "operator/kube/api_error.h"
+#include "operator/kube/log.h"
+#include "operator/trainingjob/labels.h"
+
+namespace lockstep::trainingjob {
+namespace {
+
+using nlohmann::json;
+constexpr char kLog[] = "trainingjob";
+
+const kube::Resource& ResourceOf(const std::string& name, GangScheduler gang) {
+  if (name == "pods") return kube::resources::kPods;
+  if (name == "services") return kube::resources::kServices;
+  if (name == "secrets") return kube::resources::kSecrets;
+  if (name == "podgroups") return PodGroupResource(gang);
+  return kube::resources::kTrainingJobs;
+}
+
+// 32 random bytes, hex: the job's peer token.
+std::string NewToken() {
+  std::random_device rd;
+  std::string out;
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (int i = 0; i < 32; ++i) {
+    unsigned v = rd() & 0xff;
+    out += kHex[v >> 4];
+    out += kHex[v & 0xf];
+  }
+  return out;
+}
+
+template <typename T>
+std::vector<std::shared_ptr<const T>> Controlled(const runtime::Cache<T>& cache,
+                                                 const std::string& uid) {
+  std::vector<std::shared_ptr<const T>> out;
+  for (std::shared_ptr<const T>& o : cache.ByIndex(runtime::kOwnerIndex, uid)) {
+    for (const api::OwnerReference& r : o->metadata.owner_references) {
+      if (r.uid == uid && r.controller.value_or(false)) {
+        out.push_back(std::move(o));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<JobObject> DecodeJobObject(const json& j) {
+  JobObject o;
+  o.job = api::DecodeTrainingJob(j, &o.errors, {.reject_unknown_fields = false});
+  if (o.job.metadata.name.empty()) {
+    return absl::InvalidArgumentError("TrainingJob without metadata.name");
+  }
+  o.metadata = o.job.metadata;
+  return o;
+}
+
+absl::StatusOr<ObjectHeader> DecodeObjectHeader(const json& j) {
+  if (!j.is_object() || !j.contains("metadata")) {
+    return absl::InvalidArgumentError("object without metadata");
+  }
+  api::FieldErrors errors;
+  ObjectHeader h{api::DecodeObjectMeta(j["metadata"], api::FieldPath("metadata"), &errors)};
+  h.metadata.other = json::object();
+  if (h.metadata.name.empty()) return absl::InvalidArgumentError("object without metadata.name");
+  return h;
+}
+
+std::string ControllerKey(const api::ObjectMeta& m) {
+  for (const api::OwnerReference& r : m.owner_references) {
+    if (r.controller.value_or(false) && r.kind == api::kKind && r.api_version == api::kApiVersion) {
+      return runtime::ObjectKey(m.namespace_, r.name);
+    }
+  }
+  return "";
+}
+
+void DeclareReconcilerMetrics(runtime::MetricsRegistry* m) {
+  m->AddCounter(kPodsCreatedMetric, "Pods created, by replica type.");
+  m->AddCounter(kPodsDeletedMetric, "Pods deleted, by reason kind.");
+  m->AddCounter(kRestartsMetric, "Restarts counted against backoffLimit.");
+  m->AddCounter(kReconcileErrorsMetric, "Reconciles that ended in an error.");
+  m->AddHistogram(kReconcileLatencyMetric, "Time one reconcile of a TrainingJob took.",
+                  runtime::LatencyBuckets());
+}
+
+Reconciler::Reconciler(ReconcilerDeps deps, ReconcilerOptions options)
+    : d_(deps), options_(std::move(options)) {}
+
+void Reconciler::Record(const api::TrainingJob& job, runtime::EventType type,
+                        const std::string& reason, const std::string& message) {
+  if (d_.events == nullptr) return;
+  d_.events->Record({.api_version = std::string(api::kApiVersion),
+                     .kind = std::string(api::kKind),
+                     .namespace_ = job.metadata.namespace_,
+                     .name = job.metadata.name,
+                     .uid = job.metadata.uid},
+                    type, reason, message);
+}
+
+std::optional<api::Progress> Reconciler::PollProgress(const std::string& key, const Observed& o) {
+  if (d_.progress == nullptr || options_.progress_interval <= absl::ZeroDuration()) {
+    return std::nullopt;
+  }
+  const api::TrainingJobStatus& st = o.job.status.value_or(api::TrainingJobStatus{});
+  if (st.state != api::JobState::kRunning && st.state != api::JobState::kRestarting) {
+    return std::nullopt;
+  }
+  api::ReplicaType type = o.job.spec.replica_specs.contains(api::ReplicaType::kChief)
+                              ? api::ReplicaType::kChief
+                              : api::ReplicaType::kWorker;
+  std::string name = api::ReplicaName(o.job.metadata.name, type, 0);
+  const kube::Pod* chief = nullptr;
+  for (const auto& p : o.pods) {
+    if (p->metadata.name == name && p->phase == "Running" && !p->pod_ip.empty()) chief = p.get();
+  }
+  if (chief == nullptr) return std::nullopt;
+  {
+    std::lock_guard lock(mu_);
+    absl::Time now = d_.clock->Monotonic();
+    auto it = last_poll_.find(key);
+    if (it != last_poll_.end() && now - it->second < options_.progress_interval) {
+      return std::nullopt;
+    }
+    last_poll_[key] = now;
+  }
+  auto spec = o.job.spec.replica_specs.find(type);
+  int32_t port = spec == o.job.spec.replica_specs.end() ? api::kDefaultMetricsPort
+                                                        : spec->second.pod_template.MetricsPort();
+  absl::StatusOr<api::Progress> p = d_.progress->Fetch(chief->pod_ip, port);
+  if (!p.ok()) {
+    kube::LogDebug(kLog, key, ": no progress from ", chief->metadata.name, ": ",
+                   p.status().message());
+    return std::nullopt;
+  }
+  return *p;
+}
+
+absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string& key) {
+  auto started = std::chrono::steady_clock::now();
+  std::shared_ptr<const JobObject> cached = d_.jobs->Get(key);
+  if (!cached) {
+    d_.expectations->Forget(key);
+    std::lock_guard lock(mu_);
+    last_poll_.erase(key);
+    return runtime::ReconcileResult{};
+  }
+  const api::TrainingJob& job = cached->job;
+  if (job.metadata.deletion_timestamp) return runtime::ReconcileResult{};
+  if (!d_.expectations->Satisfied(key)) {
+    kube::LogDebug(kLog, key, ": waiting for ", d_.expectations->Outstanding(key),
+                   " of its own writes to come back through the watch");
+    return runtime::ReconcileResult{.requeue_after = absl::Minutes(5)};
+  }
+
+  Observed o;
+  o.job = job;  // a copy: the cache's object is never modified
+  o.decode_errors = cached->errors;
+  o.pods = Controlled(*d_.pods, job.metadata.uid);
+  for (const auto& s : Controlled(*d_.services, job.metadata.uid)) {
+    o.services.push_back({s->metadata.name, s->metadata.uid, s->metadata.labels,
+                          s->metadata.deletion_timestamp.has_value()});
+  }
+  o.token_secret_exists =
+      d_.secrets->Get(runtime::ObjectKey(job.metadata.namespace_,
+                                         TokenSecretName(job.metadata.name))) != nullptr;
+  {
+    std::lock_guard lock(mu_);
+    o.pod_group_exists = pod_groups_.contains(job.metadata.uid);
+  }
+  o.progress = PollProgress(key, o);
+  o.now = d_.clock->Now();
+
+  Plan plan = MakePlan(o, options_.planner);
+  const api::TrainingJobStatus old_status = job.status.value_or(api::TrainingJobStatus{});
+
+  if (!job.status || plan.status != *job.status) {
+    api::TrainingJob updated = job;
+    updated.status = plan.status;
+    absl::StatusOr<json> r = d_.client->UpdateStatus(
+        kube::resources::kTrainingJobs, job.metadata.namespace_, api::EncodeTrainingJob(updated));
+    if (!r.ok()) {
+      if (kube::IsApiNotFound(r.status())) return runtime::ReconcileResult{};
+      if (d_.metrics) d_.metrics->Inc(kReconcileErrorsMetric);
+      if (kube::IsApiConflict(r.status())) {
+        kube::LogDebug(kLog, key, ": status write conflicted; the cache is behind, retrying");
+        return runtime::ReconcileResult{.requeue = true};
+      }
+      return r.status();
+    }
+  }
+  for (const PlannedEvent& e : plan.events) Record(job, e.type, e.reason, e.message);
+  if (d_.metrics && plan.status.restart_count > old_status.restart_count) {
+    d_.metrics->Inc(kRestartsMetric, {}, plan.status.restart_count - old_status.restart_count);
+  }
+
+  absl::Status first_error;
+  for (const Action& a : plan.actions) {
+    absl::Status s = Execute(key, job, a);
+    if (!s.ok() && first_error.ok()) first_error = s;
+  }
+  if (d_.metrics) {
+    d_.metrics->Observe(
+        kReconcileLatencyMetric, {},
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
+  if (!first_error.ok()) {
+    if (d_.metrics) d_.metrics->Inc(kReconcileErrorsMetric);
+    return first_error;
+  }
+  runtime::ReconcileResult result{.requeue_after = plan.requeue_after};
+  bool polling = d_.progress != nullptr && options_.progress_interval > absl::ZeroDuration() &&
+                 (plan.status.state == api::JobState::kRunning ||
+                  plan.status.state == api::JobState::kRestarting);
+  if (polling && (!result.requeue_after || *result.requeue_after > options_.progress_interval)) {
+    result.requeue_after = options_.progress_interval;
+  }
+  return result;
+}
+
+absl::Status Reconciler::Execute(const std::string& key, const api::TrainingJob& job,
+                                 const Action& a) {
+  const std::string& ns = job.metadata.namespace_;
+  const kube::Resource& r = ResourceOf(a.resource, options_.planner.desired.gang);
+  switch (a.kind) {
+    case Action::Kind::kCreate:
+    case Action::Kind::kCreateTokenSecret: {
+      json object = a.kind == Action::Kind::kCreateTokenSecret ? DesiredTokenSecret(job, NewToken())
+                                                               : a.object;
+      bool watched = a.resource != "podgroups";
+      std::string item = StrCat(a.resource, "/", a.name);
+      if (watched) d_.expectations->Expect(key, item);
+      absl::StatusOr<json> res = d_.client->Create(r, ns, object);
+      if (res.ok() || kube::IsApiAlreadyExists(res.status())) {
+        if (!res.ok() && watched) d_.expectations->Observe(key, item);
+        if (a.resource == "podgroups") {
+          std::lock_guard lock(mu_);
+          pod_groups_.insert(job.metadata.uid);
+        }
+        if (res.ok() && a.resource == "pods") {
+          if (d_.metrics) {
+            d_.metrics->Inc(kPodsCreatedMetric,
+                            {{"replica_type", a.object["metadata"]["labels"].value(
+                                                  std::string(kReplicaTypeLabel), "")}});
+          }
+          Record(job, runtime::EventType::kNormal, "SuccessfulCreatePod",
+                 StrCat("Created pod ", a.name, " (", a.why, ")"));
+          for (const std::string& var : a.kept_env) {
+            Record(job, runtime::EventType::kWarning, "EnvironmentKept",
+                   StrCat("pod ", a.name, ": ", var,
+                          " is set in the template and was kept; the operator's value was not "
+                          "injected"));
+          }
+        } else if (res.ok() && a.resource == "services") {
+          Record(job, runtime::EventType::kNormal, "SuccessfulCreateService",
+                 StrCat("Created service ", a.name));
+        }
+        return absl::OkStatus();
+      }
+      if (watched) d_.expectations->Observe(key, item);
+      Record(job, runtime::EventType::kWarning, "FailedCreate",
+             StrCat("creating ", a.resource, " ", a.name, ": ", res.status().message()));
+      return res.status();
+    }
+    case Action::Kind::kDelete: {
+      std::string item = StrCat(a.resource, "-uid/", a.uid);
+      d_.expectations->Expect(key, item);
+      absl::StatusOr<json> res = d_.client->Delete(r, ns, a.name, {.precondition_uid = a.uid});
+      if (res.ok() || kube::IsApiNotFound(res.status()) || kube::IsApiConflict(res.status())) {
+        // NotFound: already gone. Conflict: the UID precondition failed, so the name belongs
+        // to a newer object that must not be touched. Either way nothing more will come.
+        if (!res.ok()) d_.expectations->Observe(key, item);
+        if (res.ok() && a.resource == "pods") {
+          if (d_.metrics) d_.metrics->Inc(kPodsDeletedMetric);
+          Record(job, runtime::EventType::kNormal, "SuccessfulDeletePod",
+                 StrCat("Deleted pod ", a.name, ": ", a.why));
+        }
+        return absl::OkStatus();
+      }
+      d_.expectations->Observe(key, item);
+      Record(job, runtime::EventType::kWarning, "FailedDelete",
+             StrCat("deleting ", a.resource, " ", a.name, ": ", res.status().message()));
+      return res.status();
+    }
+    case Action::Kind::kDeleteJob: {
+      Record(job, runtime::EventType::kNormal, "TTLExpired", StrCat("Deleting the job: ", a.why));
+      absl::StatusOr<json> res = d_.client->Delete(
+          r, ns, a.name, {.precondition_uid = a.uid, .propagation_policy = "Background"});
+      if (res.ok() || kube::IsApiNotFound(res.status())) return absl::OkStatus();
+      return res.status();
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lockstep::trainingjob

@@ -1,0 +1,105 @@
+#pragma once
+// Reconciler: the only part of the TrainingJob controller that does I/O. For one job key it
+// reads the caches, asks MakePlan what should be, writes the status (first, and only when it
+// changed), then carries out the plan's creates and deletes and records its events.
+//
+// Writes: the status goes through UpdateStatus with the cached resourceVersion, so a stale
+// cache gets 409 and the key is retried rather than overwriting newer status. Every create
+// and delete is registered with Expectations before it is sent; a job with outstanding
+// expectations is not planned until the informers have caught up. AlreadyExists on create
+// and NotFound on delete count as done. Deletes carry a UID precondition, so a pod recreated
+// under the same name is never deleted by mistake. The REST client's token bucket limits the
+// write rate.
+// Thread-safety: Reconcile may run on several threads for different keys (the work queue
+// never gives one key to two workers).
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "operator/api/field_errors.h"
+#include "operator/api/trainingjob_types.h"
+#include "operator/kube/clock.h"
+#include "operator/kube/pod.h"
+#include "operator/kube/rest_client.h"
+#include "operator/runtime/cache.h"
+#include "operator/runtime/controller.h"
+#include "operator/runtime/event_recorder.h"
+#include "operator/runtime/metrics.h"
+#include "operator/trainingjob/expectations.h"
+#include "operator/trainingjob/planner.h"
+#include "operator/trainingjob/progress.h"
+
+namespace lockstep::trainingjob {
+
+// A TrainingJob as the job informer caches it: decoded leniently (a field this version does
+// not know is tolerated) with the problems kept, so an invalid job still reaches the planner
+// and gets Failed/InvalidSpec instead of vanishing from the cache.
+struct JobObject {
+  api::ObjectMeta metadata;
+  api::TrainingJob job;
+  api::FieldErrors errors;
+};
+absl::StatusOr<JobObject> DecodeJobObject(const nlohmann::json& j);
+
+// Services and Secrets are cached as metadata only: a Secret's data never enters memory.
+struct ObjectHeader {
+  api::ObjectMeta metadata;
+};
+absl::StatusOr<ObjectHeader> DecodeObjectHeader(const nlohmann::json& j);
+
+// "ns/name" of the TrainingJob that controls an object, or "" when none does.
+std::string ControllerKey(const api::ObjectMeta& m);
+
+// Metric names the reconciler maintains.
+inline constexpr char kPodsCreatedMetric[] = "lockstep_pods_created_total";
+inline constexpr char kPodsDeletedMetric[] = "lockstep_pods_deleted_total";
+inline constexpr char kRestartsMetric[] = "lockstep_job_restarts_total";
+inline constexpr char kReconcileLatencyMetric[] = "lockstep_reconcile_duration_seconds";
+inline constexpr char kReconcileErrorsMetric[] = "lockstep_reconcile_errors_total";
+void DeclareReconcilerMetrics(runtime::MetricsRegistry* metrics);
+
+struct ReconcilerOptions {
+  PlannerOptions planner;
+  // How often a running job's chief is asked for /progress; zero turns polling off.
+  absl::Duration progress_interval = absl::Seconds(10);
+};
+
+struct ReconcilerDeps {
+  kube::RestClient* client = nullptr;
+  const runtime::Cache<JobObject>* jobs = nullptr;
+  const runtime::Cache<kube::Pod>* pods = nullptr;
+  const runtime::Cache<ObjectHeader>* services = nullptr;
+  const runtime::Cache<ObjectHeader>* secrets = nullptr;
+  Expectations* expectations = nullptr;
+  runtime::EventRecorder* events = nullptr;
+  ProgressSource* progress = nullptr;  // null: no polling
+  runtime::MetricsRegistry* metrics = nullptr;
+  kube::Clock* clock = nullptr;
+};
+
+class Reconciler {
+ public:
+  Reconciler(ReconcilerDeps deps, ReconcilerOptions options);
+
+  absl::StatusOr<runtime::ReconcileResult> Reconcile(const std::string& key);
+
+ private:
+  std::optional<api::Progress> PollProgress(const std::string& key, const Observed& o);
+  absl::Status Execute(const std::string& key, const api::TrainingJob& job, const Action& a);
+  void Record(const api::TrainingJob& job, runtime::EventType type, const std::string& reason,
+              const std::string& message);
+
+  ReconcilerDeps d_;
+  ReconcilerOptions options_;
+  std::mutex mu_;
+  std::map<std::string, absl::Time> last_poll_;  // job key -> monotonic time of last poll
+  std::set<std::string> pod_groups_;             // job UIDs whose PodGroup exists
+};
+
+}  // namespace lockstep::trainingjob

@@ -1,0 +1,44 @@
+#include "operator/trainingjob/tf_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "operator/api/str_util.h"
+#include "operator/api/validation.h"
+
+namespace lockstep::trainingjob {
+
+std::string ReplicaHost(const api::TrainingJob& job, api::ReplicaType type, int32_t index,
+                        std::string_view cluster_domain) {
+  auto it = job.spec.replica_specs.find(type);
+  int32_t port = it == job.spec.replica_specs.end() ? api::kDefaultTrainingPort
+                                                    : it->second.pod_template.TrainingPort();
+  std::string host = StrCat(api::ReplicaName(job.metadata.name, type, index), ".",
+                            job.metadata.namespace_, ".svc");
+  if (!cluster_domain.empty()) host = StrCat(host, ".", cluster_domain);
+  return StrCat(host, ":", port);
+}
+
+std::optional<std::string> BuildTfConfig(const api::TrainingJob& job, api::ReplicaType type,
+                                         int32_t index, std::string_view default_cluster_domain) {
+  int32_t total = 0;
+  for (const auto& [t, spec] : job.spec.replica_specs) total += spec.replicas;
+  if (total == 1) return std::nullopt;
+  std::string_view domain = job.spec.tf_config.cluster_domain.empty()
+                                ? default_cluster_domain
+                                : std::string_view(job.spec.tf_config.cluster_domain);
+  // nlohmann::json objects keep keys sorted, which is the cluster's order; the top level is
+  // written by hand because its order (cluster, task, environment) is not alphabetical.
+  nlohmann::json cluster = nlohmann::json::object();
+  for (const auto& [t, spec] : job.spec.replica_specs) {
+    if (t == api::ReplicaType::kEvaluator && !job.spec.tf_config.include_evaluator) continue;
+    if (spec.replicas == 0) continue;
+    nlohmann::json hosts = nlohmann::json::array();
+    for (int32_t i = 0; i < spec.replicas; ++i) hosts.push_back(ReplicaHost(job, t, i, domain));
+    cluster[std::string(api::ReplicaTypeLower(t))] = std::move(hosts);
+  }
+  nlohmann::json type_name = std::string(api::ReplicaTypeLower(type));
+  return StrCat(R"({"cluster":)", cluster.dump(), R"(,"task":{"type":)", type_name.dump(),
+                R"(,"index":)", index, R"(},"environment":"cloud"})");
+}
+
+}  // namespace lockstep::trainingjob
