@@ -1,0 +1,602 @@
+// Table tests of the planner: every row of the state transition table, every restart rule.
+#include "operator/trainingjob/planner.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "operator/api/conditions.h"
+#include "operator/api/job_state.h"
+#include "operator/api/validation.h"
+#include "operator/trainingjob/testing.h"
+
+namespace lockstep::trainingjob {
+namespace {
+
+using api::JobState;
+using api::ReplicaType;
+using nlohmann::json;
+using testing::Exited;
+using ::testing::HasSubstr;
+using testing::Job;
+using testing::kT0;
+using testing::MakePod;
+using testing::RestartedInPlace;
+
+// The world the planner sees: a job, its pods, and whether its services and secret exist.
+struct World {
+  api::TrainingJob job;
+  std::vector<kube::Pod> pods;
+  bool services = true;
+  bool secret = true;
+  std::optional<api::Progress> progress;
+  absl::Time now = kT0 + absl::Seconds(10);
+  PlannerOptions options;
+
+  Plan Step() {
+    Observed o;
+    o.job = job;
+    for (const kube::Pod& p : pods) o.pods.push_back(testing::Share(p));
+    if (services) {
+      for (const auto& [type, spec] : job.spec.replica_specs) {
+        for (int i = 0; i < spec.replicas; ++i) {
+          std::string name = api::ReplicaName(job.metadata.name, type, i);
+          o.services.push_back(
+              {name,
+               name + "-svc",
+               {{"lockstep.io/job-name", job.metadata.name},
+                {"lockstep.io/replica-type", std::string(api::ReplicaTypeLower(type))},
+                {"lockstep.io/replica-index", std::to_string(i)}},
+               false});
+        }
+      }
+    }
+    o.token_secret_exists = secret;
+    o.progress = progress;
+    o.now = now;
+    Plan plan = MakePlan(o, options);
+    job.status = plan.status;  // what the reconciler writes
+    return plan;
+  }
+
+  // Moves `job` into `state` through the planner (as the controller would get there).
+  void SetState(JobState s) {
+    api::TrainingJobStatus st = job.status.value_or(api::TrainingJobStatus{});
+    st.start_time = kT0;
+    if (s != JobState::kPending) {
+      ASSERT_TRUE(api::TransitionTo(&st, JobState::kCreated, "Created", "", 1, kT0).ok());
+    }
+    if (s == JobState::kRestarting) {
+      ASSERT_TRUE(api::TransitionTo(&st, JobState::kRestarting, "R", "", 1, kT0).ok());
+    } else if (s != JobState::kPending && s != JobState::kCreated) {
+      ASSERT_TRUE(api::TransitionTo(&st, s, "S", "", 1, kT0).ok());
+    }
+    job.status = st;
+  }
+
+  JobState state() const { return job.status->state; }
+  const api::Condition& Cond(api::ConditionType t) const {
+    const api::Condition* c = api::FindCondition(job.status->conditions, t);
+    EXPECT_NE(c, nullptr);
+    static api::Condition none;
+    return c != nullptr ? *c : none;
+  }
+};
+
+std::vector<std::string> Names(const Plan& p, Action::Kind kind, const std::string& resource) {
+  std::vector<std::string> out;
+  for (const Action& a : p.actions) {
+    if (a.kind == kind && a.resource == resource) out.push_back(a.name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+std::vector<std::string> Created(const Plan& p) { return Names(p, Action::Kind::kCreate, "pods"); }
+std::vector<std::string> Deleted(const Plan& p) { return Names(p, Action::Kind::kDelete, "pods"); }
+using V = std::vector<std::string>;
+
+World Mwm(int workers = 2, const std::string& policy = "ExitCode", json extra = json::object()) {
+  return {.job = Job("MultiWorkerMirrored", {{"Worker", workers, policy}}, extra)};
+}
+void AllRunning(World& w, int attempt = 0) {
+  w.pods.clear();
+  for (const auto& [type, spec] : w.job.spec.replica_specs) {
+    for (int i = 0; i < spec.replicas; ++i)
+      w.pods.push_back(MakePod(w.job, type, i, attempt, "Running"));
+  }
+}
+
+// ---- the transition table, row by row ----
+
+struct Row {
+  JobState from;
+  JobState to;
+  std::string reason;  // expected reason of the new state's condition (prefix)
+  std::function<void(World&)> setup;
+};
+
+std::vector<Row> Rows() {
+  return {
+      {JobState::kPending, JobState::kCreated, "Created", [](World&) {}},
+      {JobState::kPending, JobState::kSuspended, "Suspended",
+       [](World& w) { w.job.spec.run_policy.suspend = true; }},
+      {JobState::kPending, JobState::kFailed, "InvalidSpec",
+       [](World& w) { w.job.spec.replica_specs[ReplicaType::kPS].replicas = 1; }},
+      {JobState::kCreated, JobState::kRunning, "AllReplicasRunning",
+       [](World& w) { AllRunning(w); }},
+      {JobState::kCreated, JobState::kRestarting, "WorkerExitedWithCode137",
+       [](World& w) {
+         w.pods = {MakePod(w.job, ReplicaType::kWorker, 0, 0, "Pending"),
+                   Exited(MakePod(w.job, ReplicaType::kWorker, 1, 0, "Running"), 137)};
+       }},
+      {JobState::kCreated, JobState::kSucceeded, "Worker0Succeeded",
+       [](World& w) {
+         w.pods = {MakePod(w.job, ReplicaType::kWorker, 0, 0, "Succeeded"),
+                   MakePod(w.job, ReplicaType::kWorker, 1, 0, "Pending")};
+       }},
+      {JobState::kCreated, JobState::kFailed, "WorkerExitedWithCode2",
+       [](World& w) {
+         w.pods = {Exited(MakePod(w.job, ReplicaType::kWorker, 0, 0, "Running"), 2)};
+       }},
+      {JobState::kCreated, JobState::kSuspended, "Suspended",
+       [](World& w) { w.job.spec.run_policy.suspend = true; }},
+      {JobState::kRunning, JobState::kRestarting, "WorkerExitedWithCode143",
+       [](World& w) {
+         AllRunning(w);
+         w.pods[1] = Exited(w.pods[1], 143);
+       }},
+      {JobState::kRunning, JobState::kSucceeded, "Worker0Succeeded",
+       [](World& w) {
+         AllRunning(w);
+         w.pods[0] = MakePod(w.job, ReplicaType::kWorker, 0, 0, "Succeeded");
+       }},
+      {JobState::kRunning, JobState::kFailed, "DeadlineExceeded",
+       [](World& w) {
+         AllRunning(w);
+         w.job.spec.run_policy.active_deadline_seconds = 5;
+       }},
+      {JobState::kRunning, JobState::kSuspended, "Suspended",
+       [](World& w) {
+         AllRunning(w);
+         w.job.spec.run_policy.suspend = true;
+       }},
+      {JobState::kRestarting, JobState::kRunning, "AllReplicasRunning",
+       [](World& w) {
+         w.job.status->attempt = 1;
+         AllRunning(w, 1);
+       }},
+      {JobState::kRestarting, JobState::kSucceeded, "Worker0Succeeded",
+       [](World& w) { w.pods = {MakePod(w.job, ReplicaType::kWorker, 0, 0, "Succeeded")}; }},
+      {JobState::kRestarting, JobState::kFailed, "BackoffLimitExceeded",
+       [](World& w) {
+         w.job.spec.run_policy.backoff_limit = 1;
+         w.job.status->restart_count = 1;
+         w.pods = {Exited(MakePod(w.job, ReplicaType::kWorker, 0, 0, "Running"), 137)};
+       }},
+      {JobState::kRestarting, JobState::kSuspended, "Suspended",
+       [](World& w) { w.job.spec.run_policy.suspend = true; }},
+      {JobState::kSuspended, JobState::kCreated, "Resumed", [](World&) {}},
+      {JobState::kSuspended, JobState::kFailed, "InvalidSpec",
+       [](World& w) { w.job.spec.replica_specs[ReplicaType::kPS].replicas = 1; }},
+  };
+}
+
+TEST(PlannerTransitionTest, EveryRowOfTheTableHappens) {
+  std::set<std::pair<JobState, JobState>> covered;
+  for (const Row& row : Rows()) {
+    World w = Mwm();
+    w.SetState(row.from);
+    if (row.from == JobState::kSuspended) w.job.spec.run_policy.suspend = false;
+    row.setup(w);
+    ASSERT_EQ(w.job.status->state, row.from);
+    w.Step();
+    std::string what = std::string(api::NameOf<JobState>(api::kJobStateNames, row.from)) + " -> " +
+                       std::string(api::NameOf<JobState>(api::kJobStateNames, row.to));
+    EXPECT_EQ(w.state(), row.to) << what;
+    const api::Condition* c = nullptr;
+    for (const api::Condition& cond : w.job.status->conditions) {
+      if (cond.status == api::ConditionStatus::kTrue && api::StateOf({cond}) == row.to) {
+        c = &cond;
+      }
+    }
+    ASSERT_NE(c, nullptr) << what;
+    EXPECT_THAT(c->reason, ::testing::StartsWith(row.reason)) << what;
+    covered.insert({row.from, row.to});
+  }
+  for (const api::StateTransition& t : api::kTransitions) {
+    EXPECT_TRUE(covered.contains({t.from, t.to}))
+        << "no test row for " << api::NameOf<JobState>(api::kJobStateNames, t.from) << " -> "
+        << api::NameOf<JobState>(api::kJobStateNames, t.to);
+  }
+}
+
+// ---- desired state ----
+
+TEST(PlannerTest, NewJobCreatesSecretServicesAndPods) {
+  World w = Mwm();
+  w.services = false;
+  w.secret = false;
+  Plan p = w.Step();
+  EXPECT_EQ(w.state(), JobState::kCreated);
+  EXPECT_EQ(Created(p), (V{"t-worker-0", "t-worker-1"}));
+  EXPECT_EQ(Names(p, Action::Kind::kCreate, "services"), (V{"t-worker-0", "t-worker-1"}));
+  EXPECT_EQ(Names(p, Action::Kind::kCreateTokenSecret, "secrets"), (V{"t-token"}));
+  EXPECT_EQ(w.job.status->start_time, w.now);
+  EXPECT_EQ(w.job.status->replica_statuses[ReplicaType::kWorker].selector,
+            "lockstep.io/job-name=t,lockstep.io/replica-type=worker");
+  EXPECT_EQ(w.job.status->ready, "0/2");
+  EXPECT_EQ(w.job.status->observed_generation, 1);
+}
+
+TEST(PlannerTest, NothingToDoLeavesStatusUntouched) {
+  World w = Mwm();
+  AllRunning(w);
+  w.Step();
+  api::TrainingJobStatus before = *w.job.status;
+  w.now += absl::Seconds(30);
+  Plan p = w.Step();
+  EXPECT_TRUE(p.actions.empty());
+  EXPECT_EQ(p.status, before);  // not even lastReconcileTime moves: no write
+  EXPECT_EQ(w.job.status->ready, "2/2");
+}
+
+TEST(PlannerTest, GangSchedulingCreatesPodGroup) {
+  World w = Mwm();
+  w.options.desired.gang = GangScheduler::kVolcano;
+  Plan p = w.Step();
+  EXPECT_EQ(Names(p, Action::Kind::kCreate, "podgroups"), (V{"t"}));
+}
+
+TEST(PlannerTest, ScaleDownDeletesSurplusPodAndService) {
+  World w = Mwm(3);
+  AllRunning(w);
+  w.Step();
+  w.job.spec.replica_specs[ReplicaType::kWorker].replicas = 2;
+  w.services = true;
+  Observed o;
+  Plan p = w.Step();
+  EXPECT_EQ(Deleted(p), (V{"t-worker-2"}));
+}
+
+TEST(PlannerTest, TerminatingPodBlocksItsReplacement) {
+  World w = Mwm();
+  AllRunning(w);
+  w.pods[1].metadata.deletion_timestamp = kT0;
+  Plan p = w.Step();
+  EXPECT_TRUE(Created(p).empty());
+}
+
+// ---- restarts ----
+
+TEST(PlannerRestartTest, RetryableWorkerFailureRestartsTheGroup) {
+  World w = Mwm();
+  AllRunning(w);
+  w.Step();
+  w.pods[1] = Exited(w.pods[1], 137);
+  Plan p = w.Step();
+  EXPECT_EQ(w.state(), JobState::kRestarting);
+  EXPECT_EQ(w.job.status->attempt, 1);
+  EXPECT_EQ(w.job.status->restart_count, 1);
+  EXPECT_EQ(Deleted(p), (V{"t-worker-0", "t-worker-1"}));
+  EXPECT_THAT(w.Cond(api::ConditionType::kRestarting).message,
+              HasSubstr("Worker 1 (pod t-worker-1) exited with code 137"));
+  // Pods are gone; the new attempt is created with attempt 1.
+  w.pods.clear();
+  p = w.Step();
+  ASSERT_EQ(Created(p), (V{"t-worker-0", "t-worker-1"}));
+  EXPECT_EQ(p.actions.back().object["metadata"]["labels"]["lockstep.io/attempt"], "1");
+  AllRunning(w, 1);
+  w.Step();
+  EXPECT_EQ(w.state(), JobState::kRunning);
+  EXPECT_EQ(w.job.status->restart_count, 1);
+}
+
+TEST(PlannerRestartTest, RepeatedReconcileDoesNotCountTwice) {
+  World w = Mwm();
+  AllRunning(w);
+  w.Step();
+  w.pods[1] = Exited(w.pods[1], 137);
+  api::TrainingJob before = w.job;
+  w.Step();
+  w.job = before;  // the status write was lost: the same observation again
+  w.Step();
+  EXPECT_EQ(w.job.status->restart_count, 1);
+  w.Step();  // and with the status written: the old attempt's failure is not new
+  EXPECT_EQ(w.job.status->restart_count, 1);
+  EXPECT_EQ(w.job.status->attempt, 1);
+}
+
+TEST(PlannerRestartTest, PermanentFailureFailsWithTheCulprit) {
+  World w = Mwm();
+  AllRunning(w);
+  w.Step();
+  w.pods[0] =
+      Exited(w.pods[0], 3, R"({"reason":"BadConfig","message":"--epochs must be positive"})");
+  Plan p = w.Step();
+  EXPECT_EQ(w.state(), JobState::kFailed);
+  const api::Condition& c = w.Cond(api::ConditionType::kFailed);
+  EXPECT_EQ(c.reason, "WorkerExitedWithCode3");
+  EXPECT_THAT(c.message, HasSubstr("t-worker-0"));
+  EXPECT_THAT(c.message, HasSubstr("BadConfig: --epochs must be positive"));
+  EXPECT_EQ(Deleted(p), (V{"t-worker-1"}));  // cleanPodPolicy Running
+  EXPECT_TRUE(w.job.status->completion_time.has_value());
+}
+
+TEST(PlannerRestartTest, BackoffLimitCountsKubeletRestartsUnderOnFailure) {
+  World w = {.job = Job("ParameterServer", {{"PS", 1}, {"Worker", 2}},
+                        {{"runPolicy", {{"backoffLimit", 3}}}})};
+  AllRunning(w);
+  w.Step();
+  // Worker 1 restarted in place twice: PS strategy restarts workers alone; both count.
+  w.pods[2] = RestartedInPlace(w.pods[2], 1, 2);
+  Plan p = w.Step();
+  EXPECT_EQ(w.job.status->restart_count, 2);
+  EXPECT_EQ(w.job.status->attempt, 0);
+  EXPECT_TRUE(Deleted(p).empty());
+  EXPECT_EQ(w.job.status->replica_statuses[ReplicaType::kWorker].restarts, 2);
+  w.pods[2] = RestartedInPlace(w.pods[2], 1, 1);
+  p = w.Step();
+  EXPECT_EQ(w.job.status->restart_count, 3);
+  // The container already runs again, so the job passes through Restarting back to Running.
+  EXPECT_EQ(p.events.front().reason, "WorkerExitedWithCode1");
+  EXPECT_EQ(w.state(), JobState::kRunning);
+  w.pods[1] = RestartedInPlace(w.pods[1], 137, 1);
+  w.Step();
+  EXPECT_EQ(w.state(), JobState::kFailed);
+  EXPECT_EQ(w.Cond(api::ConditionType::kFailed).reason, "BackoffLimitExceeded");
+  EXPECT_THAT(w.Cond(api::ConditionType::kFailed).message, HasSubstr("backoffLimit 3"));
+}
+
+TEST(PlannerRestartTest, ParameterServerWorkerRestartsAloneWithoutNewAttempt) {
+  World w = {.job = Job("ParameterServer", {{"PS", 1}, {"Worker", 2, "ExitCode"}})};
+  AllRunning(w);
+  w.Step();
+  w.pods[1] = Exited(w.pods[1], 137);  // worker 0
+  Plan p = w.Step();
+  EXPECT_EQ(Deleted(p), (V{"t-worker-0"}));
+  EXPECT_EQ(w.job.status->attempt, 0);
+  EXPECT_EQ(w.job.status->restart_count, 1);
+}
+
+TEST(PlannerRestartTest, PsFailureRestartsGroupIncludingPs) {
+  World w = {.job = Job("ParameterServer", {{"PS", 1, "ExitCode"}, {"Worker", 2}})};
+  AllRunning(w);
+  w.Step();
+  w.pods[0] = Exited(w.pods[0], 137);
+  Plan p = w.Step();
+  EXPECT_EQ(Deleted(p), (V{"t-ps-0", "t-worker-0", "t-worker-1"}));
+  EXPECT_EQ(w.job.status->attempt, 1);
+}
+
+TEST(PlannerRestartTest, EvaluatorFailuresAreIsolated) {
+  World w = {.job = Job("ParameterServer", {{"PS", 1}, {"Worker", 1}, {"Evaluator", 1, "ExitCode"}},
+                        {{"runPolicy", {{"backoffLimit", 0}}}})};
+  AllRunning(w);
+  w.Step();
+  // pods: evaluator, ps, worker (map order)
+  w.pods[0] = Exited(w.pods[0], 137);
+  Plan p = w.Step();
+  EXPECT_EQ(Deleted(p), (V{"t-evaluator-0"}));
+  EXPECT_EQ(w.job.status->restart_count, 0);  // never spends the job's budget
+  EXPECT_EQ(w.job.status->replica_statuses[ReplicaType::kEvaluator].restarts, 1);
+  EXPECT_NE(w.state(), JobState::kFailed);
+  // A permanent evaluator failure leaves it failed; the job goes on.
+  w.pods[0] = Exited(MakePod(w.job, ReplicaType::kEvaluator, 0, 0, "Running"), 2);
+  w.pods[0].metadata.uid = "eval-2";
+  p = w.Step();
+  EXPECT_TRUE(Deleted(p).empty());
+  EXPECT_TRUE(Created(p).empty());
+  EXPECT_NE(w.state(), JobState::kFailed);
+  EXPECT_EQ(p.events.back().reason, "EvaluatorExitedWithCode2");
+}
+
+TEST(PlannerRestartTest, DisruptionRestartsWithoutSpendingBudget) {
+  World w = Mwm(2, "ExitCode", {{"runPolicy", {{"backoffLimit", 0}}}});
+  AllRunning(w);
+  w.Step();
+  w.pods[0] = Exited(w.pods[0], 137);
+  w.pods[0].reason = "Evicted";
+  Plan p = w.Step();
+  EXPECT_EQ(w.state(), JobState::kRestarting);
+  EXPECT_EQ(w.job.status->restart_count, 0);
+  EXPECT_EQ(w.job.status->attempt, 1);
+  EXPECT_EQ(w.Cond(api::ConditionType::kRestarting).reason, "WorkerEvicted");
+}
+
+TEST(PlannerRestartTest, IgnoreRuleRestartsWithoutSpendingBudget) {
+  World w = Mwm(2, "ExitCode",
+                {{"runPolicy", {{"backoffLimit", 0}}},
+                 {"failurePolicy",
+                  json::parse(R"({"rules":[{"action":"Ignore","onReasons":["PeerLost"]}]})")}});
+  AllRunning(w);
+  w.Step();
+  w.pods[0] = Exited(w.pods[0], 1, R"({"reason":"PeerLost"})");
+  w.Step();
+  EXPECT_EQ(w.state(), JobState::kRestarting);
+  EXPECT_EQ(w.job.status->restart_count, 0);
+}
+
+TEST(PlannerRestartTest, OldAttemptFailuresAreCollateral) {
+  World w = Mwm();
+  AllRunning(w);
+  w.Step();
+  w.pods[1] = Exited(w.pods[1], 137);
+  w.Step();
+  // Worker 0 of attempt 0 dies of PeerLost while it is being replaced.
+  w.pods[0] = Exited(w.pods[0], 143);
+  Plan p = w.Step();
+  EXPECT_EQ(w.job.status->restart_count, 1);
+  EXPECT_EQ(w.job.status->attempt, 1);
+  EXPECT_EQ(Deleted(p), (V{"t-worker-0", "t-worker-1"}));
+}
+
+// ---- success ----
+
+TEST(PlannerSuccessTest, SucceededReplicaIsNeverRecreated) {
+  World w = Mwm(2, "ExitCode");
+  w.job.spec.success_policy = api::SuccessPolicy::kAllWorkers;
+  AllRunning(w);
+  w.Step();
+  w.pods[1] = MakePod(w.job, ReplicaType::kWorker, 1, 0, "Succeeded");
+  w.Step();
+  EXPECT_EQ(w.job.status->replica_statuses[ReplicaType::kWorker].completed_indexes, "1");
+  w.pods.erase(w.pods.begin() + 1);  // its pod was garbage-collected
+  Plan p = w.Step();
+  EXPECT_TRUE(Created(p).empty());
+  EXPECT_EQ(w.job.status->replica_statuses[ReplicaType::kWorker].succeeded, 1);
+  // Even across a group restart.
+  w.pods[0] = Exited(w.pods[0], 137);
+  w.Step();
+  w.pods.clear();
+  p = w.Step();
+  EXPECT_EQ(Created(p), (V{"t-worker-0"}));
+}
+
+TEST(PlannerSuccessTest, ChiefDecidesUnderDefaultAndCleanPodPolicyRunning) {
+  World w = {.job = Job("ParameterServer", {{"Chief", 1}, {"PS", 1}, {"Worker", 1}})};
+  AllRunning(w);
+  w.Step();
+  w.pods[0] = MakePod(w.job, ReplicaType::kChief, 0, 0, "Succeeded");
+  Plan p = w.Step();
+  EXPECT_EQ(w.state(), JobState::kSucceeded);
+  EXPECT_EQ(w.Cond(api::ConditionType::kSucceeded).reason, "ChiefSucceeded");
+  EXPECT_EQ(Deleted(p), (V{"t-ps-0", "t-worker-0"}));  // nothing lingers
+  EXPECT_EQ(Names(p, Action::Kind::kDelete, "services").size(), 3u);
+}
+
+TEST(PlannerSuccessTest, CleanPodPolicyAllAndNone) {
+  for (std::string policy : {"All", "None"}) {
+    World w = Mwm(2, "ExitCode", {{"runPolicy", {{"cleanPodPolicy", policy}}}});
+    AllRunning(w);
+    w.Step();
+    w.pods[0] = MakePod(w.job, ReplicaType::kWorker, 0, 0, "Succeeded");
+    Plan p = w.Step();
+    EXPECT_EQ(w.state(), JobState::kSucceeded);
+    EXPECT_EQ(Deleted(p), policy == "All" ? (V{"t-worker-0", "t-worker-1"}) : V{}) << policy;
+  }
+}
+
+TEST(PlannerSuccessTest, AllWorkersWaitsForEveryWorker) {
+  World w = Mwm(2, "ExitCode", {{"successPolicy", "AllWorkers"}});
+  AllRunning(w);
+  w.Step();
+  w.pods[0] = MakePod(w.job, ReplicaType::kWorker, 0, 0, "Succeeded");
+  w.Step();
+  EXPECT_EQ(w.state(), JobState::kRunning);
+  w.pods[1] = MakePod(w.job, ReplicaType::kWorker, 1, 0, "Succeeded");
+  w.Step();
+  EXPECT_EQ(w.state(), JobState::kSucceeded);
+  EXPECT_EQ(w.Cond(api::ConditionType::kSucceeded).reason, "AllWorkersSucceeded");
+}
+
+// ---- timers ----
+
+TEST(PlannerTimerTest, DeadlineRequeuesThenFails) {
+  World w = Mwm(2, "ExitCode", {{"runPolicy", {{"activeDeadlineSeconds", 60}}}});
+  w.now = kT0;
+  Plan p = w.Step();
+  EXPECT_EQ(p.requeue_after, absl::Seconds(60));
+  AllRunning(w);
+  w.now = kT0 + absl::Seconds(59);
+  p = w.Step();
+  EXPECT_EQ(p.requeue_after, absl::Seconds(1));
+  w.now = kT0 + absl::Seconds(60);
+  p = w.Step();
+  EXPECT_EQ(w.state(), JobState::kFailed);
+  EXPECT_EQ(w.Cond(api::ConditionType::kFailed).reason, "DeadlineExceeded");
+  EXPECT_EQ(Deleted(p), (V{"t-worker-0", "t-worker-1"}));
+}
+
+TEST(PlannerTimerTest, TtlDeletesTheJobWhenDue) {
+  World w = Mwm(2, "ExitCode", {{"runPolicy", {{"ttlSecondsAfterFinished", 100}}}});
+  AllRunning(w);
+  w.Step();
+  w.pods[0] = MakePod(w.job, ReplicaType::kWorker, 0, 0, "Succeeded");
+  Plan p = w.Step();
+  EXPECT_EQ(p.requeue_after, absl::Seconds(100));
+  w.now += absl::Seconds(100);
+  p = w.Step();
+  EXPECT_EQ(Names(p, Action::Kind::kDeleteJob, "trainingjobs"), (V{"t"}));
+}
+
+TEST(PlannerTimerTest, SuspendDeletesEverythingAndResumeResetsStartTime) {
+  World w = Mwm();
+  AllRunning(w);
+  w.Step();
+  w.job.status->restart_count = 2;
+  w.job.spec.run_policy.suspend = true;
+  Plan p = w.Step();
+  EXPECT_EQ(w.state(), JobState::kSuspended);
+  EXPECT_EQ(Deleted(p), (V{"t-worker-0", "t-worker-1"}));
+  EXPECT_EQ(Names(p, Action::Kind::kDelete, "services").size(), 2u);
+  EXPECT_EQ(w.job.status->restart_count, 2);  // status kept
+  w.pods.clear();
+  w.services = false;
+  w.job.spec.run_policy.suspend = false;
+  w.now += absl::Minutes(5);
+  p = w.Step();
+  EXPECT_EQ(w.state(), JobState::kCreated);
+  EXPECT_EQ(w.job.status->start_time, w.now);
+  EXPECT_EQ(Created(p), (V{"t-worker-0", "t-worker-1"}));
+}
+
+TEST(PlannerTimerTest, PendingTooLongIsStalledThenClears) {
+  World w = Mwm(2, "ExitCode", {{"runPolicy", {{"pendingTimeoutSeconds", 60}}}});
+  w.pods = {MakePod(w.job, ReplicaType::kWorker, 0, 0, "Running"),
+            MakePod(w.job, ReplicaType::kWorker, 1, 0, "Pending")};
+  w.pods[1].container_statuses[0].state.reason = "ErrImagePull";
+  w.now = kT0 + absl::Seconds(30);
+  Plan p = w.Step();
+  EXPECT_EQ(p.requeue_after, absl::Seconds(30));
+  EXPECT_FALSE(api::IsConditionTrue(w.job.status->conditions, api::ConditionType::kStalled));
+  w.now = kT0 + absl::Seconds(61);
+  p = w.Step();
+  EXPECT_TRUE(api::IsConditionTrue(w.job.status->conditions, api::ConditionType::kStalled));
+  EXPECT_EQ(w.Cond(api::ConditionType::kStalled).reason, "PodPending");
+  EXPECT_THAT(w.Cond(api::ConditionType::kStalled).message, HasSubstr("t-worker-1"));
+  EXPECT_THAT(w.Cond(api::ConditionType::kStalled).message, HasSubstr("ErrImagePull"));
+  AllRunning(w);
+  w.Step();
+  EXPECT_FALSE(api::IsConditionTrue(w.job.status->conditions, api::ConditionType::kStalled));
+  EXPECT_EQ(w.state(), JobState::kRunning);
+}
+
+TEST(PlannerTimerTest, NoProgressIsStalled) {
+  World w = Mwm(2, "ExitCode", {{"runPolicy", {{"progressDeadlineSeconds", 300}}}});
+  AllRunning(w);
+  w.now = kT0;
+  w.Step();  // Running since kT0
+  w.progress = api::Progress{.step = 10, .total_steps = 100};
+  w.now = kT0 + absl::Seconds(100);
+  Plan p = w.Step();
+  EXPECT_EQ(w.job.status->progress->summary, "10% (10/100)");
+  EXPECT_EQ(w.job.status->progress->update_time, w.now);
+  EXPECT_EQ(p.requeue_after, absl::Seconds(300));
+  w.now = kT0 + absl::Seconds(400);  // same step again: no progress since kT0+100
+  w.Step();
+  EXPECT_EQ(w.job.status->progress->update_time, kT0 + absl::Seconds(100));
+  EXPECT_TRUE(api::IsConditionTrue(w.job.status->conditions, api::ConditionType::kStalled));
+  EXPECT_EQ(w.Cond(api::ConditionType::kStalled).reason, "NoProgress");
+  w.progress->step = 11;
+  w.Step();
+  EXPECT_FALSE(api::IsConditionTrue(w.job.status->conditions, api::ConditionType::kStalled));
+}
+
+TEST(PlannerTest, InvalidSpecNamesTheField) {
+  World w = Mwm();
+  w.job.spec.replica_specs[ReplicaType::kPS].replicas = 1;
+  Plan p = w.Step();
+  EXPECT_EQ(w.state(), JobState::kFailed);
+  EXPECT_THAT(w.Cond(api::ConditionType::kFailed).message, HasSubstr("spec.replicaSpecs"));
+  EXPECT_TRUE(Created(p).empty());
+}
+
+TEST(PlannerTest, IndexesRoundTrip) {
+  EXPECT_EQ(FormatIndexes({0, 2, 3, 4, 7}), "0,2-4,7");
+  EXPECT_EQ(ParseIndexes("0,2-4,7"), (std::set<int32_t>{0, 2, 3, 4, 7}));
+  EXPECT_EQ(ParseIndexes("x,3,-1,5-2"), (std::set<int32_t>{3}));
+}
+
+}  // namespace
+}  // namespace lockstep::trainingjob

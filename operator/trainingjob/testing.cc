@@ -1,0 +1,102 @@
+#include "operator/trainingjob/testing.h"
+
+#include <gtest/gtest.h>
+
+#include "operator/api/trainingjob_json.h"
+#include "operator/api/validation.h"
+#include "operator/trainingjob/labels.h"
+
+namespace lockstep::trainingjob::testing {
+
+using nlohmann::json;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'800'000'000);
+
+json JobJson(const std::string& strategy, const std::vector<ReplicaDesc>& replicas,
+             const json& extra_spec) {
+  json j = json::object();
+  j["apiVersion"] = "lockstep.io/v1alpha1";
+  j["kind"] = "TrainingJob";
+  j["metadata"]["name"] = "t";
+  j["metadata"]["namespace"] = "ns";
+  j["metadata"]["uid"] = "job-uid";
+  j["metadata"]["generation"] = 1;
+  if (!strategy.empty()) j["spec"]["strategy"] = strategy;
+  for (const ReplicaDesc& r : replicas) {
+    json container = json::object();
+    container["name"] = "tensorflow";
+    container["image"] = "lockstep/trainer:latest";
+    json spec = json::object();
+    spec["replicas"] = r.replicas;
+    spec["restartPolicy"] = r.restart_policy;
+    spec["template"]["spec"]["containers"] = json::array({container});
+    j["spec"]["replicaSpecs"][r.type] = spec;
+  }
+  if (extra_spec.is_object()) j["spec"].merge_patch(extra_spec);
+  return j;
+}
+
+api::TrainingJob Job(const std::string& strategy, const std::vector<ReplicaDesc>& replicas,
+                     const json& extra_spec) {
+  api::FieldErrors errors;
+  api::TrainingJob job = api::DecodeTrainingJob(JobJson(strategy, replicas, extra_spec), &errors);
+  EXPECT_TRUE(errors.empty()) << errors.front().ToString();
+  return job;
+}
+
+kube::Pod MakePod(const api::TrainingJob& job, api::ReplicaType type, int index, int attempt,
+                  const std::string& phase) {
+  kube::Pod p;
+  p.metadata.name = api::ReplicaName(job.metadata.name, type, index);
+  p.metadata.namespace_ = job.metadata.namespace_;
+  p.metadata.uid = p.metadata.name + "-a" + std::to_string(attempt);
+  p.metadata.creation_timestamp = kT0;
+  p.metadata.labels = {{std::string(kJobNameLabel), job.metadata.name},
+                       {std::string(kReplicaTypeLabel), std::string(api::ReplicaTypeLower(type))},
+                       {std::string(kReplicaIndexLabel), std::to_string(index)},
+                       {std::string(kAttemptLabel), std::to_string(attempt)}};
+  p.metadata.owner_references = {ControllerRef(job)};
+  p.phase = phase;
+  p.pod_ip = "127.0.1." + std::to_string(index + 1);
+  kube::ContainerStatus c;
+  c.name = "tensorflow";
+  if (phase == "Running") {
+    c.state.kind = kube::ContainerState::Kind::kRunning;
+    c.ready = true;
+    p.conditions.push_back({"Ready", "True", "", ""});
+  } else if (phase == "Succeeded") {
+    c.state.kind = kube::ContainerState::Kind::kTerminated;
+    c.state.reason = "Completed";
+  } else {
+    c.state.kind = kube::ContainerState::Kind::kWaiting;
+    c.state.reason = "ContainerCreating";
+  }
+  p.container_statuses.push_back(c);
+  return p;
+}
+
+kube::Pod Exited(kube::Pod pod, int code, const std::string& termination_message) {
+  pod.phase = "Failed";
+  kube::ContainerState& s = pod.container_statuses.at(0).state;
+  s.kind = kube::ContainerState::Kind::kTerminated;
+  s.exit_code = code;
+  s.reason = "Error";
+  s.message = termination_message;
+  pod.conditions.clear();
+  return pod;
+}
+
+kube::Pod RestartedInPlace(kube::Pod pod, int code, int times) {
+  kube::ContainerStatus& c = pod.container_statuses.at(0);
+  c.restart_count += times;
+  c.last_state.kind = kube::ContainerState::Kind::kTerminated;
+  c.last_state.exit_code = code;
+  c.last_state.reason = "Error";
+  return pod;
+}
+
+std::shared_ptr<const kube::Pod> Share(kube::Pod p) {
+  return std::make_shared<const kube::Pod>(std::move(p));
+}
+
+}  // namespace lockstep::trainingjob::testing
