@@ -1,0 +1,464 @@
+// The TrainingJob controller against the embedded API server of `lockstep local`, with pods
+// simulated: the test plays the kubelet by writing pod status. Every wait is for a condition
+// read back from the API server, never a fixed sleep.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "operator/api/manifest.h"
+#include "operator/api/str_util.h"
+#include "operator/kube/api_error.h"
+#include "operator/kube/clock.h"
+#include "operator/local/api_server.h"
+#include "operator/local/builtin_crds.h"
+#include "operator/local/local_transport.h"
+#include "operator/trainingjob/controller.h"
+#include "operator/trainingjob/testing.h"
+
+namespace lockstep::trainingjob {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+namespace res = kube::resources;
+
+// Injects faults between the controller and the API server: every Nth write answered 500,
+// every Nth status write answered 409, every watch ended after a few chunks. Counts the pod
+// creates that succeeded, per pod name.
+class FaultyTransport final : public kube::Transport {
+ public:
+  explicit FaultyTransport(std::shared_ptr<kube::Transport> inner) : inner_(std::move(inner)) {}
+
+  std::atomic<int> fail_every_nth_write{0};
+  std::atomic<int> conflict_every_nth_status{0};
+  std::atomic<int> drop_watch_after_chunks{0};
+  std::function<void(const std::string& pod)> on_pod_created;
+
+  int PodCreates(const std::string& name) {
+    std::lock_guard lock(mu_);
+    return pod_creates_[name];
+  }
+  int TotalPodCreates() {
+    std::lock_guard lock(mu_);
+    int n = 0;
+    for (const auto& [k, v] : pod_creates_) n += v;
+    return n;
+  }
+  int injected() const { return injected_.load(); }
+
+  absl::StatusOr<kube::HttpResponse> Send(const kube::HttpRequest& r) override {
+    bool write = r.method != "GET";
+    bool status_write = r.method == "PUT" && r.target.find("/status") != std::string::npos;
+    if (write && fail_every_nth_write > 0 && ++writes_ % fail_every_nth_write == 0) {
+      return Injected(500, "InternalError");
+    }
+    if (status_write && conflict_every_nth_status > 0 &&
+        ++status_writes_ % conflict_every_nth_status == 0) {
+      return Injected(409, "Conflict");
+    }
+    absl::StatusOr<kube::HttpResponse> res = inner_->Send(r);
+    if (res.ok() && res->status == 201 && r.method == "POST" && r.target.ends_with("/pods")) {
+      std::string name = json::parse(res->body)["metadata"]["name"];
+      {
+        std::lock_guard lock(mu_);
+        pod_creates_[name] += 1;
+      }
+      if (on_pod_created) on_pod_created(name);
+    }
+    return res;
+  }
+
+  absl::StatusOr<kube::StreamedResponse> Open(const kube::HttpRequest& r) override {
+    absl::StatusOr<kube::StreamedResponse> res = inner_->Open(r);
+    if (!res.ok() || drop_watch_after_chunks <= 0) return res;
+    res->body = std::make_unique<Dropping>(std::move(res->body), drop_watch_after_chunks.load());
+    return res;
+  }
+
+ private:
+  class Dropping final : public kube::BodyStream {
+   public:
+    Dropping(std::unique_ptr<kube::BodyStream> inner, int n) : inner_(std::move(inner)), left_(n) {}
+    absl::StatusOr<std::string> Read() override {
+      if (left_-- <= 0) return absl::UnavailableError("injected: watch dropped");
+      return inner_->Read();
+    }
+    void Cancel() override { inner_->Cancel(); }
+
+   private:
+    std::unique_ptr<kube::BodyStream> inner_;
+    int left_;
+  };
+
+  kube::HttpResponse Injected(int code, const std::string& reason) {
+    injected_ += 1;
+    json status = {{"kind", "Status"},      {"apiVersion", "v1"}, {"status", "Failure"},
+                   {"message", "injected"}, {"reason", reason},   {"code", code}};
+    return {code, {{"Content-Type", "application/json"}}, status.dump()};
+  }
+
+  std::shared_ptr<kube::Transport> inner_;
+  std::atomic<int> writes_{0};
+  std::atomic<int> status_writes_{0};
+  std::atomic<int> injected_{0};
+  std::mutex mu_;
+  std::map<std::string, int> pod_creates_;
+};
+
+class FixedProgress final : public ProgressSource {
+ public:
+  absl::StatusOr<api::Progress> Fetch(const std::string& ip, int32_t port) override {
+    std::lock_guard lock(mu_);
+    last_address_ = StrCat(ip, ":", port);
+    return progress_;
+  }
+  void Set(api::Progress p) {
+    std::lock_guard lock(mu_);
+    progress_ = std::move(p);
+  }
+  std::string last_address() {
+    std::lock_guard lock(mu_);
+    return last_address_;
+  }
+
+ private:
+  std::mutex mu_;
+  api::Progress progress_;
+  std::string last_address_;
+};
+
+class ControllerIntegrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    api_ = *local::ApiServer::Create({});
+    json crd = (*api::ParseYamlDocuments(local::TrainingJobCrdYaml()))[0];
+    ASSERT_EQ(api_->Handle({.method = "POST",
+                            .path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                            .content_type = "application/json",
+                            .body = crd.dump()})
+                  .status,
+              201);
+    auto local = std::make_shared<local::LocalTransport>(api_.get());
+    faults_ = std::make_shared<FaultyTransport>(local);
+    operator_client_ = std::make_unique<kube::RestClient>(faults_);
+    client_ = std::make_unique<kube::RestClient>(local);
+    clock_ = kube::NewRealClock();
+    json ns = {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "ns"}}}};
+    ASSERT_TRUE(client_->Create(res::kNamespaces, "", ns).ok());
+  }
+
+  void TearDown() override { StopOperator(); }
+
+  void StartOperator() {
+    controller_ = std::make_unique<TrainingJobController>(
+        operator_client_.get(), clock_.get(), &metrics_, &progress_,
+        ControllerOptions{.workers = 2,
+                          .reconciler = {.progress_interval = absl::Milliseconds(200)}});
+    operator_ = std::jthread([this](std::stop_token stop) { controller_->Run(stop); });
+  }
+  void StopOperator() {
+    if (operator_.joinable()) {
+      operator_.request_stop();
+      operator_.join();
+    }
+    controller_.reset();
+  }
+
+  void Create(const json& job) {
+    absl::StatusOr<json> r = client_->Create(res::kTrainingJobs, "ns", job);
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+  json Job(const std::string& name) {
+    absl::StatusOr<json> j = client_->Get(res::kTrainingJobs, "ns", name);
+    return j.ok() ? *j : json();
+  }
+  std::string State(const std::string& name) {
+    json j = Job(name);
+    return j.is_object() && j.contains("status") ? j["status"].value("state", "") : "";
+  }
+  json Condition(const std::string& job, const std::string& type) {
+    json j = Job(job);
+    for (const json& c : j["status"]["conditions"]) {
+      if (c["type"] == type) return c;
+    }
+    return json();
+  }
+  std::vector<json> List(const kube::Resource& r, const std::string& job) {
+    absl::StatusOr<json> l =
+        client_->List(r, "ns", {.label_selector = "lockstep.io/job-name=" + job});
+    std::vector<json> out;
+    if (l.ok()) {
+      for (const json& i : (*l)["items"]) out.push_back(i);
+    }
+    return out;
+  }
+  std::vector<json> Pods(const std::string& job, int attempt = -1) {
+    std::vector<json> out;
+    for (json& p : List(res::kPods, job)) {
+      if (attempt < 0 ||
+          p["metadata"]["labels"]["lockstep.io/attempt"] == std::to_string(attempt)) {
+        out.push_back(std::move(p));
+      }
+    }
+    return out;
+  }
+
+  // Polls the API server until `pred` holds; fails the test after `limit`.
+  bool WaitFor(const std::function<bool()>& pred, const std::string& what,
+               std::chrono::seconds limit = std::chrono::seconds(60)) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (pred()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "timed out waiting for " << what;
+    return false;
+  }
+  bool WaitState(const std::string& job, const std::string& state) {
+    return WaitFor([&] { return State(job) == state; }, job + " to be " + state);
+  }
+
+  // The kubelet's part: the pod's phase and its container's state.
+  void SetPod(const std::string& name, const std::string& phase, int exit_code = 0,
+              const std::string& message = "", int restarts = 0) {
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      absl::StatusOr<json> pod = client_->Get(res::kPods, "ns", name);
+      ASSERT_TRUE(pod.ok()) << name;
+      json status = json::object();
+      status["phase"] = phase;
+      status["podIP"] = "127.0.9.1";
+      json c = {{"name", "tensorflow"}, {"restartCount", restarts}, {"ready", phase == "Running"}};
+      if (phase == "Running") {
+        c["state"]["running"]["startedAt"] = "2026-11-21T10:00:00Z";
+        status["conditions"] = json::array({{{"type", "Ready"}, {"status", "True"}}});
+      } else if (phase == "Succeeded" || phase == "Failed") {
+        c["state"]["terminated"] = {{"exitCode", exit_code},
+                                    {"reason", exit_code == 0 ? "Completed" : "Error"},
+                                    {"message", message}};
+      }
+      status["containerStatuses"] = json::array({c});
+      (*pod)["status"] = status;
+      absl::StatusOr<json> r = client_->UpdateStatus(res::kPods, "ns", *pod);
+      if (r.ok()) return;
+      ASSERT_TRUE(kube::IsApiConflict(r.status())) << r.status();
+    }
+    FAIL() << "could not write the status of " << name;
+  }
+  void RunAll(const std::string& job, int attempt, int expected) {
+    ASSERT_TRUE(WaitFor([&] { return static_cast<int>(Pods(job, attempt).size()) == expected; },
+                        StrCat(expected, " pods of attempt ", attempt)));
+    for (const json& p : Pods(job, attempt)) SetPod(p["metadata"]["name"], "Running");
+  }
+
+  std::unique_ptr<local::ApiServer> api_;
+  std::shared_ptr<FaultyTransport> faults_;
+  std::unique_ptr<kube::RestClient> operator_client_;
+  std::unique_ptr<kube::RestClient> client_;
+  std::unique_ptr<kube::Clock> clock_;
+  runtime::MetricsRegistry metrics_;
+  FixedProgress progress_;
+  std::unique_ptr<TrainingJobController> controller_;
+  std::jthread operator_;
+};
+
+json MwmJob(const std::string& name, int workers, json extra = json::object()) {
+  json j = testing::JobJson("MultiWorkerMirrored", {{"Worker", workers, "ExitCode"}}, extra);
+  j["metadata"] = {{"name", name}, {"namespace", "ns"}};
+  return j;
+}
+
+const json* Env(const json& pod, const std::string& name) {
+  for (const json& e : pod["spec"]["containers"][0]["env"]) {
+    if (e["name"] == name) return &e;
+  }
+  return nullptr;
+}
+
+TEST_F(ControllerIntegrationTest, CreatesPodsServicesAndSecretWithTheEnvironment) {
+  StartOperator();
+  Create(MwmJob("t", 2));
+  ASSERT_TRUE(
+      WaitFor([&] { return Pods("t").size() == 2 && List(res::kServices, "t").size() == 2; },
+              "2 pods and 2 services"));
+  absl::StatusOr<json> pod = client_->Get(res::kPods, "ns", "t-worker-1");
+  ASSERT_TRUE(pod.ok());
+  ASSERT_NE(Env(*pod, "TF_CONFIG"), nullptr);
+  EXPECT_EQ(
+      (*Env(*pod, "TF_CONFIG"))["value"],
+      R"({"cluster":{"worker":["t-worker-0.ns.svc:2222","t-worker-1.ns.svc:2222"]},"task":{"type":"worker","index":1},"environment":"cloud"})");
+  EXPECT_EQ((*Env(*pod, "LOCKSTEP_ATTEMPT"))["value"], "0");
+  EXPECT_EQ((*pod)["spec"]["restartPolicy"], "Never");
+  absl::StatusOr<json> secret = client_->Get(res::kSecrets, "ns", "t-token");
+  ASSERT_TRUE(secret.ok());
+  EXPECT_EQ((*secret)["data"]["token"].get<std::string>().size(), 88u);  // 64 hex, base64
+  absl::StatusOr<json> svc = client_->Get(res::kServices, "ns", "t-worker-0");
+  ASSERT_TRUE(svc.ok());
+  EXPECT_EQ((*svc)["spec"]["clusterIP"], "None");
+  EXPECT_TRUE(WaitState("t", "Created"));
+  RunAll("t", 0, 2);
+  EXPECT_TRUE(WaitState("t", "Running"));
+  // Progress from the chief (worker 0 here) reaches status.progress.
+  progress_.Set({.step = 5, .total_steps = 10});
+  EXPECT_TRUE(
+      WaitFor([&] { return Job("t")["status"]["progress"].value("summary", "") == "50% (5/10)"; },
+              "progress in the status"));
+  EXPECT_EQ(progress_.last_address(), "127.0.9.1:9464");
+  EXPECT_GE(metrics_.Value(kPodsCreatedMetric, {{"replica_type", "worker"}}), 2);
+  EXPECT_THAT(metrics_.Render(), HasSubstr("lockstep_trainingjobs{state=\"Running\"} 1"));
+}
+
+TEST_F(ControllerIntegrationTest, RetryableFailureRestartsTheGroupThenRunsAgain) {
+  StartOperator();
+  Create(MwmJob("t", 2));
+  RunAll("t", 0, 2);
+  ASSERT_TRUE(WaitState("t", "Running"));
+  SetPod("t-worker-1", "Failed", 137);
+  ASSERT_TRUE(WaitFor([&] { return Job("t")["status"].value("attempt", 0) == 1; }, "attempt 1"));
+  EXPECT_EQ(Condition("t", "Restarting")["reason"], "WorkerExitedWithCode137");
+  RunAll("t", 1, 2);
+  ASSERT_TRUE(WaitState("t", "Running"));
+  EXPECT_EQ(Job("t")["status"]["restartCount"], 1);
+  EXPECT_EQ(faults_->PodCreates("t-worker-0"), 2);
+}
+
+TEST_F(ControllerIntegrationTest, PermanentFailureFailsNamingTheCulprit) {
+  StartOperator();
+  Create(MwmJob("t", 2));
+  RunAll("t", 0, 2);
+  SetPod("t-worker-0", "Failed", 2,
+         R"({"reason":"BadData","message":"no train-images-idx3-ubyte"})");
+  ASSERT_TRUE(WaitState("t", "Failed"));
+  json c = Condition("t", "Failed");
+  EXPECT_EQ(c["reason"], "WorkerExitedWithCode2");
+  EXPECT_THAT(c["message"].get<std::string>(), HasSubstr("t-worker-0"));
+  EXPECT_THAT(c["message"].get<std::string>(), HasSubstr("BadData"));
+  // cleanPodPolicy Running: the worker still running is stopped.
+  EXPECT_TRUE(WaitFor([&] { return Pods("t").size() == 1; }, "the running worker deleted"));
+}
+
+TEST_F(ControllerIntegrationTest, BackoffLimitExhausted) {
+  StartOperator();
+  Create(MwmJob("t", 1, {{"runPolicy", {{"backoffLimit", 1}}}}));
+  RunAll("t", 0, 1);
+  SetPod("t-worker-0", "Failed", 137);
+  RunAll("t", 1, 1);
+  SetPod("t-worker-0", "Failed", 139);
+  ASSERT_TRUE(WaitState("t", "Failed"));
+  EXPECT_EQ(Condition("t", "Failed")["reason"], "BackoffLimitExceeded");
+  EXPECT_EQ(Job("t")["status"]["restartCount"], 1);
+}
+
+TEST_F(ControllerIntegrationTest, DeadlineFailsTheJobWithoutAnyOtherEvent) {
+  StartOperator();
+  Create(MwmJob("t", 2, {{"runPolicy", {{"activeDeadlineSeconds", 2}}}}));
+  // Pods stay Pending: nothing but the timer can move the job.
+  ASSERT_TRUE(WaitState("t", "Failed"));
+  EXPECT_EQ(Condition("t", "Failed")["reason"], "DeadlineExceeded");
+  EXPECT_TRUE(WaitFor([&] { return Pods("t").empty(); }, "pods cleaned up"));
+}
+
+TEST_F(ControllerIntegrationTest, TtlDeletesTheJobAndItsChildren) {
+  StartOperator();
+  Create(MwmJob("t", 2,
+                {{"runPolicy", {{"ttlSecondsAfterFinished", 1}, {"cleanPodPolicy", "None"}}}}));
+  RunAll("t", 0, 2);
+  SetPod("t-worker-0", "Succeeded");
+  ASSERT_TRUE(WaitState("t", "Succeeded"));
+  ASSERT_TRUE(WaitFor([&] { return Job("t").is_null(); }, "the job deleted"));
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return Pods("t").empty() && List(res::kServices, "t").empty() &&
+               List(res::kSecrets, "t").empty();
+      },
+      "children garbage-collected"));
+}
+
+TEST_F(ControllerIntegrationTest, SuspendAndResume) {
+  StartOperator();
+  Create(MwmJob("t", 2));
+  RunAll("t", 0, 2);
+  ASSERT_TRUE(WaitState("t", "Running"));
+  json suspend = {{"spec", {{"runPolicy", {{"suspend", true}}}}}};
+  ASSERT_TRUE(client_->Patch(res::kTrainingJobs, "ns", "t", kube::PatchType::kMerge, suspend).ok());
+  ASSERT_TRUE(WaitState("t", "Suspended"));
+  EXPECT_TRUE(WaitFor([&] { return Pods("t").empty() && List(res::kServices, "t").empty(); },
+                      "pods and services deleted"));
+  suspend["spec"]["runPolicy"]["suspend"] = false;
+  ASSERT_TRUE(client_->Patch(res::kTrainingJobs, "ns", "t", kube::PatchType::kMerge, suspend).ok());
+  RunAll("t", 0, 2);
+  EXPECT_TRUE(WaitState("t", "Running"));
+}
+
+TEST_F(ControllerIntegrationTest, SucceededWorkerIsNotRecreatedAfterItsPodIsDeleted) {
+  StartOperator();
+  Create(MwmJob("t", 2, {{"successPolicy", "AllWorkers"}}));
+  RunAll("t", 0, 2);
+  SetPod("t-worker-1", "Succeeded");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Job("t")["status"]["replicaStatuses"]["Worker"].value("completedIndexes", "") == "1";
+      },
+      "worker 1 recorded as completed"));
+  ASSERT_TRUE(client_->Delete(res::kPods, "ns", "t-worker-1").ok());
+  SetPod("t-worker-0", "Succeeded");
+  ASSERT_TRUE(WaitState("t", "Succeeded"));
+  EXPECT_EQ(faults_->PodCreates("t-worker-1"), 1);
+}
+
+TEST_F(ControllerIntegrationTest, OperatorRestartedMidReconcileCreatesNoDuplicates) {
+  std::atomic<bool> first{false};
+  std::promise<void> created;
+  faults_->on_pod_created = [&](const std::string&) {
+    if (!first.exchange(true)) created.set_value();
+  };
+  StartOperator();
+  Create(MwmJob("t", 4));
+  created.get_future().wait();
+  StopOperator();  // in the middle of creating the pods
+  faults_->on_pod_created = nullptr;
+  StartOperator();
+  RunAll("t", 0, 4);
+  ASSERT_TRUE(WaitState("t", "Running"));
+  EXPECT_EQ(faults_->TotalPodCreates(), 4);
+  EXPECT_EQ(Job("t")["status"]["restartCount"], 0);
+}
+
+TEST_F(ControllerIntegrationTest, ConvergesThroughServerErrorsConflictsAndDroppedWatches) {
+  faults_->fail_every_nth_write = 4;
+  faults_->conflict_every_nth_status = 3;
+  faults_->drop_watch_after_chunks = 4;
+  StartOperator();
+  Create(MwmJob("t", 3));
+  RunAll("t", 0, 3);
+  ASSERT_TRUE(WaitState("t", "Running"));
+  SetPod("t-worker-2", "Failed", 143);
+  RunAll("t", 1, 3);
+  ASSERT_TRUE(WaitState("t", "Running"));
+  SetPod("t-worker-0", "Succeeded");
+  ASSERT_TRUE(WaitState("t", "Succeeded"));
+  EXPECT_GT(faults_->injected(), 0);
+  EXPECT_EQ(faults_->TotalPodCreates(), 6);  // two attempts of three, nothing twice
+  EXPECT_EQ(Job("t")["status"]["restartCount"], 1);
+}
+
+TEST_F(ControllerIntegrationTest, InvalidJobFailsAndOthersAreUnaffected) {
+  StartOperator();
+  json bad = testing::JobJson("MultiWorkerMirrored", {{"Worker", 2}, {"PS", 1}});
+  bad["metadata"] = {{"name", "bad"}, {"namespace", "ns"}};
+  Create(bad);
+  Create(MwmJob("good", 2));
+  ASSERT_TRUE(WaitState("bad", "Failed"));
+  json c = Condition("bad", "Failed");
+  EXPECT_EQ(c["reason"], "InvalidSpec");
+  EXPECT_THAT(c["message"].get<std::string>(), HasSubstr("spec.replicaSpecs"));
+  EXPECT_TRUE(Pods("bad").empty());
+  RunAll("good", 0, 2);
+  EXPECT_TRUE(WaitState("good", "Running"));
+}
+
+}  // namespace
+}  // namespace lockstep::trainingjob
