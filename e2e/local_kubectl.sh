@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `lockstep local` driven by kubectl: apply, get, scale, patch, strict validation, cascade
-# deletion, state kept across down/up, and no server process left after `down`.
+# deletion, state kept across down/up, and no server process left after `down`. The API
+# server is the subject here, so the TrainingJob controller is left out (--no-controller):
+# the test creates pods itself under the names the controller would use.
 # Usage: local_kubectl.sh LOCKSTEP_BINARY SOURCE_DIR
 set -euo pipefail
 lockstep=$1
@@ -8,7 +10,7 @@ src=$2
 source "$(dirname "$0")/lib.sh"
 export KUBECONFIG=$LOCKSTEP_HOME/kubeconfig
 
-"$lockstep" local up
+"$lockstep" local up --no-controller
 expect "is running" "$lockstep" local status
 pid=$(sed -n 's/.*"pid":\([0-9]*\).*/\1/p' "$LOCKSTEP_HOME/server.json")
 
@@ -87,7 +89,7 @@ YAML
 "$lockstep" local down
 kill -0 "$pid" 2>/dev/null && fail "server process $pid still alive after down"
 expect "not running" "$lockstep" local status
-"$lockstep" local up
+"$lockstep" local up --no-controller
 expect "keep" kubectl get configmaps
 expect "b" kubectl get configmap keep -o 'jsonpath={.data.a}'
 echo "PASS"

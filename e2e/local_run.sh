@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `lockstep run`: starts the local cluster when needed, applies the manifest, follows the job
-# and exits 0 when it succeeds, 1 when it fails (with the reason) or the manifest is invalid.
-# The TrainingJob controller is not part of this test: the test writes the job's status itself,
-# as the controller would.
+# `lockstep run` on `lockstep local` with the real controller and the process runner: pods are
+# local processes. A job whose replicas check their TF_CONFIG succeeds; a worker that exits with
+# a permanent code fails the job with the culprit named; a worker that exits with a retryable
+# code once is restarted as a new attempt and the job then succeeds; an invalid manifest is
+# refused before anything is sent.
 # Usage: local_run.sh LOCKSTEP_BINARY SOURCE_DIR
 set -euo pipefail
 lockstep=$1
@@ -11,41 +12,62 @@ source "$(dirname "$0")/lib.sh"
 unset KUBECONFIG
 k() { KUBECONFIG=$LOCKSTEP_HOME/kubeconfig kubectl "$@"; }
 
-# Waits until `lockstep run` has created the job (the cluster starts first).
-await_job() {
-  for _ in $(seq 600); do
-    k get tj "$1" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  fail "TrainingJob $1 never appeared"
-}
-set_status() {  # set_status JOB STATE CONDITION REASON MESSAGE
-  k patch tj "$1" --subresource=status --type=merge -p "{\"status\":{\"state\":\"$2\",
-    \"conditions\":[{\"type\":\"$3\",\"status\":\"True\",\"reason\":\"$4\",\"message\":\"$5\",
-    \"lastTransitionTime\":\"2026-11-21T10:00:00Z\"}]}}" >/dev/null
+# A job made of /bin/sh replicas: job NAME, then the chief's and the worker's scripts.
+shell_job() {
+  cat <<YAML
+apiVersion: lockstep.io/v1alpha1
+kind: TrainingJob
+metadata: {name: $1}
+spec:
+  strategy: MultiWorkerMirrored
+  replicaSpecs:
+    Chief:
+      replicas: 1
+      restartPolicy: ExitCode
+      template:
+        spec:
+          containers:
+            - {name: main, image: debian:bookworm-slim, command: ["/bin/sh", "-c", "$2"]}
+    Worker:
+      replicas: 1
+      restartPolicy: ExitCode
+      template:
+        spec:
+          containers:
+            - {name: main, image: debian:bookworm-slim, command: ["/bin/sh", "-c", "$3"]}
+  runPolicy: {backoffLimit: 2}
+YAML
 }
 
-# A job that succeeds.
-"$lockstep" run "$src/examples/single-worker.yaml" --timeout 120 >"$work/ok.out" 2>&1 &
-run=$!
-await_job fmnist-single
-set_status fmnist-single Running Running PodsRunning "1/1 running"
-set_status fmnist-single Succeeded Succeeded AllWorkersSucceeded "worker 0 exited 0"
-wait "$run" || fail "lockstep run exited $? for a job that succeeded: $(cat "$work/ok.out")"
-grep -q "fmnist-single succeeded" "$work/ok.out" || fail "no success line: $(cat "$work/ok.out")"
+# The example succeeds: every replica found its task in TF_CONFIG.
+"$lockstep" run "$src/examples/tf-config-check.yaml" --timeout 120 >"$work/ok.out" 2>&1 ||
+  fail "lockstep run exited $? for the example: $(cat "$work/ok.out")"
+grep -q "tf-config-check succeeded" "$work/ok.out" || fail "no success line: $(cat "$work/ok.out")"
+[[ $(k get tj tf-config-check -o jsonpath='{.status.conditions[?(@.type=="Succeeded")].reason}') == ChiefSucceeded ]] ||
+  fail "wrong success reason: $(k get tj tf-config-check -o yaml)"
+expect "contract checked" k logs tf-config-check-chief-0
 
-# A job that fails: exit code 1 and the reason.
-sed 's/name: fmnist-single/name: doomed/' "$src/examples/single-worker.yaml" >"$work/doomed.yaml"
-"$lockstep" run "$work/doomed.yaml" --timeout 120 >"$work/bad.out" 2>&1 &
-run=$!
-await_job doomed
-set_status doomed Failed Failed BackoffLimitExceeded "worker 0 exited 1 three times"
-if wait "$run"; then fail "lockstep run exited 0 for a failed job"; fi
-grep -q "BackoffLimitExceeded" "$work/bad.out" || fail "no reason: $(cat "$work/bad.out")"
+# A worker exiting 3 (permanent): the job fails and the message names the pod.
+shell_job doomed "sleep 30" "exit 3" >"$work/doomed.yaml"
+if "$lockstep" run "$work/doomed.yaml" --timeout 120 >"$work/bad.out" 2>&1; then
+  fail "lockstep run exited 0 for a failed job"
+fi
+grep -q "WorkerExitedWithCode3" "$work/bad.out" || fail "no reason: $(cat "$work/bad.out")"
+grep -q "doomed-worker-0" "$work/bad.out" || fail "no culprit: $(cat "$work/bad.out")"
+
+# A worker exiting 137 once (retryable): group restart, attempt 1, then success.
+marker="$work/crashed-once"
+shell_job flaky "test \$LOCKSTEP_ATTEMPT = 1 || sleep 30" \
+  "test -e $marker || { touch $marker; exit 137; }; sleep 30" >"$work/flaky.yaml"
+"$lockstep" run "$work/flaky.yaml" --timeout 120 >"$work/flaky.out" 2>&1 ||
+  fail "lockstep run exited $? for a job that should recover: $(cat "$work/flaky.out")"
+[[ $(k get tj flaky -o jsonpath='{.status.restartCount}/{.status.attempt}') == 1/1 ]] ||
+  fail "want one restart and attempt 1: $(k get tj flaky -o yaml)"
+expect "WorkerExitedWithCode137" k get events --field-selector involvedObject.name=flaky
 
 # An invalid manifest is refused before anything is sent.
-sed 's/replicas: 1/replicas: -1/; s/name: fmnist-single/name: invalid/' \
-  "$src/examples/single-worker.yaml" >"$work/invalid.yaml"
+sed 's/replicas: 2/replicas: -1/; s/name: tf-config-check/name: invalid/' \
+  "$src/examples/tf-config-check.yaml" >"$work/invalid.yaml"
 if "$lockstep" run "$work/invalid.yaml" >"$work/invalid.out" 2>&1; then fail "invalid manifest accepted"; fi
 grep -q "replicas" "$work/invalid.out" || fail "no field named: $(cat "$work/invalid.out")"
 k get tj invalid >/dev/null 2>&1 && fail "the invalid job was created"

@@ -35,7 +35,8 @@ namespace fs = std::filesystem;
 constexpr char kUsage[] = R"(usage: lockstep local COMMAND [--state-dir DIR] [--port N]
 
 commands:
-  up       start the local cluster in the background (prints how to point kubectl at it)
+  up       start the local cluster in the background (prints how to point kubectl at it);
+           --no-controller and --no-runner are passed on to serve
   down     stop it (its objects stay in the state directory for the next `up`)
   status   say whether it runs, and where
   serve    run the API server, the TrainingJob controller and the pod runner in the
@@ -196,8 +197,12 @@ int Up(const Options& o, const std::string& self, std::ostream& out, std::ostrea
     if (f) std::freopen(log.c_str(), "a", stderr);
     std::freopen("/dev/null", "r", stdin);
     std::string port = std::to_string(o.port);
-    ::execl(self.c_str(), self.c_str(), "local", "serve", "--state-dir", o.state_dir.c_str(),
-            "--port", port.c_str(), static_cast<char*>(nullptr));
+    std::vector<const char*> argv = {self.c_str(),        "local",  "serve",     "--state-dir",
+                                     o.state_dir.c_str(), "--port", port.c_str()};
+    if (!o.controller) argv.push_back("--no-controller");
+    if (!o.runner) argv.push_back("--no-runner");
+    argv.push_back(nullptr);
+    ::execv(self.c_str(), const_cast<char* const*>(argv.data()));
     std::_Exit(127);
   }
   // Wait for it to answer (it may be replaying a large state directory).

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The lockstep-operator binary against `lockstep local` started without its in-process
+# controller: leader election on a Lease, /healthz, /readyz and /metrics, JSON logs, a job run
+# to Succeeded, and a graceful SIGTERM that releases the Lease.
+# Usage: operator_binary.sh LOCKSTEP_BINARY OPERATOR_BINARY SOURCE_DIR
+set -euo pipefail
+lockstep=$1
+operator=$2
+src=$3
+source "$(dirname "$0")/lib.sh"
+unset KUBECONFIG
+k() { KUBECONFIG=$LOCKSTEP_HOME/kubeconfig kubectl "$@"; }
+
+# GET PATH from the operator's endpoint with bash alone: prints the status line and the body.
+get() {
+  exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
+  printf 'GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n' "$1" >&3
+  cat <&3
+  exec 3<&-
+}
+
+"$lockstep" local up --no-controller >/dev/null
+port=$((20000 + RANDOM % 20000))
+"$operator" --kubeconfig "$LOCKSTEP_HOME/kubeconfig" --leader-elect \
+  --leader-election-namespace default --metrics-addr "127.0.0.1:$port" --log-format json \
+  --progress-interval 0 2>"$work/operator.log" &
+op=$!
+for _ in $(seq 300); do
+  get /readyz 2>/dev/null | grep -q "200 OK" && break
+  sleep 0.1
+done
+get /healthz | grep -q "200 OK" || fail "healthz: $(get /healthz 2>&1)"
+get /readyz | grep -q "200 OK" || fail "readyz never became ready: $(tail -5 "$work/operator.log")"
+for _ in $(seq 300); do
+  [[ -n $(k get lease lockstep-operator -n default -o jsonpath='{.spec.holderIdentity}' 2>/dev/null) ]] && break
+  sleep 0.1
+done
+[[ -n $(k get lease lockstep-operator -n default -o jsonpath='{.spec.holderIdentity}') ]] ||
+  fail "no Lease holder"
+
+"$lockstep" run "$src/examples/tf-config-check.yaml" --timeout 120 >"$work/run.out" 2>&1 ||
+  fail "the job did not succeed under lockstep-operator: $(cat "$work/run.out")"
+
+metrics=$(get /metrics)
+for want in 'lockstep_pods_created_total{replica_type="chief"} 1' \
+            'lockstep_pods_created_total{replica_type="worker"} 2' \
+            'lockstep_leader 1' 'lockstep_trainingjobs{state="Succeeded"} 1' \
+            'lockstep_reconcile_duration_seconds_count' \
+            'lockstep_api_request_duration_seconds_bucket{code="201",verb="POST",le='; do
+  [[ $metrics == *"$want"* ]] || fail "/metrics lacks '$want'"
+done
+get /nothing | grep -q "404" || fail "unknown path not 404"
+
+# Every log line is a JSON object with the four fields.
+head -1 "$work/operator.log" | grep -q '^{"component":"[a-z]*","level":"info","msg":".*","ts":"' ||
+  fail "not a JSON log line: $(head -1 "$work/operator.log")"
+
+kill -TERM "$op"
+wait "$op" || fail "lockstep-operator exited $? on SIGTERM"
+[[ -z $(k get lease lockstep-operator -n default -o jsonpath='{.spec.holderIdentity}') ]] ||
+  fail "the Lease was not released on shutdown"
+echo "PASS"
