@@ -1023,7 +1023,7 @@ absl::StatusOr<ObjectPtr> ApiServer::Impl::RemoveNow(const ResourceType& t, cons
 
 void ApiServer::Impl::CollectDependents(const std::string& uid, const std::string& policy) {
   if (uid.empty()) return;
-  for (const auto& [key, obj] : s_->store_->List("").first) {
+  for (const auto& [key, obj] : s_->store_->Dependents(uid)) {
     const json* meta = api::ObjectAt(*obj, "metadata");
     auto refs = meta ? meta->find("ownerReferences") : obj->end();
     if (!meta || refs == meta->end() || !refs->is_array()) continue;

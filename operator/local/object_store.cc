@@ -119,13 +119,57 @@ absl::Status ObjectStore::Replay(const std::string& path) {
     rv_ = std::max(rv_, r["rv"].get<int64_t>());
     const std::string op = r.value("op", "");
     if (op == "put" && r.contains("key") && r["key"].is_string() && r.contains("object")) {
-      objects_[r["key"].get<std::string>()] =
-          std::make_shared<const nlohmann::json>(std::move(r["object"]));
+      SetObject(r["key"].get<std::string>(),
+                std::make_shared<const nlohmann::json>(std::move(r["object"])));
     } else if (op == "del" && r.contains("key") && r["key"].is_string()) {
-      objects_.erase(r["key"].get<std::string>());
+      EraseObject(r["key"].get<std::string>());
     }
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+std::vector<std::string> OwnerUids(const nlohmann::json& object) {
+  std::vector<std::string> out;
+  auto meta = object.find("metadata");
+  if (meta == object.end() || !meta->is_object()) return out;
+  auto refs = meta->find("ownerReferences");
+  if (refs == meta->end() || !refs->is_array()) return out;
+  for (const nlohmann::json& r : *refs) {
+    if (r.is_object() && r.contains("uid") && r["uid"].is_string()) out.push_back(r["uid"]);
+  }
+  return out;
+}
+
+}  // namespace
+
+void ObjectStore::SetObject(const std::string& key, ObjectPtr object) {
+  EraseObject(key);
+  for (const std::string& uid : OwnerUids(*object)) owners_[uid].insert(key);
+  objects_[key] = std::move(object);
+}
+
+void ObjectStore::EraseObject(const std::string& key) {
+  auto it = objects_.find(key);
+  if (it == objects_.end()) return;
+  for (const std::string& uid : OwnerUids(*it->second)) {
+    auto o = owners_.find(uid);
+    if (o == owners_.end()) continue;
+    o->second.erase(key);
+    if (o->second.empty()) owners_.erase(o);
+  }
+  objects_.erase(it);
+}
+
+std::vector<std::pair<std::string, ObjectPtr>> ObjectStore::Dependents(
+    const std::string& owner_uid) const {
+  std::lock_guard lock(mu_);
+  std::vector<std::pair<std::string, ObjectPtr>> out;
+  auto o = owners_.find(owner_uid);
+  if (o == owners_.end()) return out;
+  for (const std::string& key : o->second) out.emplace_back(key, objects_.at(key));
+  return out;
 }
 
 absl::Status ObjectStore::Compact() {
@@ -204,7 +248,7 @@ absl::StatusOr<ObjectPtr> ObjectStore::Put(const std::string& key, nlohmann::jso
   rv_ = rv;
   auto stored = std::make_shared<const nlohmann::json>(std::move(object));
   ObjectPtr old = exists ? it->second : nullptr;
-  objects_[key] = stored;
+  SetObject(key, stored);
   Publish({exists ? StoreEvent::Type::kModified : StoreEvent::Type::kAdded, rv, key, stored, old});
   return stored;
 }
@@ -223,7 +267,7 @@ absl::StatusOr<ObjectPtr> ObjectStore::Remove(const std::string& key,
   last["metadata"]["resourceVersion"] = std::to_string(rv);
   auto gone = std::make_shared<const nlohmann::json>(std::move(last));
   ObjectPtr old = it->second;
-  objects_.erase(it);
+  EraseObject(key);
   Publish({StoreEvent::Type::kDeleted, rv, key, gone, old});
   return gone;
 }

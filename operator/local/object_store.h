@@ -17,7 +17,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -74,6 +76,8 @@ class ObjectStore {
   std::pair<std::vector<std::pair<std::string, ObjectPtr>>, int64_t> List(
       const std::string& prefix) const;
   int64_t resource_version() const;
+  // Objects with an ownerReference to `owner_uid` (an index, for cascading deletion).
+  std::vector<std::pair<std::string, ObjectPtr>> Dependents(const std::string& owner_uid) const;
 
   // Stores `object` (its metadata.resourceVersion is set here) if the current object's
   // resourceVersion equals `expect_rv` ("" = any, "-" = must not exist). Returns the stored
@@ -95,9 +99,13 @@ class ObjectStore {
   void Publish(StoreEvent e);
   absl::Status Replay(const std::string& path);
   absl::Status Compact();
+  // Every change to objects_ goes through these two, which keep owners_ in step.
+  void SetObject(const std::string& key, ObjectPtr object);
+  void EraseObject(const std::string& key);
 
   mutable std::mutex mu_;
   std::map<std::string, ObjectPtr> objects_;
+  std::unordered_map<std::string, std::set<std::string>> owners_;  // owner uid -> keys
   int64_t rv_ = 1;
   std::deque<StoreEvent> history_;
   size_t history_limit_ = 10000;

@@ -34,6 +34,33 @@ TEST(ObjectStoreTest, VersionsAndPreconditions) {
   EXPECT_EQ(store->Remove(key).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(ObjectStoreTest, DependentsFollowOwnerReferencesThroughUpdatesAndRemoval) {
+  auto store = ObjectStore::Open("").value();
+  auto owned = [](const std::string& name, std::vector<std::string> owners) {
+    json o = Obj(name);
+    o["metadata"]["ownerReferences"] = json::array();
+    for (const std::string& uid : owners) {
+      o["metadata"]["ownerReferences"].push_back({{"uid", uid}, {"name", "job"}});
+    }
+    return o;
+  };
+  ASSERT_TRUE(store->Put(StoreKey("pods", "ns", "a"), owned("a", {"u1"}), "-").ok());
+  ASSERT_TRUE(store->Put(StoreKey("pods", "ns", "b"), owned("b", {"u1", "u2"}), "-").ok());
+  ASSERT_TRUE(store->Put(StoreKey("pods", "ns", "c"), Obj("c"), "-").ok());
+  auto keys = [&](const std::string& uid) {
+    std::vector<std::string> out;
+    for (const auto& [k, o] : store->Dependents(uid)) out.push_back(k);
+    return out;
+  };
+  EXPECT_EQ(keys("u1"), (std::vector<std::string>{"pods/ns/a", "pods/ns/b"}));
+  EXPECT_EQ(keys("u2"), (std::vector<std::string>{"pods/ns/b"}));
+  // An update that drops an owner, and a removal, leave the index.
+  ASSERT_TRUE(store->Put(StoreKey("pods", "ns", "b"), owned("b", {"u2"}), "").ok());
+  ASSERT_TRUE(store->Remove(StoreKey("pods", "ns", "a")).ok());
+  EXPECT_TRUE(keys("u1").empty());
+  EXPECT_EQ(keys("u2"), (std::vector<std::string>{"pods/ns/b"}));
+}
+
 TEST(ObjectStoreTest, ListByPrefixInKeyOrder) {
   auto store = ObjectStore::Open("").value();
   for (const char* n : {"b", "a", "c"})

@@ -152,4 +152,12 @@ uint64_t MetricsRegistry::Count(const std::string& name, const MetricLabels& lab
   return h == it->second.histograms.end() ? 0 : h->second.count;
 }
 
+double MetricsRegistry::Sum(const std::string& name, const MetricLabels& labels) const {
+  std::lock_guard lock(mu_);
+  auto it = families_.find(name);
+  if (it == families_.end()) return 0;
+  auto h = it->second.histograms.find(labels);
+  return h == it->second.histograms.end() ? 0 : h->second.sum;
+}
+
 }  // namespace lockstep::runtime

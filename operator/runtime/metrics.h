@@ -36,8 +36,9 @@ class MetricsRegistry {
 
   // A counter or gauge's current value (0 when absent), for tests.
   double Value(const std::string& name, const MetricLabels& labels = {}) const;
-  // A histogram's observation count, for tests.
+  // A histogram's observation count and sum, for tests and benchmarks.
   uint64_t Count(const std::string& name, const MetricLabels& labels = {}) const;
+  double Sum(const std::string& name, const MetricLabels& labels = {}) const;
 
  private:
   enum class Type { kCounter, kGauge, kHistogram };
