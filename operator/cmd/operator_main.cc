@@ -132,6 +132,13 @@ int main(int argc, char** argv) {
                 flags->namespace_.empty() ? "(all)" : flags->namespace_);
   if (flags->leader_elect) {
     elector.Run(stop.get_token(), [&](std::stop_token lead) { controller.Run(lead); });
+    if (!stop.stop_requested()) {
+      // Leadership lost without being asked to stop: exit so that the Deployment restarts
+      // this replica as a fresh candidate (the caches it held may be behind the new leader's).
+      kube::LogError("operator", "lost the leader Lease; exiting");
+      watch_signals.request_stop();
+      return 1;
+    }
   } else {
     controller.Run(stop.get_token());
   }
