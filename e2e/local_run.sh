@@ -46,6 +46,8 @@ grep -q "tf-config-check succeeded" "$work/ok.out" || fail "no success line: $(c
 [[ $(k get tj tf-config-check -o jsonpath='{.status.conditions[?(@.type=="Succeeded")].reason}') == ChiefSucceeded ]] ||
   fail "wrong success reason: $(k get tj tf-config-check -o yaml)"
 expect "contract checked" k logs tf-config-check-chief-0
+# Events name what the controller did; sorting asks the server for whole objects in the table.
+expect "ChiefSucceeded" k get events --sort-by=.lastTimestamp
 
 # A worker exiting 3 (permanent): the job fails and the message names the pod.
 shell_job doomed "sleep 30" "exit 3" >"$work/doomed.yaml"

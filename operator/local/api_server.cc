@@ -574,7 +574,8 @@ ApiResponse ApiServer::Impl::Get(const Route& route, const ApiRequest& r) {
   if (route.subresource == "scale") return Reply(200, ScaleOf(*route.type, *obj));
   if (route.subresource == "log") return Log(*obj, r);
   if (WantsTable(r.accept)) {
-    return Reply(200, ToTable(*route.type, {obj}, MetaString(*obj, "resourceVersion")));
+    return Reply(200, ToTable(*route.type, {obj}, MetaString(*obj, "resourceVersion"),
+                              Query(r.query, "includeObject") == "Object"));
   }
   return Reply(200, *obj);
 }
@@ -651,7 +652,7 @@ ApiResponse ApiServer::Impl::List(const Route& route, const ApiRequest& r) {
   for (size_t i = std::min(start, end); i < end; ++i) page.push_back(snap->items[i]);
   json list;
   if (WantsTable(r.accept)) {
-    list = ToTable(t, page, std::to_string(snap->rv));
+    list = ToTable(t, page, std::to_string(snap->rv), Query(r.query, "includeObject") == "Object");
   } else {
     for (const ObjectPtr& obj : page) items.push_back(*obj);
     list = {{"kind", t.list_kind},

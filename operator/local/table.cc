@@ -152,7 +152,7 @@ bool WantsTable(std::string_view accept) {
 }
 
 json ToTable(const ResourceType& t, const std::vector<ObjectPtr>& objects,
-             const std::string& resource_version) {
+             const std::string& resource_version, bool full_objects) {
   std::vector<Column> cols = ColumnsFor(t);
   json defs = json::array();
   for (const Column& c : cols) {
@@ -167,11 +167,11 @@ json ToTable(const ResourceType& t, const std::vector<ObjectPtr>& objects,
     json cells = json::array();
     for (const Column& c : cols) cells.push_back(Cell(c, *obj));
     json meta = obj->contains("metadata") ? (*obj)["metadata"] : json::object();
-    rows.push_back({{"cells", cells},
-                    {"object",
-                     {{"kind", "PartialObjectMetadata"},
-                      {"apiVersion", "meta.k8s.io/v1"},
-                      {"metadata", meta}}}});
+    json row_object = full_objects ? *obj
+                                   : json{{"kind", "PartialObjectMetadata"},
+                                          {"apiVersion", "meta.k8s.io/v1"},
+                                          {"metadata", meta}};
+    rows.push_back({{"cells", cells}, {"object", std::move(row_object)}});
   }
   return {{"kind", "Table"},
           {"apiVersion", "meta.k8s.io/v1"},

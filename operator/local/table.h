@@ -17,7 +17,9 @@ namespace lockstep::local {
 // True when an Accept header asks for a Table.
 bool WantsTable(std::string_view accept);
 
+// Each row carries the object's metadata (PartialObjectMetadata), or the whole object when
+// `full_objects` (the request's includeObject=Object, which kubectl sends to sort by a field).
 nlohmann::json ToTable(const ResourceType& type, const std::vector<ObjectPtr>& objects,
-                       const std::string& resource_version);
+                       const std::string& resource_version, bool full_objects = false);
 
 }  // namespace lockstep::local
