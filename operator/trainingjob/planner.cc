@@ -250,13 +250,10 @@ class Planner {
     }
     if (fatal != nullptr) return Fail(FailureReason(*fatal), FailureMessage(*fatal));
     if (group_cause != nullptr) {
-      // A group restart replaces the training pods, so their own restarts are part of it.
+      // A group restart replaces the training pods, so their own restarts are part of it and
+      // it counts once; what remains to restart alone is an evaluator, which never counts.
       std::erase_if(pod_restarts, [](const PodFailure* f) { return InGroup(f->type); });
-      counted_restarts = 0;
-      for (const PodFailure* f : pod_restarts) {
-        if (f->type != ReplicaType::kEvaluator) counted_restarts += 1;
-      }
-      if (group_counted) counted_restarts += 1;
+      counted_restarts = group_counted ? 1 : 0;
     }
     const int32_t limit = job_.spec.run_policy.backoff_limit;
     if (st_.restart_count + counted_restarts > limit) {

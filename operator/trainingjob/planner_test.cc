@@ -30,6 +30,7 @@ struct World {
   std::vector<kube::Pod> pods;
   bool services = true;
   bool secret = true;
+  std::vector<ChildRef> extra_services;  // beyond one per replica of the spec
   std::optional<api::Progress> progress;
   absl::Time now = kT0 + absl::Seconds(10);
   PlannerOptions options;
@@ -52,6 +53,7 @@ struct World {
         }
       }
     }
+    for (const ChildRef& s : extra_services) o.services.push_back(s);
     o.token_secret_exists = secret;
     o.progress = progress;
     o.now = now;
@@ -253,10 +255,16 @@ TEST(PlannerTest, ScaleDownDeletesSurplusPodAndService) {
   AllRunning(w);
   w.Step();
   w.job.spec.replica_specs[ReplicaType::kWorker].replicas = 2;
-  w.services = true;
-  Observed o;
+  w.extra_services = {{"t-worker-2",
+                       "svc-2",
+                       {{"lockstep.io/job-name", "t"},
+                        {"lockstep.io/replica-type", "worker"},
+                        {"lockstep.io/replica-index", "2"}},
+                       false}};
   Plan p = w.Step();
   EXPECT_EQ(Deleted(p), (V{"t-worker-2"}));
+  EXPECT_EQ(Names(p, Action::Kind::kDelete, "services"), (V{"t-worker-2"}));
+  EXPECT_TRUE(Created(p).empty());
 }
 
 TEST(PlannerTest, TerminatingPodBlocksItsReplacement) {
