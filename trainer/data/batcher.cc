@@ -1,0 +1,96 @@
+#include "trainer/data/batcher.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+namespace lockstep::trainer {
+
+Batcher::Batcher(const Dataset* data, BatcherOptions options, int64_t epoch, int64_t step)
+    : data_(data),
+      o_(options),
+      local_(options.global_batch / options.shard_count),
+      steps_per_epoch_(data->size() / options.global_batch),
+      epoch_(epoch),
+      step_(step) {
+  if (o_.prefetch) producer_ = std::thread([this] { Produce(); });
+}
+
+Batcher::~Batcher() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (producer_.joinable()) producer_.join();
+}
+
+Batch Batcher::Make(int64_t epoch, int64_t step) {
+  if (order_epoch_ != epoch) {
+    order_.resize(static_cast<size_t>(data_->size()));
+    std::iota(order_.begin(), order_.end(), 0);
+    if (o_.shuffle) {
+      std::mt19937_64 rng(o_.seed * 1000003u + static_cast<uint64_t>(epoch));
+      std::shuffle(order_.begin(), order_.end(), rng);
+    }
+    order_epoch_ = epoch;
+  }
+  const int64_t ex = data_->example_size();
+  Batch b;
+  b.epoch = epoch;
+  b.step = step;
+  Shape shape = data_->images.shape();
+  shape[0] = local_;
+  b.images = Tensor(shape);
+  b.labels.resize(static_cast<size_t>(local_));
+  const int64_t first = step * o_.global_batch + o_.shard_index * local_;
+  for (int64_t i = 0; i < local_; ++i) {
+    const int64_t src = order_[static_cast<size_t>(first + i)];
+    std::copy_n(data_->images.data() + src * ex, ex, b.images.data() + i * ex);
+    b.labels[static_cast<size_t>(i)] = data_->labels[static_cast<size_t>(src)];
+  }
+  return b;
+}
+
+void Batcher::Produce() {
+  for (;;) {
+    int64_t epoch, step;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !ready_; });
+      if (stop_) return;
+      epoch = epoch_;
+      step = step_;
+    }
+    Batch b = Make(epoch, step);
+    {
+      std::lock_guard lock(mu_);
+      ready_ = std::move(b);
+      if (++step_ == steps_per_epoch_) {
+        step_ = 0;
+        ++epoch_;
+      }
+    }
+    cv_.notify_all();
+  }
+}
+
+Batch Batcher::Next() {
+  if (!o_.prefetch) {
+    Batch b = Make(epoch_, step_);
+    if (++step_ == steps_per_epoch_) {
+      step_ = 0;
+      ++epoch_;
+    }
+    return b;
+  }
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return ready_.has_value(); });
+  Batch b = std::move(*ready_);
+  ready_.reset();
+  lock.unlock();
+  cv_.notify_all();
+  return b;
+}
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,114 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "trainer/data/batcher.h"
+#include "trainer/data/dataset.h"
+
+namespace lockstep::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(FashionMnistTest, LoadsTheDebianFiles) {
+  if (!fs::exists(kDefaultFashionMnistDir)) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  absl::StatusOr<Dataset> test = LoadFashionMnist(kDefaultFashionMnistDir, "t10k");
+  ASSERT_TRUE(test.ok()) << test.status();
+  EXPECT_EQ(test->size(), 10000);
+  EXPECT_EQ(test->images.shape(), (Shape{10000, 1, 28, 28}));
+  std::vector<int> counts(10);
+  for (int32_t l : test->labels) counts[static_cast<size_t>(l)] += 1;
+  for (int c : counts) EXPECT_EQ(c, 1000);  // the test set is balanced
+  double mean = 0;
+  for (float v : test->images.values()) mean += v;
+  EXPECT_NEAR(mean / static_cast<double>(test->images.size()), 0.0, 0.05);  // standardised
+}
+
+class BadFilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("lockstep_data_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void Write(const std::string& name, const std::string& bytes) {
+    std::ofstream(dir_ / name, std::ios::binary) << bytes;
+  }
+  static std::string Header(uint32_t magic, std::vector<uint32_t> dims) {
+    std::string s;
+    for (uint32_t v : std::vector<uint32_t>{magic}) {
+      for (int i = 3; i >= 0; --i) s.push_back(static_cast<char>(v >> (8 * i)));
+    }
+    for (uint32_t v : dims) {
+      for (int i = 3; i >= 0; --i) s.push_back(static_cast<char>(v >> (8 * i)));
+    }
+    return s;
+  }
+  fs::path dir_;
+};
+
+TEST_F(BadFilesTest, MissingTruncatedAndMislabelledFilesAreNamed) {
+  absl::StatusOr<Dataset> d = LoadFashionMnist(dir_.string(), "train");
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(d.status().message().find("train-images-idx3-ubyte"), std::string::npos);
+
+  Write("train-images-idx3-ubyte", Header(0x803, {2, 28, 28}) + std::string(784, '\0'));
+  Write("train-labels-idx1-ubyte", Header(0x801, {2}) + std::string(2, '\0'));
+  d = LoadFashionMnist(dir_.string(), "train");
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(d.status().message().find("truncated"), std::string::npos);
+
+  Write("train-images-idx3-ubyte", Header(0x803, {2, 28, 28}) + std::string(2 * 784, '\0'));
+  Write("train-labels-idx1-ubyte", Header(0x801, {2}) + std::string("\x01\x0c", 2));
+  d = LoadFashionMnist(dir_.string(), "train");
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(d.status().message().find("label 12"), std::string::npos);
+
+  Write("train-labels-idx1-ubyte", Header(0x999, {2}) + std::string(2, '\0'));
+  d = LoadFashionMnist(dir_.string(), "train");
+  EXPECT_NE(d.status().message().find("bad magic"), std::string::npos);
+}
+
+TEST(BatcherTest, ShardsPartitionEachGlobalBatchAndEpochsReshuffle) {
+  Dataset d = SyntheticDataset(40, 1);
+  for (int64_t i = 0; i < 40; ++i) d.labels[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  Batcher whole(&d, {.global_batch = 8, .seed = 5});
+  Batcher a(&d, {.global_batch = 8, .shard_index = 0, .shard_count = 2, .seed = 5});
+  Batcher b(&d,
+            {.global_batch = 8, .shard_index = 1, .shard_count = 2, .seed = 5, .prefetch = false});
+  EXPECT_EQ(whole.steps_per_epoch(), 5);
+  std::set<int32_t> epoch0;
+  std::vector<int32_t> first_epoch_order;
+  for (int step = 0; step < 5; ++step) {
+    Batch w = whole.Next(), x = a.Next(), y = b.Next();
+    std::vector<int32_t> joined = x.labels;
+    joined.insert(joined.end(), y.labels.begin(), y.labels.end());
+    EXPECT_EQ(joined, w.labels) << step;
+    epoch0.insert(w.labels.begin(), w.labels.end());
+    first_epoch_order.insert(first_epoch_order.end(), w.labels.begin(), w.labels.end());
+  }
+  EXPECT_EQ(epoch0.size(), 40u);  // every example once
+  Batch next = whole.Next();
+  EXPECT_EQ(next.epoch, 1);
+  EXPECT_EQ(next.step, 0);
+  EXPECT_NE(std::vector<int32_t>(first_epoch_order.begin(), first_epoch_order.begin() + 8),
+            next.labels);
+}
+
+TEST(BatcherTest, StartingAtAPositionContinuesTheSameSequence) {
+  Dataset d = SyntheticDataset(50, 2);
+  Batcher from_start(&d, {.global_batch = 10, .seed = 9});
+  for (int i = 0; i < 7; ++i) from_start.Next();
+  Batcher resumed(&d, {.global_batch = 10, .seed = 9}, 1, 2);  // 7 = 1 * 5 + 2
+  for (int i = 0; i < 4; ++i) {
+    Batch x = from_start.Next(), y = resumed.Next();
+    EXPECT_EQ(x.labels, y.labels);
+    EXPECT_EQ(x.images, y.images);
+    EXPECT_EQ(x.epoch, y.epoch);
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::trainer

@@ -1,0 +1,33 @@
+#pragma once
+// Datasets: Fashion-MNIST from IDX files (as Debian's dataset-fashion-mnist installs them,
+// gzip-compressed or not) and a synthetic dataset of any size. Images are [N, 1, 28, 28],
+// scaled to [0, 1] and standardised with Fashion-MNIST's mean and deviation.
+// Thread-safety: plain values.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainer/tensor/tensor.h"
+
+namespace lockstep::trainer {
+
+inline constexpr char kDefaultFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
+
+struct Dataset {
+  Tensor images;                // [N, 1, 28, 28]
+  std::vector<int32_t> labels;  // N values in [0, 10)
+  int64_t size() const { return static_cast<int64_t>(labels.size()); }
+  int64_t example_size() const { return size() == 0 ? 0 : images.size() / size(); }
+};
+
+// `split` is "train" or "t10k". NotFound names the missing file; DataLoss names a malformed
+// one (bad magic, sizes that disagree, a label out of range, a short file).
+absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, const std::string& split);
+
+// `n` examples of 10 classes, each class a fixed random prototype plus noise: learnable, so a
+// test can train on it, and reproducible from `seed`.
+Dataset SyntheticDataset(int64_t n, uint64_t seed);
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,69 @@
+#include "trainer/model/model.h"
+
+namespace lockstep::trainer {
+
+cpu::XentResult Model::TrainStep(const Tensor& x, const std::vector<int32_t>& labels) {
+  const Tensor* h = &x;
+  for (auto& l : layers_) h = &l->Forward(*h, true);
+  cpu::XentResult r = cpu::SoftmaxCrossEntropy(*h, labels, &dlogits_);
+  const Tensor* g = &dlogits_;
+  for (size_t i = layers_.size(); i-- > 0;) g = &layers_[i]->Backward(*g, i > 0);
+  return r;
+}
+
+cpu::XentResult Model::Evaluate(const Tensor& x, const std::vector<int32_t>& labels) {
+  const Tensor* h = &x;
+  for (auto& l : layers_) h = &l->Forward(*h, false);
+  return cpu::SoftmaxCrossEntropy(*h, labels, nullptr);
+}
+
+std::vector<Tensor*> Model::Params() {
+  std::vector<Tensor*> out;
+  for (auto& l : layers_) {
+    for (Tensor* t : l->Params()) out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<Tensor*> Model::Grads() {
+  std::vector<Tensor*> out;
+  for (auto& l : layers_) {
+    for (Tensor* t : l->Grads()) out.push_back(t);
+  }
+  return out;
+}
+
+int64_t Model::NumParams() {
+  int64_t n = 0;
+  for (Tensor* t : Params()) n += t->size();
+  return n;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> BuildModel(const std::string& name, uint64_t seed) {
+  std::mt19937 rng(static_cast<uint32_t>(seed ^ (seed >> 32)));
+  std::vector<std::unique_ptr<Layer>> l;
+  if (name == "mlp") {
+    l.push_back(MakeFlatten());
+    l.push_back(MakeDense(784, 256, &rng));
+    l.push_back(MakeReLU());
+    l.push_back(MakeDense(256, 256, &rng));
+    l.push_back(MakeReLU());
+    l.push_back(MakeDense(256, 10, &rng));
+  } else if (name == "cnn") {
+    l.push_back(MakeConv2D(1, 32, 3, 0, &rng));
+    l.push_back(MakeReLU());
+    l.push_back(MakeMaxPool2D(2));
+    l.push_back(MakeConv2D(32, 64, 3, 0, &rng));
+    l.push_back(MakeReLU());
+    l.push_back(MakeMaxPool2D(2));
+    l.push_back(MakeFlatten());
+    l.push_back(MakeDense(1600, 128, &rng));
+    l.push_back(MakeReLU());
+    l.push_back(MakeDense(128, 10, &rng));
+  } else {
+    return absl::InvalidArgumentError("--model: unknown model \"" + name + "\" (known: mlp, cnn)");
+  }
+  return std::make_unique<Model>(std::move(l));
+}
+
+}  // namespace lockstep::trainer

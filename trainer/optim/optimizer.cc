@@ -1,0 +1,113 @@
+#include "trainer/optim/optimizer.h"
+
+#include <cmath>
+
+namespace lockstep::trainer {
+namespace {
+
+class Sgd final : public Optimizer {
+ public:
+  Sgd(float lr, float momentum) : Optimizer(lr), momentum_(momentum) {}
+  std::string name() const override { return "sgd"; }
+  void Init(const std::vector<Tensor*>& params) override {
+    if (momentum_ == 0.0f || velocity_.size() == params.size()) return;
+    velocity_.clear();
+    for (Tensor* p : params) velocity_.emplace_back(p->shape());
+  }
+  void Step(const std::vector<Tensor*>& params, const std::vector<Tensor*>& grads) override {
+    Init(params);
+    for (size_t i = 0; i < params.size(); ++i) {
+      float* p = params[i]->data();
+      const float* g = grads[i]->data();
+      const int64_t n = params[i]->size();
+      if (momentum_ == 0.0f) {
+        for (int64_t j = 0; j < n; ++j) p[j] -= lr_ * g[j];
+        continue;
+      }
+      float* v = velocity_[i].data();
+      for (int64_t j = 0; j < n; ++j) {
+        v[j] = momentum_ * v[j] + g[j];
+        p[j] -= lr_ * v[j];
+      }
+    }
+  }
+  std::vector<Tensor*> State() override {
+    std::vector<Tensor*> out;
+    for (Tensor& t : velocity_) out.push_back(&t);
+    return out;
+  }
+
+ private:
+  float momentum_;
+  std::vector<Tensor> velocity_;
+};
+
+class Adam final : public Optimizer {
+ public:
+  explicit Adam(float lr) : Optimizer(lr), step_({1}) {}
+  std::string name() const override { return "adam"; }
+  void Init(const std::vector<Tensor*>& params) override {
+    if (m_.size() == params.size()) return;
+    m_.clear();
+    v_.clear();
+    for (Tensor* p : params) {
+      m_.emplace_back(p->shape());
+      v_.emplace_back(p->shape());
+    }
+  }
+  void Step(const std::vector<Tensor*>& params, const std::vector<Tensor*>& grads) override {
+    Init(params);
+    step_[0] += 1.0f;
+    const double t = step_[0];
+    const float c1 = static_cast<float>(1.0 - std::pow(kBeta1, t));
+    const float c2 = static_cast<float>(1.0 - std::pow(kBeta2, t));
+    const float step_size = lr_ * std::sqrt(c2) / c1;
+    for (size_t i = 0; i < params.size(); ++i) {
+      float* p = params[i]->data();
+      const float* g = grads[i]->data();
+      float* m = m_[i].data();
+      float* v = v_[i].data();
+      for (int64_t j = 0, n = params[i]->size(); j < n; ++j) {
+        m[j] = kBeta1 * m[j] + (1.0f - kBeta1) * g[j];
+        v[j] = kBeta2 * v[j] + (1.0f - kBeta2) * g[j] * g[j];
+        p[j] -= step_size * m[j] / (std::sqrt(v[j]) + kEpsilon * std::sqrt(c2));
+      }
+    }
+  }
+  std::vector<Tensor*> State() override {
+    std::vector<Tensor*> out{&step_};
+    for (Tensor& t : m_) out.push_back(&t);
+    for (Tensor& t : v_) out.push_back(&t);
+    return out;
+  }
+
+ private:
+  static constexpr float kBeta1 = 0.9f;
+  static constexpr float kBeta2 = 0.999f;
+  static constexpr float kEpsilon = 1e-7f;
+  Tensor step_;  // one element: the step count (exact in fp32 up to 2^24 steps)
+  std::vector<Tensor> m_, v_;
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> MakeSgd(float lr, float momentum) {
+  return std::make_unique<Sgd>(lr, momentum);
+}
+std::unique_ptr<Optimizer> MakeAdam(float lr) { return std::make_unique<Adam>(lr); }
+
+absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const std::string& name, float lr,
+                                                         float momentum) {
+  if (!(lr > 0.0f)) return absl::InvalidArgumentError("--learning-rate must be positive");
+  if (name == "sgd") {
+    if (momentum < 0.0f || momentum >= 1.0f) {
+      return absl::InvalidArgumentError("--momentum must be in [0, 1)");
+    }
+    return MakeSgd(lr, momentum);
+  }
+  if (name == "adam") return MakeAdam(lr);
+  return absl::InvalidArgumentError("--optimizer: unknown optimizer \"" + name +
+                                    "\" (known: sgd, adam)");
+}
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,42 @@
+#pragma once
+// Optimizers over a model's parameter list: SGD with (PyTorch-style) momentum and Adam. Their
+// state (momentum buffers, Adam moments and step) is a list of tensors so checkpoints can save
+// and restore it bit for bit.
+// Thread-safety: one thread per optimizer.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainer/tensor/tensor.h"
+
+namespace lockstep::trainer {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual std::string name() const = 0;
+  // params[i] -= update from grads[i]; the lists are parallel and keep their order.
+  virtual void Step(const std::vector<Tensor*>& params, const std::vector<Tensor*>& grads) = 0;
+  virtual std::vector<Tensor*> State() = 0;  // empty until the first Step
+  // Sizes the state for `params` (so a checkpoint can be loaded before the first Step).
+  virtual void Init(const std::vector<Tensor*>& params) = 0;
+  float learning_rate() const { return lr_; }
+
+ protected:
+  explicit Optimizer(float lr) : lr_(lr) {}
+  float lr_;
+};
+
+// v = momentum * v + g; p -= lr * v.
+std::unique_ptr<Optimizer> MakeSgd(float lr, float momentum);
+// Adam (Kingma & Ba) with bias correction; beta1 0.9, beta2 0.999, epsilon 1e-7.
+std::unique_ptr<Optimizer> MakeAdam(float lr);
+
+// "sgd" or "adam"; InvalidArgument otherwise.
+absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const std::string& name, float lr,
+                                                         float momentum);
+
+}  // namespace lockstep::trainer
