@@ -96,6 +96,12 @@ std::unique_ptr<Optimizer> MakeSgd(float lr, float momentum) {
 }
 std::unique_ptr<Optimizer> MakeAdam(float lr) { return std::make_unique<Adam>(lr); }
 
+float ScheduledLearningRate(const std::string& schedule, float base, int64_t step, int64_t total) {
+  if (schedule != "cosine" || total <= 0) return base;
+  const double t = static_cast<double>(std::min(step, total)) / static_cast<double>(total);
+  return static_cast<float>(base * 0.5 * (1.0 + std::cos(3.14159265358979323846 * t)));
+}
+
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const std::string& name, float lr,
                                                          float momentum) {
   if (!(lr > 0.0f)) return absl::InvalidArgumentError("--learning-rate must be positive");

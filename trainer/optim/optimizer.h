@@ -24,6 +24,7 @@ class Optimizer {
   // Sizes the state for `params` (so a checkpoint can be loaded before the first Step).
   virtual void Init(const std::vector<Tensor*>& params) = 0;
   float learning_rate() const { return lr_; }
+  void set_learning_rate(float lr) { lr_ = lr; }
 
  protected:
   explicit Optimizer(float lr) : lr_(lr) {}
@@ -36,6 +37,10 @@ std::unique_ptr<Optimizer> MakeSgd(float lr, float momentum);
 std::unique_ptr<Optimizer> MakeAdam(float lr);
 
 // "sgd" or "adam"; InvalidArgument otherwise.
+// The learning rate at `step` of `total`: `base` throughout ("constant"), or cosine decay
+// from `base` to zero ("cosine").
+float ScheduledLearningRate(const std::string& schedule, float base, int64_t step, int64_t total);
+
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const std::string& name, float lr,
                                                          float momentum);
 

@@ -1,0 +1,106 @@
+// lockstep-trainer: the program in the trainer image (DESIGN section 3). Reads its flags and
+// TF_CONFIG/LOCKSTEP_* variables, serves /progress and /metrics, trains, and ends with the exit
+// code and JSON termination message the operator classifies.
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+#include "trainer/cli/termination.h"
+#include "trainer/cli/trainer_flags.h"
+#include "trainer/train/one_device.h"
+
+extern char** environ;
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+extern "C" void OnTerm(int) { g_stop.store(true); }
+
+std::map<std::string, std::string> Environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv(*e);
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace lockstep::trainer;
+  std::map<std::string, std::string> env = Environment();
+  auto termination_log = [&] {
+    auto it = env.find("LOCKSTEP_TERMINATION_LOG");
+    return it != env.end() && !it->second.empty() ? it->second : "/dev/termination-log";
+  };
+  absl::StatusOr<TrainerConfig> config =
+      ParseTrainerConfig(std::vector<std::string>(argv + 1, argv + argc), env);
+  if (!config.ok()) {
+    WriteTerminationMessage(termination_log(), "BadConfig", false,
+                            std::string(config.status().message()));
+    return kExitBadConfig;
+  }
+  if (config->help) {
+    std::cout << TrainerUsage();
+    return kExitOk;
+  }
+  if (config->version) {
+    std::cout << "lockstep-trainer " << LOCKSTEP_VERSION << "\n";
+    return kExitOk;
+  }
+  // This build runs OneDevice: one training replica. The other strategies need peers.
+  int training_tasks = 1;
+  if (config->tf_config) {
+    training_tasks = static_cast<int>(config->tf_config->Hosts("chief").size() +
+                                      config->tf_config->Hosts("worker").size());
+  }
+  if (config->strategy != "OneDevice" && training_tasks > 1) {
+    WriteTerminationMessage(config->termination_log, "UnsupportedStrategy", false,
+                            "strategy " + config->strategy + " with " +
+                                std::to_string(training_tasks) +
+                                " training tasks is not available in this trainer; "
+                                "OneDevice is");
+    return kExitBadConfig;
+  }
+  std::signal(SIGTERM, OnTerm);
+
+  ProgressTracker progress(0);
+  std::unique_ptr<lockstep::runtime::EndpointServer> server;
+  if (config->metrics_port > 0) {
+    auto s = ServeProgress(&progress, config->bind_address, config->metrics_port);
+    if (!s.ok()) {
+      WriteTerminationMessage(config->termination_log, "PortUnavailable", true,
+                              std::string(s.status().message()));
+      return kExitRetryable;
+    }
+    server = std::move(*s);
+    std::cerr << "lockstep-trainer: /progress and /metrics on " << config->bind_address << ":"
+              << server->port() << "\n";
+  }
+
+  absl::StatusOr<TrainResult> r = RunOneDevice(*config, &progress, &g_stop);
+  if (!r.ok()) {
+    const std::string msg(r.status().message());
+    switch (r.status().code()) {
+      case absl::StatusCode::kCancelled:
+        WriteTerminationMessage(config->termination_log, "Terminated", true, msg);
+        return kExitTerminated;
+      case absl::StatusCode::kInvalidArgument:
+        WriteTerminationMessage(config->termination_log, "BadConfig", false, msg);
+        return kExitBadConfig;
+      case absl::StatusCode::kNotFound:
+      case absl::StatusCode::kDataLoss:
+        WriteTerminationMessage(config->termination_log, "BadData", false, msg);
+        return kExitBadData;
+      default:
+        WriteTerminationMessage(config->termination_log, "TransientError", true, msg);
+        return kExitRetryable;
+    }
+  }
+  std::printf("final test accuracy: %.4f (loss %.4f) after %lld steps\n", r->test_accuracy,
+              r->test_loss, static_cast<long long>(r->steps));
+  std::printf("steady training samples/s: %.0f\n", r->samples_per_second);
+  return kExitOk;
+}

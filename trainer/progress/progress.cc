@@ -1,0 +1,105 @@
+#include "trainer/progress/progress.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace lockstep::trainer {
+
+ProgressTracker::ProgressTracker(int64_t total_steps, int64_t warmup)
+    : total_(total_steps), warmup_(warmup) {}
+
+void ProgressTracker::SetTotalSteps(int64_t total) {
+  std::lock_guard lock(mu_);
+  total_ = total;
+}
+
+void ProgressTracker::Step(int64_t step, int64_t epoch, double loss, double accuracy,
+                           int64_t samples, double seconds) {
+  std::lock_guard lock(mu_);
+  constexpr double kAlpha = 0.05;
+  loss_ = loss_ ? (1 - kAlpha) * *loss_ + kAlpha * loss : loss;
+  accuracy_ = accuracy_ ? (1 - kAlpha) * *accuracy_ + kAlpha * accuracy : accuracy;
+  if (steps_seen_ > 0 && seconds > last_seconds_) {
+    double rate = static_cast<double>(samples) / (seconds - last_seconds_);
+    recent_rate_ = recent_rate_ == 0 ? rate : (1 - kAlpha) * recent_rate_ + kAlpha * rate;
+  }
+  ++steps_seen_;
+  if (steps_seen_ == warmup_ + 1) {
+    steady_start_ = seconds;
+    steady_samples_ = 0;
+  } else if (steps_seen_ > warmup_ + 1) {
+    steady_samples_ += samples;
+  }
+  last_seconds_ = seconds;
+  last_samples_ = samples;
+  step_ = step;
+  epoch_ = epoch;
+}
+
+void ProgressTracker::Checkpointed(int64_t step) {
+  std::lock_guard lock(mu_);
+  last_checkpoint_ = step;
+}
+
+double ProgressTracker::SteadySamplesPerSecond() const {
+  std::lock_guard lock(mu_);
+  if (steady_samples_ == 0 || last_seconds_ <= steady_start_) return 0;
+  return static_cast<double>(steady_samples_) / (last_seconds_ - steady_start_);
+}
+
+nlohmann::json ProgressTracker::ProgressJson() const {
+  std::lock_guard lock(mu_);
+  nlohmann::json j = {{"step", step_}, {"totalSteps", total_}, {"epoch", epoch_}};
+  if (loss_) j["loss"] = *loss_;
+  if (accuracy_) j["metrics"]["accuracy"] = *accuracy_;
+  if (recent_rate_ > 0) {
+    j["samplesPerSecond"] = recent_rate_;
+  }
+  if (last_checkpoint_) j["lastCheckpointStep"] = *last_checkpoint_;
+  if (recent_rate_ > 0 && last_samples_ > 0 && total_ >= step_) {
+    j["estimatedRemainingSeconds"] = static_cast<int64_t>(
+        std::llround(static_cast<double>((total_ - step_) * last_samples_) / recent_rate_));
+  }
+  return j;
+}
+
+std::string ProgressTracker::MetricsText() const {
+  std::lock_guard lock(mu_);
+  std::ostringstream out;
+  auto gauge = [&](const char* name, const char* help, double v) {
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n"
+        << name << " " << v << "\n";
+  };
+  gauge("lockstep_trainer_step", "Optimizer steps taken.", static_cast<double>(step_));
+  gauge("lockstep_trainer_total_steps", "Steps this run will take.", static_cast<double>(total_));
+  gauge("lockstep_trainer_epoch", "Current epoch.", static_cast<double>(epoch_));
+  if (loss_) gauge("lockstep_trainer_loss", "Training loss (moving average).", *loss_);
+  if (accuracy_) {
+    gauge("lockstep_trainer_accuracy", "Training accuracy (moving average).", *accuracy_);
+  }
+  gauge("lockstep_trainer_samples_per_second", "Training throughput (moving average).",
+        recent_rate_);
+  if (last_checkpoint_) {
+    gauge("lockstep_trainer_last_checkpoint_step", "Step of the last checkpoint written.",
+          static_cast<double>(*last_checkpoint_));
+  }
+  return out.str();
+}
+
+absl::StatusOr<std::unique_ptr<runtime::EndpointServer>> ServeProgress(
+    const ProgressTracker* tracker, const std::string& address, int port) {
+  return runtime::EndpointServer::Start(
+      address + ":" + std::to_string(port),
+      [tracker](const std::string& path) -> runtime::EndpointResponse {
+        if (path == "/progress") {
+          return {200, "application/json", tracker->ProgressJson().dump() + "\n"};
+        }
+        if (path == "/metrics") {
+          return {200, "text/plain; version=0.0.4; charset=utf-8", tracker->MetricsText()};
+        }
+        if (path == "/healthz") return {200, "text/plain; charset=utf-8", "ok\n"};
+        return {404, "text/plain; charset=utf-8", "not found\n"};
+      });
+}
+
+}  // namespace lockstep::trainer

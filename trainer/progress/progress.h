@@ -1,0 +1,57 @@
+#pragma once
+// ProgressTracker: what the trainer reports about itself, as GET /progress (the JSON the
+// operator copies into status.progress) and GET /metrics (Prometheus). The training loop
+// records each step; the HTTP thread reads snapshots.
+// Thread-safety: thread-safe.
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "operator/runtime/http_endpoints.h"
+
+namespace lockstep::trainer {
+
+class ProgressTracker {
+ public:
+  // `warmup` steps are left out of the steady samples/s.
+  explicit ProgressTracker(int64_t total_steps, int64_t warmup = 20);
+
+  // A step finished at `seconds` (monotonic) with this batch's loss and accuracy.
+  void Step(int64_t step, int64_t epoch, double loss, double accuracy, int64_t samples,
+            double seconds);
+  void Checkpointed(int64_t step);
+  void SetTotalSteps(int64_t total);
+
+  nlohmann::json ProgressJson() const;
+  std::string MetricsText() const;
+  // Samples per second over the steps after warm-up (0 before there are any).
+  double SteadySamplesPerSecond() const;
+
+ private:
+  mutable std::mutex mu_;
+  int64_t total_;
+  int64_t warmup_;
+  int64_t step_ = 0;
+  int64_t epoch_ = 0;
+  std::optional<double> loss_;      // moving average
+  std::optional<double> accuracy_;  // moving average
+  std::optional<int64_t> last_checkpoint_;
+  int64_t steps_seen_ = 0;
+  double steady_start_ = 0;
+  int64_t steady_samples_ = 0;
+  double last_seconds_ = 0;
+  int64_t last_samples_ = 0;
+  double recent_rate_ = 0;  // samples/s, moving average
+};
+
+// Serves /progress and /metrics of `tracker` on address:port (port 0 picks one).
+absl::StatusOr<std::unique_ptr<runtime::EndpointServer>> ServeProgress(
+    const ProgressTracker* tracker, const std::string& address, int port);
+
+}  // namespace lockstep::trainer
