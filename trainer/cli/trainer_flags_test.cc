@@ -1,0 +1,110 @@
+#include "trainer/cli/trainer_flags.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "trainer/progress/progress.h"
+
+namespace lockstep::trainer {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(TrainerFlagsTest, Defaults) {
+  absl::StatusOr<TrainerConfig> c = ParseTrainerConfig({}, {});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->model, "mlp");
+  EXPECT_EQ(c->dataset, "fashion-mnist");
+  EXPECT_EQ(c->epochs, 5);
+  EXPECT_EQ(c->batch_size, 64);
+  EXPECT_EQ(c->optimizer, "adam");
+  EXPECT_FLOAT_EQ(c->learning_rate, 0.001f);
+  EXPECT_EQ(c->lr_schedule, "cosine");
+  EXPECT_EQ(c->metrics_port, 9464);
+  EXPECT_EQ(c->bind_address, "0.0.0.0");
+  EXPECT_EQ(c->termination_log, "/dev/termination-log");
+  EXPECT_FALSE(c->tf_config.has_value());
+  EXPECT_FLOAT_EQ(ParseTrainerConfig({"--optimizer=sgd"}, {})->learning_rate, 0.01f);
+}
+
+TEST(TrainerFlagsTest, FlagsAndEnvironment) {
+  absl::StatusOr<TrainerConfig> c = ParseTrainerConfig(
+      {"--model=cnn", "--dataset", "synthetic", "--synthetic-size=500", "--steps=30",
+       "--batch-size=16", "--optimizer=sgd", "--learning-rate=0.05", "--momentum=0.5",
+       "--lr-schedule=constant", "--seed=7", "--checkpoint-dir=/tmp/c", "--checkpoint-every=10",
+       "--keep-checkpoints=2", "--threads=2", "--metrics-port=0"},
+      {{"TF_CONFIG",
+        R"({"cluster":{"worker":["a:1","b:2"]},"task":{"type":"worker","index":1},"environment":"cloud"})"},
+       {"LOCKSTEP_STRATEGY", "MultiWorkerMirrored"},
+       {"LOCKSTEP_POD_IP", "127.0.3.4"},
+       {"LOCKSTEP_TERMINATION_LOG", "/tmp/term"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model, "cnn");
+  EXPECT_EQ(c->synthetic_size, 500);
+  EXPECT_EQ(c->steps, 30);
+  EXPECT_EQ(c->batch_size, 16);
+  EXPECT_FLOAT_EQ(c->learning_rate, 0.05f);
+  EXPECT_FLOAT_EQ(c->momentum, 0.5f);
+  EXPECT_EQ(c->lr_schedule, "constant");
+  EXPECT_EQ(c->seed, 7u);
+  EXPECT_EQ(c->checkpoint_dir, "/tmp/c");
+  EXPECT_EQ(c->checkpoint_every, 10);
+  EXPECT_EQ(c->keep_checkpoints, 2);
+  EXPECT_EQ(c->threads, 2);
+  EXPECT_EQ(c->metrics_port, 0);
+  ASSERT_TRUE(c->tf_config.has_value());
+  EXPECT_EQ(c->tf_config->task_index, 1);
+  EXPECT_EQ(c->strategy, "MultiWorkerMirrored");
+  EXPECT_EQ(c->bind_address, "127.0.3.4");
+  EXPECT_EQ(c->termination_log, "/tmp/term");
+}
+
+TEST(TrainerFlagsTest, ErrorsNameTheFlagOrVariable) {
+  struct Case {
+    std::vector<std::string> args;
+    std::map<std::string, std::string> env;
+    std::string want;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--model=resnet"}, {}, "--model"},
+           {{"--epochs=0"}, {}, "--epochs"},
+           {{"--batch-size=-4"}, {}, "--batch-size"},
+           {{"--learning-rate=fast"}, {}, "--learning-rate"},
+           {{"--momentum=1"}, {}, "--momentum"},
+           {{"--threads=1000"}, {}, "--threads"},
+           {{"--metrics-port=70000"}, {}, "--metrics-port"},
+           {{"--lr-schedule=step"}, {}, "--lr-schedule"},
+           {{"--frobnicate=1"}, {}, "unknown flag --frobnicate"},
+           {{"--seed"}, {}, "--seed needs a value"},
+           {{}, {{"TF_CONFIG", "{not json"}}, "TF_CONFIG"},
+           {{},
+            {{"TF_CONFIG", R"({"cluster":{},"task":{"type":"worker","index":0}})"}},
+            "TF_CONFIG"},
+       }) {
+    absl::StatusOr<TrainerConfig> r = ParseTrainerConfig(c.args, c.env);
+    ASSERT_FALSE(r.ok()) << c.want;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.want));
+  }
+}
+
+TEST(ProgressTrackerTest, ReportsStepLossRateCheckpointAndEta) {
+  ProgressTracker p(100, /*warmup=*/2);
+  for (int i = 1; i <= 10; ++i) p.Step(i, 0, 1.0, 0.5, 64, i * 0.01);  // 6400 samples/s
+  p.Checkpointed(10);
+  nlohmann::json j = p.ProgressJson();
+  EXPECT_EQ(j["step"], 10);
+  EXPECT_EQ(j["totalSteps"], 100);
+  EXPECT_EQ(j["epoch"], 0);
+  EXPECT_DOUBLE_EQ(j["loss"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(j["metrics"]["accuracy"].get<double>(), 0.5);
+  EXPECT_NEAR(j["samplesPerSecond"].get<double>(), 6400, 1);
+  EXPECT_EQ(j["lastCheckpointStep"], 10);
+  EXPECT_EQ(j["estimatedRemainingSeconds"], 1);  // 90 steps of 64 at 6400/s = 0.9 s
+  EXPECT_NEAR(p.SteadySamplesPerSecond(), 6400, 1);
+  EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_step 10\n"));
+  EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_last_checkpoint_step 10\n"));
+}
+
+}  // namespace
+}  // namespace lockstep::trainer
