@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `lockstep run` on `lockstep local` with the real controller and the process runner: pods are
-# local processes. A job whose replicas check their TF_CONFIG succeeds; a worker that exits with
+# local processes. A job whose replicas check their TF_CONFIG succeeds; the trainer reports its
+# progress into the job's status and succeeds; a worker that exits with
 # a permanent code fails the job with the culprit named; a worker that exits with a retryable
 # code once is restarted as a new attempt and the job then succeeds; an invalid manifest is
 # refused before anything is sent.
@@ -48,6 +49,38 @@ grep -q "tf-config-check succeeded" "$work/ok.out" || fail "no success line: $(c
 expect "contract checked" k logs tf-config-check-chief-0
 # Events name what the controller did; sorting asks the server for whole objects in the table.
 expect "ChiefSucceeded" k get events --sort-by=.lastTimestamp
+
+# The trainer itself (the lockstep/trainer image runs the built lockstep-trainer): its /progress
+# reaches status.progress while it trains (`lockstep local` polls every 2 s), and the job succeeds.
+cat >"$work/trainer.yaml" <<'YAML'
+apiVersion: lockstep.io/v1alpha1
+kind: TrainingJob
+metadata: {name: trainer}
+spec:
+  strategy: OneDevice
+  replicaSpecs:
+    Worker:
+      replicas: 1
+      restartPolicy: ExitCode
+      template:
+        spec:
+          containers:
+            - name: trainer
+              image: lockstep/trainer:0.1.0
+              args: ["--model=cnn", "--dataset=synthetic", "--synthetic-size=4000",
+                     "--batch-size=8", "--steps=6000"]
+YAML
+"$lockstep" run "$work/trainer.yaml" --timeout 300 >"$work/trainer.out" 2>&1 &
+run=$!
+step=0
+for _ in $(seq 600); do
+  step=$(k get tj trainer -o jsonpath='{.status.progress.step}' 2>/dev/null || true)
+  [[ ${step:-0} -gt 0 ]] && break
+  sleep 0.1
+done
+[[ ${step:-0} -gt 0 ]] || fail "no training progress in the status: $(k get tj trainer -o yaml)"
+wait "$run" || fail "the trainer job did not succeed: $(cat "$work/trainer.out")"
+expect "final test accuracy" k logs trainer-worker-0
 
 # A worker exiting 3 (permanent): the job fails and the message names the pod.
 shell_job doomed "sleep 30" "exit 3" >"$work/doomed.yaml"

@@ -51,11 +51,11 @@ class Conv2D final : public Layer {
   std::string name() const override { return "Conv2D"; }
   const Tensor& Forward(const Tensor& x, bool) override {
     x_ = &x;
-    cpu::Conv2dForward(x, w_, b_, p_, &y_, &scratch_);
+    cpu::Conv2dForward(x, w_, b_, p_, &y_, &ws_);
     return y_;
   }
   const Tensor& Backward(const Tensor& dy, bool need_input_grad) override {
-    cpu::Conv2dBackward(*x_, w_, dy, p_, need_input_grad ? &dx_ : nullptr, &dw_, &db_, &scratch_);
+    cpu::Conv2dBackward(*x_, w_, dy, p_, need_input_grad ? &dx_ : nullptr, &dw_, &db_, &ws_);
     return dx_;
   }
   std::vector<Tensor*> Params() override { return {&w_, &b_}; }
@@ -71,7 +71,7 @@ class Conv2D final : public Layer {
  private:
   Tensor w_, b_, y_, dx_, dw_, db_;
   cpu::Conv2dParams p_;
-  std::vector<float> scratch_;
+  cpu::Conv2dWorkspace ws_;
   const Tensor* x_ = nullptr;
 };
 

@@ -17,14 +17,14 @@ class Sgd final : public Optimizer {
   void Step(const std::vector<Tensor*>& params, const std::vector<Tensor*>& grads) override {
     Init(params);
     for (size_t i = 0; i < params.size(); ++i) {
-      float* p = params[i]->data();
-      const float* g = grads[i]->data();
+      float* __restrict p = params[i]->data();
+      const float* __restrict g = grads[i]->data();
       const int64_t n = params[i]->size();
       if (momentum_ == 0.0f) {
         for (int64_t j = 0; j < n; ++j) p[j] -= lr_ * g[j];
         continue;
       }
-      float* v = velocity_[i].data();
+      float* __restrict v = velocity_[i].data();
       for (int64_t j = 0; j < n; ++j) {
         v[j] = momentum_ * v[j] + g[j];
         p[j] -= lr_ * v[j];
@@ -63,10 +63,10 @@ class Adam final : public Optimizer {
     const float c2 = static_cast<float>(1.0 - std::pow(kBeta2, t));
     const float step_size = lr_ * std::sqrt(c2) / c1;
     for (size_t i = 0; i < params.size(); ++i) {
-      float* p = params[i]->data();
-      const float* g = grads[i]->data();
-      float* m = m_[i].data();
-      float* v = v_[i].data();
+      float* __restrict p = params[i]->data();
+      const float* __restrict g = grads[i]->data();
+      float* __restrict m = m_[i].data();
+      float* __restrict v = v_[i].data();
       for (int64_t j = 0, n = params[i]->size(); j < n; ++j) {
         m[j] = kBeta1 * m[j] + (1.0f - kBeta1) * g[j];
         v[j] = kBeta2 * v[j] + (1.0f - kBeta2) * g[j] * g[j];

@@ -18,23 +18,23 @@ Dims DimsOf(const Shape& x, const Shape& w, const Conv2dParams& p) {
   return d;
 }
 
-// One image [C, H, W] -> columns [C*R*S, OH*OW].
-void Im2Col(const float* img, const Dims& d, int64_t pad, float* col) {
-  const int64_t plane = d.oh * d.ow;
+// One image [C, H, W] -> its columns of the batch matrix [C*R*S, ld], starting at `col`.
+void Im2Col(const float* img, const Dims& d, int64_t pad, int64_t ld, float* col) {
   for (int64_t c = 0; c < d.c; ++c) {
     for (int64_t r = 0; r < d.r; ++r) {
       for (int64_t s = 0; s < d.s; ++s) {
-        float* out = col + ((c * d.r + r) * d.s + s) * plane;
+        float* out = col + ((c * d.r + r) * d.s + s) * ld;
         for (int64_t y = 0; y < d.oh; ++y) {
           const int64_t iy = y + r - pad;
+          float* o = out + y * d.ow;
           if (iy < 0 || iy >= d.h) {
-            std::fill(out + y * d.ow, out + (y + 1) * d.ow, 0.0f);
+            std::fill(o, o + d.ow, 0.0f);
             continue;
           }
           const float* row = img + (c * d.h + iy) * d.w;
           for (int64_t x = 0; x < d.ow; ++x) {
             const int64_t ix = x + s - pad;
-            out[y * d.ow + x] = ix >= 0 && ix < d.w ? row[ix] : 0.0f;
+            o[x] = ix >= 0 && ix < d.w ? row[ix] : 0.0f;
           }
         }
       }
@@ -42,13 +42,12 @@ void Im2Col(const float* img, const Dims& d, int64_t pad, float* col) {
   }
 }
 
-// The adjoint of Im2Col: columns added back into an image (which the caller zeroed).
-void Col2Im(const float* col, const Dims& d, int64_t pad, float* img) {
-  const int64_t plane = d.oh * d.ow;
+// The adjoint of Im2Col: one image's columns added back into the image (zeroed by the caller).
+void Col2Im(const float* col, const Dims& d, int64_t pad, int64_t ld, float* img) {
   for (int64_t c = 0; c < d.c; ++c) {
     for (int64_t r = 0; r < d.r; ++r) {
       for (int64_t s = 0; s < d.s; ++s) {
-        const float* in = col + ((c * d.r + r) * d.s + s) * plane;
+        const float* in = col + ((c * d.r + r) * d.s + s) * ld;
         for (int64_t y = 0; y < d.oh; ++y) {
           const int64_t iy = y + r - pad;
           if (iy < 0 || iy >= d.h) continue;
@@ -71,49 +70,61 @@ Shape Conv2dOutputShape(const Shape& x, const Shape& w, const Conv2dParams& p) {
 }
 
 void Conv2dForward(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p,
-                   Tensor* y, std::vector<float>* scratch) {
+                   Tensor* y, Conv2dWorkspace* ws) {
   const Dims d = DimsOf(x.shape(), w.shape(), p);
-  y->Resize({d.n, d.k, d.oh, d.ow});
   const int64_t crs = d.c * d.r * d.s;
   const int64_t plane = d.oh * d.ow;
-  scratch->resize(static_cast<size_t>(crs * plane));
+  const int64_t ld = d.n * plane;
+  ws->col.resize(static_cast<size_t>(crs * ld));
+  ws->out.resize(static_cast<size_t>(d.k * ld));
   for (int64_t i = 0; i < d.n; ++i) {
-    float* out = y->data() + i * d.k * plane;
-    for (int64_t k = 0; k < d.k; ++k) std::fill(out + k * plane, out + (k + 1) * plane, b[k]);
-    Im2Col(x.data() + i * d.c * d.h * d.w, d, p.pad, scratch->data());
-    Gemm(false, false, d.k, plane, crs, 1.0f, w.data(), scratch->data(), 1.0f, out);
+    Im2Col(x.data() + i * d.c * d.h * d.w, d, p.pad, ld, ws->col.data() + i * plane);
+  }
+  Gemm(false, false, d.k, ld, crs, 1.0f, w.data(), ws->col.data(), 0.0f, ws->out.data());
+  // [K, N*plane] -> [N, K, plane], adding the bias.
+  y->Resize({d.n, d.k, d.oh, d.ow});
+  for (int64_t i = 0; i < d.n; ++i) {
+    for (int64_t k = 0; k < d.k; ++k) {
+      const float* __restrict src = ws->out.data() + k * ld + i * plane;
+      float* __restrict dst = y->data() + (i * d.k + k) * plane;
+      const float bias = b[k];
+      for (int64_t j = 0; j < plane; ++j) dst[j] = src[j] + bias;
+    }
   }
 }
 
 void Conv2dBackward(const Tensor& x, const Tensor& w, const Tensor& dy, const Conv2dParams& p,
-                    Tensor* dx, Tensor* dw, Tensor* db, std::vector<float>* scratch) {
+                    Tensor* dx, Tensor* dw, Tensor* db, Conv2dWorkspace* ws) {
   const Dims d = DimsOf(x.shape(), w.shape(), p);
   const int64_t crs = d.c * d.r * d.s;
   const int64_t plane = d.oh * d.ow;
-  scratch->resize(static_cast<size_t>(crs * plane));
-  dw->Resize(w.shape());
-  dw->Fill(0.0f);
+  const int64_t ld = d.n * plane;
+  // dY [N, K, plane] -> [K, N*plane]; the bias gradient is its row sums.
+  ws->out.resize(static_cast<size_t>(d.k * ld));
   db->Resize({d.k});
-  db->Fill(0.0f);
-  if (dx != nullptr) {
-    dx->Resize(x.shape());
-    dx->Fill(0.0f);
+  for (int64_t k = 0; k < d.k; ++k) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < d.n; ++i) {
+      const float* __restrict src = dy.data() + (i * d.k + k) * plane;
+      float* __restrict dst = ws->out.data() + k * ld + i * plane;
+      for (int64_t j = 0; j < plane; ++j) {
+        dst[j] = src[j];
+        sum += src[j];
+      }
+    }
+    (*db)[k] = sum;
   }
+  dw->Resize(w.shape());
+  // dW = dY' [K, N*plane] x col^T [N*plane, CRS]
+  Gemm(false, true, d.k, crs, ld, 1.0f, ws->out.data(), ws->col.data(), 0.0f, dw->data());
+  if (dx == nullptr) return;
+  // dcol = W^T [CRS, K] x dY' [K, N*plane]
+  ws->dcol.resize(static_cast<size_t>(crs * ld));
+  Gemm(true, false, crs, ld, d.k, 1.0f, w.data(), ws->out.data(), 0.0f, ws->dcol.data());
+  dx->Resize(x.shape());
+  dx->Fill(0.0f);
   for (int64_t i = 0; i < d.n; ++i) {
-    const float* g = dy.data() + i * d.k * plane;
-    for (int64_t k = 0; k < d.k; ++k) {
-      float sum = 0.0f;
-      for (int64_t j = 0; j < plane; ++j) sum += g[k * plane + j];
-      (*db)[k] += sum;
-    }
-    Im2Col(x.data() + i * d.c * d.h * d.w, d, p.pad, scratch->data());
-    // dW += dY_i [K, plane] x col^T [plane, CRS]
-    Gemm(false, true, d.k, crs, plane, 1.0f, g, scratch->data(), 1.0f, dw->data());
-    if (dx != nullptr) {
-      // dcol = W^T [CRS, K] x dY_i [K, plane]
-      Gemm(true, false, crs, plane, d.k, 1.0f, w.data(), g, 0.0f, scratch->data());
-      Col2Im(scratch->data(), d, p.pad, dx->data() + i * d.c * d.h * d.w);
-    }
+    Col2Im(ws->dcol.data() + i * plane, d, p.pad, ld, dx->data() + i * d.c * d.h * d.w);
   }
 }
 

@@ -150,8 +150,8 @@ TEST_P(Conv2dTest, ForwardMatchesDirectAndGradientsMatchFiniteDifferences) {
   const Conv2dParams p{.pad = GetParam()};
   Tensor x = Random({2, 3, 6, 5}, 7), w = Random({4, 3, 3, 3}, 8), b = Random({4}, 9);
   Tensor y;
-  std::vector<float> scratch;
-  Conv2dForward(x, w, b, p, &y, &scratch);
+  Conv2dWorkspace ws;
+  Conv2dForward(x, w, b, p, &y, &ws);
   const Shape ys = Conv2dOutputShape(x.shape(), w.shape(), p);
   ASSERT_EQ(y.shape(), ys);
   for (int64_t n = 0; n < 2; ++n) {
@@ -175,11 +175,11 @@ TEST_P(Conv2dTest, ForwardMatchesDirectAndGradientsMatchFiniteDifferences) {
     }
   }
   Tensor g = Random(ys, 10), dx, dw, db;
-  Conv2dBackward(x, w, g, p, &dx, &dw, &db, &scratch);
+  Conv2dBackward(x, w, g, p, &dx, &dw, &db, &ws);
   auto loss = [&] {
     Tensor out;
-    std::vector<float> s2;
-    Conv2dForward(x, w, b, p, &out, &s2);
+    Conv2dWorkspace ws2;
+    Conv2dForward(x, w, b, p, &out, &ws2);
     return Dot(out, g);
   };
   CheckGradient("conv dx", &x, dx, loss);
