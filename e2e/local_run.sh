@@ -50,12 +50,14 @@ expect "contract checked" k logs tf-config-check-chief-0
 # Events name what the controller did; sorting asks the server for whole objects in the table.
 expect "ChiefSucceeded" k get events --sort-by=.lastTimestamp
 
-# The trainer itself (the lockstep/trainer image runs the built lockstep-trainer): its /progress
-# reaches status.progress while it trains (`lockstep local` polls every 2 s), and the job succeeds.
-cat >"$work/trainer.yaml" <<'YAML'
+# The trainer itself (the lockstep/trainer image runs the built lockstep-trainer): a short run
+# succeeds; a long one reports its /progress into status.progress (`lockstep local` polls every
+# 2 s) and is then deleted, which stops its process.
+trainer_job() {  # trainer_job NAME STEPS
+  cat <<YAML
 apiVersion: lockstep.io/v1alpha1
 kind: TrainingJob
-metadata: {name: trainer}
+metadata: {name: $1}
 spec:
   strategy: OneDevice
   replicaSpecs:
@@ -67,20 +69,26 @@ spec:
           containers:
             - name: trainer
               image: lockstep/trainer:0.1.0
-              args: ["--model=cnn", "--dataset=synthetic", "--synthetic-size=4000",
-                     "--batch-size=8", "--steps=6000"]
+              args: ["--dataset=synthetic", "--synthetic-size=2000", "--batch-size=8",
+                     "--steps=$2"]
 YAML
-"$lockstep" run "$work/trainer.yaml" --timeout 300 >"$work/trainer.out" 2>&1 &
-run=$!
+}
+trainer_job trainer 500 >"$work/trainer.yaml"
+"$lockstep" run "$work/trainer.yaml" --timeout 300 >"$work/trainer.out" 2>&1 ||
+  fail "the trainer job did not succeed: $(cat "$work/trainer.out")"
+expect "final test accuracy" k logs trainer-worker-0
+trainer_job long 100000000 >"$work/long.yaml"
+k apply -f "$work/long.yaml" >/dev/null
 step=0
-for _ in $(seq 600); do
-  step=$(k get tj trainer -o jsonpath='{.status.progress.step}' 2>/dev/null || true)
+for _ in $(seq 1200); do
+  step=$(k get tj long -o jsonpath='{.status.progress.step}' 2>/dev/null || true)
   [[ ${step:-0} -gt 0 ]] && break
   sleep 0.1
 done
-[[ ${step:-0} -gt 0 ]] || fail "no training progress in the status: $(k get tj trainer -o yaml)"
-wait "$run" || fail "the trainer job did not succeed: $(cat "$work/trainer.out")"
-expect "final test accuracy" k logs trainer-worker-0
+[[ ${step:-0} -gt 0 ]] || fail "no training progress in the status: $(k get tj long -o yaml)"
+[[ $(k get tj long -o jsonpath='{.status.progress.totalSteps}') == 100000000 ]] ||
+  fail "progress without totalSteps: $(k get tj long -o jsonpath='{.status.progress}')"
+k delete tj long >/dev/null
 
 # A worker exiting 3 (permanent): the job fails and the message names the pod.
 shell_job doomed "sleep 30" "exit 3" >"$work/doomed.yaml"

@@ -25,13 +25,13 @@ port=$((20000 + RANDOM % 20000))
   --leader-election-namespace default --metrics-addr "127.0.0.1:$port" --log-format json \
   --progress-interval 0 2>"$work/operator.log" &
 op=$!
-for _ in $(seq 300); do
+for _ in $(seq 1200); do
   get /readyz 2>/dev/null | grep -q "200 OK" && break
   sleep 0.1
 done
 get /healthz | grep -q "200 OK" || fail "healthz: $(get /healthz 2>&1)"
 get /readyz | grep -q "200 OK" || fail "readyz never became ready: $(tail -5 "$work/operator.log")"
-for _ in $(seq 300); do
+for _ in $(seq 1200); do
   [[ -n $(k get lease lockstep-operator -n default -o jsonpath='{.spec.holderIdentity}' 2>/dev/null) ]] && break
   sleep 0.1
 done
