@@ -109,6 +109,13 @@ class FaultyTransport final : public kube::Transport {
   std::map<std::string, int> pod_creates_;
 };
 
+// The value at a JSON pointer, or null when any part of the path is missing (a status being
+// written may not have every field yet).
+json Field(const json& j, const std::string& pointer) {
+  json::json_pointer p(pointer);
+  return j.is_object() && j.contains(p) ? j.at(p) : json();
+}
+
 class FixedProgress final : public ProgressSource {
  public:
   absl::StatusOr<api::Progress> Fetch(const std::string& ip, int32_t port) override {
@@ -178,7 +185,8 @@ class ControllerIntegrationTest : public ::testing::Test {
   }
   std::string State(const std::string& name) {
     json j = Job(name);
-    return j.is_object() && j.contains("status") ? j["status"].value("state", "") : "";
+    json state = Field(j, "/status/state");
+    return state.is_string() ? state.get<std::string>() : "";
   }
   json Condition(const std::string& job, const std::string& type) {
     json j = Job(job);
@@ -303,9 +311,8 @@ TEST_F(ControllerIntegrationTest, CreatesPodsServicesAndSecretWithTheEnvironment
   EXPECT_TRUE(WaitState("t", "Running"));
   // Progress from the chief (worker 0 here) reaches status.progress.
   progress_.Set({.step = 5, .total_steps = 10});
-  EXPECT_TRUE(
-      WaitFor([&] { return Job("t")["status"]["progress"].value("summary", "") == "50% (5/10)"; },
-              "progress in the status"));
+  EXPECT_TRUE(WaitFor([&] { return Field(Job("t"), "/status/progress/summary") == "50% (5/10)"; },
+                      "progress in the status"));
   EXPECT_EQ(progress_.last_address(), "127.0.9.1:9464");
   EXPECT_GE(metrics_.Value(kPodsCreatedMetric, {{"replica_type", "worker"}}), 2);
   EXPECT_THAT(metrics_.Render(), HasSubstr("lockstep_trainingjobs{state=\"Running\"} 1"));
@@ -317,7 +324,7 @@ TEST_F(ControllerIntegrationTest, RetryableFailureRestartsTheGroupThenRunsAgain)
   RunAll("t", 0, 2);
   ASSERT_TRUE(WaitState("t", "Running"));
   SetPod("t-worker-1", "Failed", 137);
-  ASSERT_TRUE(WaitFor([&] { return Job("t")["status"].value("attempt", 0) == 1; }, "attempt 1"));
+  ASSERT_TRUE(WaitFor([&] { return Field(Job("t"), "/status/attempt") == 1; }, "attempt 1"));
   EXPECT_EQ(Condition("t", "Restarting")["reason"], "WorkerExitedWithCode137");
   RunAll("t", 1, 2);
   ASSERT_TRUE(WaitState("t", "Running"));
@@ -399,9 +406,7 @@ TEST_F(ControllerIntegrationTest, SucceededWorkerIsNotRecreatedAfterItsPodIsDele
   RunAll("t", 0, 2);
   SetPod("t-worker-1", "Succeeded");
   ASSERT_TRUE(WaitFor(
-      [&] {
-        return Job("t")["status"]["replicaStatuses"]["Worker"].value("completedIndexes", "") == "1";
-      },
+      [&] { return Field(Job("t"), "/status/replicaStatuses/Worker/completedIndexes") == "1"; },
       "worker 1 recorded as completed"));
   ASSERT_TRUE(client_->Delete(res::kPods, "ns", "t-worker-1").ok());
   SetPod("t-worker-0", "Succeeded");
