@@ -55,6 +55,11 @@ Exit codes: 0 done; 2 bad flags or configuration; 3 bad data; 128+ retryable; 14
 )";
 }
 
+std::string TerminationLogPath(const std::map<std::string, std::string>& env) {
+  auto it = env.find("LOCKSTEP_TERMINATION_LOG");
+  return it != env.end() && !it->second.empty() ? it->second : "/dev/termination-log";
+}
+
 absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>& args,
                                                  const std::map<std::string, std::string>& env) {
   TrainerConfig c;
@@ -162,8 +167,7 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
   }
   if (std::string s = get("LOCKSTEP_STRATEGY"); !s.empty()) c.strategy = s;
   if (std::string ip = get("LOCKSTEP_POD_IP"); !ip.empty()) c.bind_address = ip;
-  c.termination_log = get("LOCKSTEP_TERMINATION_LOG");
-  if (c.termination_log.empty()) c.termination_log = "/dev/termination-log";
+  c.termination_log = TerminationLogPath(env);
   return c;
 }
 

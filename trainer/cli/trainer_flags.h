@@ -42,6 +42,9 @@ struct TrainerConfig {
   std::string termination_log;           // LOCKSTEP_TERMINATION_LOG, else /dev/termination-log
 };
 
+// LOCKSTEP_TERMINATION_LOG, else /dev/termination-log (known even when the flags are bad).
+std::string TerminationLogPath(const std::map<std::string, std::string>& env);
+
 absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>& args,
                                                  const std::map<std::string, std::string>& env);
 std::string TrainerUsage();

@@ -31,14 +31,10 @@ std::map<std::string, std::string> Environment() {
 int main(int argc, char** argv) {
   using namespace lockstep::trainer;
   std::map<std::string, std::string> env = Environment();
-  auto termination_log = [&] {
-    auto it = env.find("LOCKSTEP_TERMINATION_LOG");
-    return it != env.end() && !it->second.empty() ? it->second : "/dev/termination-log";
-  };
   absl::StatusOr<TrainerConfig> config =
       ParseTrainerConfig(std::vector<std::string>(argv + 1, argv + argc), env);
   if (!config.ok()) {
-    WriteTerminationMessage(termination_log(), "BadConfig", false,
+    WriteTerminationMessage(TerminationLogPath(env), "BadConfig", false,
                             std::string(config.status().message()));
     return kExitBadConfig;
   }

@@ -1,7 +1,8 @@
 #include "trainer/progress/progress.h"
 
+#include "operator/runtime/metrics.h"
+
 #include <cmath>
-#include <sstream>
 
 namespace lockstep::trainer {
 
@@ -64,26 +65,27 @@ nlohmann::json ProgressTracker::ProgressJson() const {
 }
 
 std::string ProgressTracker::MetricsText() const {
-  std::lock_guard lock(mu_);
-  std::ostringstream out;
-  auto gauge = [&](const char* name, const char* help, double v) {
-    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n"
-        << name << " " << v << "\n";
-  };
-  gauge("lockstep_trainer_step", "Optimizer steps taken.", static_cast<double>(step_));
-  gauge("lockstep_trainer_total_steps", "Steps this run will take.", static_cast<double>(total_));
-  gauge("lockstep_trainer_epoch", "Current epoch.", static_cast<double>(epoch_));
-  if (loss_) gauge("lockstep_trainer_loss", "Training loss (moving average).", *loss_);
-  if (accuracy_) {
-    gauge("lockstep_trainer_accuracy", "Training accuracy (moving average).", *accuracy_);
+  runtime::MetricsRegistry m;
+  m.AddGauge("lockstep_trainer_step", "Optimizer steps taken.");
+  m.AddGauge("lockstep_trainer_total_steps", "Steps this run will take.");
+  m.AddGauge("lockstep_trainer_epoch", "Current epoch.");
+  m.AddGauge("lockstep_trainer_loss", "Training loss (moving average).");
+  m.AddGauge("lockstep_trainer_accuracy", "Training accuracy (moving average).");
+  m.AddGauge("lockstep_trainer_samples_per_second", "Training throughput (moving average).");
+  m.AddGauge("lockstep_trainer_last_checkpoint_step", "Step of the last checkpoint written.");
+  {
+    std::lock_guard lock(mu_);
+    m.Set("lockstep_trainer_step", {}, static_cast<double>(step_));
+    m.Set("lockstep_trainer_total_steps", {}, static_cast<double>(total_));
+    m.Set("lockstep_trainer_epoch", {}, static_cast<double>(epoch_));
+    if (loss_) m.Set("lockstep_trainer_loss", {}, *loss_);
+    if (accuracy_) m.Set("lockstep_trainer_accuracy", {}, *accuracy_);
+    m.Set("lockstep_trainer_samples_per_second", {}, recent_rate_);
+    if (last_checkpoint_) {
+      m.Set("lockstep_trainer_last_checkpoint_step", {}, static_cast<double>(*last_checkpoint_));
+    }
   }
-  gauge("lockstep_trainer_samples_per_second", "Training throughput (moving average).",
-        recent_rate_);
-  if (last_checkpoint_) {
-    gauge("lockstep_trainer_last_checkpoint_step", "Step of the last checkpoint written.",
-          static_cast<double>(*last_checkpoint_));
-  }
-  return out.str();
+  return m.Render();
 }
 
 absl::StatusOr<std::unique_ptr<runtime::EndpointServer>> ServeProgress(
