@@ -1,0 +1,272 @@
+#include "trainer/comm/coordination.h"
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "trainer/comm/token.h"
+#include "trainer/proto/coordination.grpc.pb.h"
+
+namespace lockstep::trainer::comm {
+namespace {
+
+namespace pb = lockstep::trainer::proto;
+
+std::chrono::system_clock::time_point Deadline(absl::Duration d) {
+  return std::chrono::system_clock::now() + absl::ToChronoNanoseconds(d);
+}
+
+class Service final : public pb::Coordination::Service {
+ public:
+  explicit Service(CoordinationServer::Options o) : o_(std::move(o)) {}
+
+  void Shutdown() {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_ = true;
+    cv_.notify_all();
+  }
+
+  grpc::Status Join(grpc::ServerContext* ctx, const pb::JoinRequest* req,
+                    pb::JoinResponse*) override {
+    if (grpc::Status s = CheckToken(ctx, o_.token); !s.ok()) return s;
+    if (req->world_size() != o_.world_size || req->rank() < 0 || req->rank() >= o_.world_size) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("rank ", req->rank(), " of ", req->world_size(),
+                                       " does not fit this group of ", o_.world_size));
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    tasks_[req->rank()] = req->task();
+    last_seen_[req->rank()] = absl::Now();
+    cv_.notify_all();
+    return WaitFor(
+        ctx, lock, [&] { return static_cast<int>(tasks_.size()) == o_.world_size; },
+        "every rank to join");
+  }
+
+  grpc::Status Barrier(grpc::ServerContext* ctx, const pb::BarrierRequest* req,
+                       pb::BarrierResponse*) override {
+    if (grpc::Status s = CheckToken(ctx, o_.token); !s.ok()) return s;
+    std::unique_lock<std::mutex> lock(mu_);
+    barriers_[req->name()].insert(req->rank());
+    cv_.notify_all();
+    return WaitFor(
+        ctx, lock, [&] { return static_cast<int>(barriers_[req->name()].size()) == o_.world_size; },
+        "barrier " + req->name());
+  }
+
+  grpc::Status SetKey(grpc::ServerContext* ctx, const pb::SetKeyRequest* req,
+                      pb::SetKeyResponse*) override {
+    if (grpc::Status s = CheckToken(ctx, o_.token); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    kv_[req->key()] = req->value();
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetKey(grpc::ServerContext* ctx, const pb::GetKeyRequest* req,
+                      pb::GetKeyResponse* resp) override {
+    if (grpc::Status s = CheckToken(ctx, o_.token); !s.ok()) return s;
+    std::unique_lock<std::mutex> lock(mu_);
+    grpc::Status s = WaitFor(
+        ctx, lock, [&] { return kv_.contains(req->key()); }, "key " + req->key());
+    if (s.ok()) resp->set_value(kv_[req->key()]);
+    return s;
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const pb::HeartbeatRequest* req,
+                         pb::HeartbeatResponse* resp) override {
+    if (grpc::Status s = CheckToken(ctx, o_.token); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    const absl::Time now = absl::Now();
+    last_seen_[req->rank()] = now;
+    if (req->stop_requested()) stop_ = true;
+    if (lost_.empty()) {
+      for (const auto& [rank, seen] : last_seen_) {
+        if (now - seen > o_.peer_timeout) {
+          lost_ = absl::StrCat("rank ", rank, " (", tasks_[rank], ") sent no heartbeat for ",
+                               absl::FormatDuration(now - seen));
+        }
+      }
+    }
+    resp->set_lost(lost_);
+    resp->set_stop(stop_);
+    return grpc::Status::OK;
+  }
+
+ private:
+  template <typename Pred>
+  grpc::Status WaitFor(grpc::ServerContext* ctx, std::unique_lock<std::mutex>& lock, Pred ready,
+                       const std::string& what) {
+    while (!ready()) {
+      if (shutdown_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator stopping");
+      if (ctx->IsCancelled() || std::chrono::system_clock::now() > ctx->deadline()) {
+        return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "timed out waiting for " + what);
+      }
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+    }
+    return grpc::Status::OK;
+  }
+
+  const CoordinationServer::Options o_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool shutdown_ = false;
+  std::map<int, std::string> tasks_;
+  std::map<int, absl::Time> last_seen_;
+  std::map<std::string, std::set<int>> barriers_;
+  std::map<std::string, std::string> kv_;
+  std::string lost_;
+  bool stop_ = false;
+};
+
+}  // namespace
+
+struct CoordinationServer::Impl {
+  std::unique_ptr<Service> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+
+CoordinationServer::CoordinationServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+CoordinationServer::~CoordinationServer() {
+  impl_->service->Shutdown();
+  impl_->server->Shutdown(Deadline(absl::Seconds(1)));
+}
+
+int CoordinationServer::port() const { return impl_->port; }
+
+absl::StatusOr<std::unique_ptr<CoordinationServer>> CoordinationServer::Start(
+    const std::string& host, int port, Options options) {
+  auto impl = std::make_unique<Impl>();
+  impl->service = std::make_unique<Service>(std::move(options));
+  grpc::ServerBuilder builder;
+  // Peers authenticate with the job token on every call (see token.h).
+  builder.AddListeningPort(absl::StrCat(host, ":", port), grpc::InsecureServerCredentials(),
+                           &impl->port);
+  builder.RegisterService(impl->service.get());
+  impl->server = builder.BuildAndStart();
+  if (impl->server == nullptr || impl->port == 0) {
+    return absl::UnavailableError(absl::StrCat("coordination: cannot listen on ", host, ":", port));
+  }
+  return std::unique_ptr<CoordinationServer>(new CoordinationServer(std::move(impl)));
+}
+
+struct CoordinationClient::Impl {
+  std::string address;
+  std::string token;
+  int rank;
+  int world_size;
+  std::string task;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<pb::Coordination::Stub> stub;
+};
+
+CoordinationClient::CoordinationClient(const std::string& address, std::string token, int rank,
+                                       int world_size, std::string task)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->address = address;
+  impl_->token = std::move(token);
+  impl_->rank = rank;
+  impl_->world_size = world_size;
+  impl_->task = std::move(task);
+  impl_->channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  impl_->stub = pb::Coordination::NewStub(impl_->channel);
+}
+
+CoordinationClient::~CoordinationClient() {
+  quit_ = true;
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+absl::Status CoordinationClient::Join(absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  AttachToken(&ctx, impl_->token);
+  ctx.set_deadline(Deadline(timeout));
+  ctx.set_wait_for_ready(true);  // the server may not be up yet
+  pb::JoinRequest req;
+  req.set_rank(impl_->rank);
+  req.set_world_size(impl_->world_size);
+  req.set_task(impl_->task);
+  pb::JoinResponse resp;
+  return FromGrpc(impl_->stub->Join(&ctx, req, &resp),
+                  "joining the group at the coordinator " + impl_->address);
+}
+
+absl::Status CoordinationClient::Barrier(const std::string& name, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  AttachToken(&ctx, impl_->token);
+  ctx.set_deadline(Deadline(timeout));
+  pb::BarrierRequest req;
+  req.set_name(name);
+  req.set_rank(impl_->rank);
+  pb::BarrierResponse resp;
+  return FromGrpc(impl_->stub->Barrier(&ctx, req, &resp), "barrier " + name);
+}
+
+absl::Status CoordinationClient::Set(const std::string& key, const std::string& value) {
+  grpc::ClientContext ctx;
+  AttachToken(&ctx, impl_->token);
+  ctx.set_deadline(Deadline(absl::Seconds(30)));
+  pb::SetKeyRequest req;
+  req.set_key(key);
+  req.set_value(value);
+  pb::SetKeyResponse resp;
+  return FromGrpc(impl_->stub->SetKey(&ctx, req, &resp), "setting " + key);
+}
+
+absl::StatusOr<std::string> CoordinationClient::Get(const std::string& key,
+                                                    absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  AttachToken(&ctx, impl_->token);
+  ctx.set_deadline(Deadline(timeout));
+  pb::GetKeyRequest req;
+  req.set_key(key);
+  pb::GetKeyResponse resp;
+  if (absl::Status s = FromGrpc(impl_->stub->GetKey(&ctx, req, &resp), "getting " + key); !s.ok()) {
+    return s;
+  }
+  return resp.value();
+}
+
+void CoordinationClient::StartHeartbeats(absl::Duration interval, absl::Duration peer_timeout,
+                                         std::function<void(absl::Status)> on_lost) {
+  heartbeat_ = std::thread([this, interval, peer_timeout, on_lost = std::move(on_lost)] {
+    absl::Time last_answer = absl::Now();
+    while (!quit_) {
+      grpc::ClientContext ctx;
+      AttachToken(&ctx, impl_->token);
+      ctx.set_deadline(Deadline(std::min(interval * 2, peer_timeout)));
+      pb::HeartbeatRequest req;
+      req.set_rank(impl_->rank);
+      req.set_stop_requested(stop_requested_);
+      pb::HeartbeatResponse resp;
+      grpc::Status s = impl_->stub->Heartbeat(&ctx, req, &resp);
+      const absl::Time now = absl::Now();
+      std::string lost;
+      if (s.ok()) {
+        last_answer = now;
+        if (resp.stop()) stop_seen_ = true;
+        lost = resp.lost();
+      } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+        lost = "the coordinator refused this task's job token";
+      } else if (now - last_answer > peer_timeout) {
+        lost = absl::StrCat("the coordinator at ", impl_->address, " did not answer for ",
+                            absl::FormatDuration(now - last_answer), " (", s.error_message(), ")");
+      }
+      if (!lost.empty()) {
+        on_lost(absl::UnavailableError("peer lost: " + lost));
+        return;
+      }
+      for (absl::Time until = absl::Now() + interval; !quit_ && absl::Now() < until;) {
+        absl::SleepFor(std::min(interval, absl::Milliseconds(50)));
+      }
+    }
+  });
+}
+
+}  // namespace lockstep::trainer::comm

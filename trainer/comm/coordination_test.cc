@@ -1,0 +1,131 @@
+// The coordination service: rendezvous, barriers, the key-value store, the job token, and
+// heartbeats that turn a silent peer or a stop request into news for every task.
+#include "trainer/comm/coordination.h"
+
+#include <future>
+#include <latch>
+
+#include "gtest/gtest.h"
+
+namespace lockstep::trainer::comm {
+namespace {
+
+struct Group {
+  std::unique_ptr<CoordinationServer> server;
+  std::vector<std::unique_ptr<CoordinationClient>> clients;
+  std::string address;
+};
+
+Group MakeGroup(int n, absl::Duration peer_timeout = absl::Seconds(30)) {
+  Group g;
+  auto s = CoordinationServer::Start(
+      "127.0.0.1", 0, {.world_size = n, .token = "tok", .peer_timeout = peer_timeout});
+  EXPECT_TRUE(s.ok()) << s.status();
+  g.server = std::move(*s);
+  g.address = "127.0.0.1:" + std::to_string(g.server->port());
+  for (int r = 0; r < n; ++r) {
+    g.clients.push_back(std::make_unique<CoordinationClient>(g.address, "tok", r, n,
+                                                             "worker " + std::to_string(r)));
+  }
+  return g;
+}
+
+absl::Status JoinAll(Group& g) {
+  std::vector<std::future<absl::Status>> f;
+  for (auto& c : g.clients) {
+    f.push_back(std::async(std::launch::async, [&c] { return c->Join(absl::Seconds(20)); }));
+  }
+  absl::Status first;
+  for (auto& x : f) {
+    absl::Status s = x.get();
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+TEST(CoordinationTest, JoinWaitsForEveryRankAndKeysTravel) {
+  Group g = MakeGroup(3);
+  // Alone, a join cannot complete.
+  EXPECT_EQ(g.clients[0]->Join(absl::Milliseconds(300)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(JoinAll(g).ok());
+  // Get blocks until somebody sets the key.
+  auto value = std::async(std::launch::async,
+                          [&] { return g.clients[2]->Get("ring/0", absl::Seconds(20)); });
+  ASSERT_TRUE(g.clients[0]->Set("ring/0", "host-a:1234").ok());
+  ASSERT_TRUE(value.get().ok());
+  EXPECT_EQ(*g.clients[1]->Get("ring/0", absl::Seconds(1)), "host-a:1234");
+  EXPECT_EQ(g.clients[1]->Get("missing", absl::Milliseconds(200)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(CoordinationTest, BarrierReleasesOnlyWhenAllArrive) {
+  Group g = MakeGroup(3);
+  ASSERT_TRUE(JoinAll(g).ok());
+  EXPECT_EQ(g.clients[0]->Barrier("b1", absl::Milliseconds(200)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  std::vector<std::future<absl::Status>> f;
+  for (auto& c : g.clients) {
+    f.push_back(
+        std::async(std::launch::async, [&c] { return c->Barrier("b2", absl::Seconds(20)); }));
+  }
+  for (auto& x : f) EXPECT_TRUE(x.get().ok());
+}
+
+TEST(CoordinationTest, CallsWithoutTheJobTokenAreRefused) {
+  Group g = MakeGroup(1);
+  CoordinationClient intruder(g.address, "guess", 0, 1, "intruder");
+  absl::Status s = intruder.Join(absl::Seconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_EQ(intruder.Set("k", "v").code(), absl::StatusCode::kPermissionDenied);
+  // The real member is unaffected, and the intruder's key was never stored.
+  ASSERT_TRUE(g.clients[0]->Join(absl::Seconds(10)).ok());
+  EXPECT_FALSE(g.clients[0]->Get("k", absl::Milliseconds(200)).ok());
+}
+
+TEST(CoordinationTest, ASilentPeerIsReportedLostToTheOthers) {
+  Group g = MakeGroup(3, absl::Milliseconds(800));
+  ASSERT_TRUE(JoinAll(g).ok());
+  std::promise<absl::Status> lost;
+  // Ranks 0 and 1 heartbeat; rank 2 never does.
+  std::atomic<bool> reported{false};
+  for (int r : {0, 1}) {
+    g.clients[r]->StartHeartbeats(absl::Milliseconds(50), absl::Milliseconds(800),
+                                  [&](absl::Status s) {
+                                    if (!reported.exchange(true)) lost.set_value(s);
+                                  });
+  }
+  auto f = lost.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  absl::Status s = f.get();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("rank 2 (worker 2)"), std::string::npos) << s;
+}
+
+TEST(CoordinationTest, AnUnreachableCoordinatorIsAPeerLost) {
+  Group g = MakeGroup(2, absl::Seconds(30));
+  ASSERT_TRUE(JoinAll(g).ok());
+  std::promise<absl::Status> lost;
+  g.clients[1]->StartHeartbeats(absl::Milliseconds(50), absl::Milliseconds(500),
+                                [&](absl::Status s) { lost.set_value(s); });
+  g.server.reset();
+  auto f = lost.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_NE(f.get().message().find("did not answer"), std::string::npos);
+}
+
+TEST(CoordinationTest, AStopRequestReachesEveryTask) {
+  Group g = MakeGroup(2);
+  ASSERT_TRUE(JoinAll(g).ok());
+  for (auto& c : g.clients) {
+    c->StartHeartbeats(absl::Milliseconds(20), absl::Seconds(30), [](absl::Status) {});
+  }
+  g.clients[1]->RequestStop();
+  for (int i = 0; i < 1000 && !g.clients[0]->StopSeen(); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));  // polling an outcome, bounded
+  }
+  EXPECT_TRUE(g.clients[0]->StopSeen());
+}
+
+}  // namespace
+}  // namespace lockstep::trainer::comm
