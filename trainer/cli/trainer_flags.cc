@@ -1,5 +1,6 @@
 #include "trainer/cli/trainer_flags.h"
 
+#include <algorithm>
 #include <charconv>
 
 namespace lockstep::trainer {
@@ -30,7 +31,7 @@ bool ParseFloat(const std::string& s, float* out) {
 std::string TrainerUsage() {
   return R"(usage: lockstep-trainer [flags]
 
-Trains a model (OneDevice strategy) and serves GET /progress and /metrics.
+Trains a model with a tf.distribute strategy and serves GET /progress and /metrics.
 
   --model=mlp|cnn                 (default mlp)
   --dataset=fashion-mnist|synthetic   (default fashion-mnist)
@@ -49,8 +50,18 @@ Trains a model (OneDevice strategy) and serves GET /progress and /metrics.
   --threads=N                     GEMM threads (default 1)
   --metrics-port=PORT             /progress and /metrics (default 9464; 0 turns it off)
 
+Strategies (LOCKSTEP_STRATEGY, or --strategy):
+  --strategy=OneDevice|Mirrored|CentralStorage|MultiWorkerMirrored|ParameterServer
+  --replicas=N                    Mirrored/CentralStorage replicas on this machine (default 1)
+  --cross-device-ops=all-reduce|hierarchical-copy|reduce-to-one-device   (Mirrored)
+  --peer-timeout=SECONDS          a peer silent this long is lost (default 30)
+  --collective-timeout=SECONDS    a collective with no progress this long fails (default 300)
+  --ps-mode=async|sync            ParameterServer updates (default async)
+  --backup-workers=B              sync mode: each step takes the first N-B workers' gradients
+
 Environment: TF_CONFIG, LOCKSTEP_STRATEGY, LOCKSTEP_POD_IP (address to bind),
-LOCKSTEP_TERMINATION_LOG (default /dev/termination-log).
+LOCKSTEP_JOB_TOKEN (presented to and required of peers), LOCKSTEP_TERMINATION_LOG
+(default /dev/termination-log).
 Exit codes: 0 done; 2 bad flags or configuration; 3 bad data; 128+ retryable; 143 SIGTERM.
 )";
 }
@@ -147,6 +158,29 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
     } else if (name == "metrics-port") {
       if (!ParseNumber(value, &n) || n < 0 || n > 65535) return Bad(name, value, "a port");
       c.metrics_port = static_cast<int>(n);
+    } else if (name == "strategy") {
+      c.strategy = value;
+    } else if (name == "replicas") {
+      int64_t v = 0;
+      s = positive(&v);
+      if (s.ok() && v > 64) s = Bad(name, value, "a replica count from 1 to 64");
+      c.replicas = static_cast<int>(v);
+    } else if (name == "cross-device-ops") {
+      if (value != "all-reduce" && value != "hierarchical-copy" &&
+          value != "reduce-to-one-device") {
+        return Bad(name, value, "all-reduce, hierarchical-copy or reduce-to-one-device");
+      }
+      c.cross_device_ops = value;
+    } else if (name == "peer-timeout") {
+      s = positive(&c.peer_timeout_seconds);
+    } else if (name == "collective-timeout") {
+      s = positive(&c.collective_timeout_seconds);
+    } else if (name == "ps-mode") {
+      if (value != "async" && value != "sync") return Bad(name, value, "async or sync");
+      c.ps_mode = value;
+    } else if (name == "backup-workers") {
+      if (!ParseNumber(value, &n) || n < 0 || n > 64) return Bad(name, value, "0 to 64");
+      c.backup_workers = static_cast<int>(n);
     } else {
       return absl::InvalidArgumentError("unknown flag --" + name + " (see --help)");
     }
@@ -165,7 +199,19 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
     }
     c.tf_config = *parsed;
   }
-  if (std::string s = get("LOCKSTEP_STRATEGY"); !s.empty()) c.strategy = s;
+  bool strategy_flag = false;
+  for (const std::string& a : args) strategy_flag |= a.rfind("--strategy", 0) == 0;
+  if (std::string s = get("LOCKSTEP_STRATEGY"); !s.empty() && !strategy_flag) c.strategy = s;
+  static const char* kStrategies[] = {"OneDevice", "Mirrored", "CentralStorage",
+                                      "MultiWorkerMirrored", "ParameterServer"};
+  if (std::find(std::begin(kStrategies), std::end(kStrategies), c.strategy) ==
+      std::end(kStrategies)) {
+    return absl::InvalidArgumentError(
+        "strategy \"" + c.strategy +
+        "\" is not one of OneDevice, Mirrored, CentralStorage, MultiWorkerMirrored, "
+        "ParameterServer");
+  }
+  c.job_token = get("LOCKSTEP_JOB_TOKEN");
   if (std::string ip = get("LOCKSTEP_POD_IP"); !ip.empty()) c.bind_address = ip;
   c.termination_log = TerminationLogPath(env);
   return c;

@@ -32,12 +32,20 @@ struct TrainerConfig {
   int keep_checkpoints = 3;
   int threads = 1;
   int metrics_port = 9464;  // 0: no progress server
+  // Strategies.
+  int replicas = 1;                             // Mirrored/CentralStorage: replicas (threads)
+  std::string cross_device_ops = "all-reduce";  // or hierarchical-copy, reduce-to-one-device
+  int64_t peer_timeout_seconds = 30;            // heartbeats: a silent peer is lost after this
+  int64_t collective_timeout_seconds = 300;     // a collective with no progress fails after this
+  std::string ps_mode = "async";                // ParameterServer: async or sync
+  int backup_workers = 0;                       // sync mode: gradients of N-b workers per step
   bool help = false;
   bool version = false;
 
   // From the environment (DESIGN section 3).
   std::optional<TfConfig> tf_config;
-  std::string strategy = "OneDevice";    // LOCKSTEP_STRATEGY
+  std::string strategy = "OneDevice";    // LOCKSTEP_STRATEGY (or --strategy)
+  std::string job_token;                 // LOCKSTEP_JOB_TOKEN
   std::string bind_address = "0.0.0.0";  // LOCKSTEP_POD_IP when set
   std::string termination_log;           // LOCKSTEP_TERMINATION_LOG, else /dev/termination-log
 };

@@ -7,7 +7,8 @@
 
 #include "trainer/cli/termination.h"
 #include "trainer/cli/trainer_flags.h"
-#include "trainer/train/one_device.h"
+#include "trainer/strategy/data_parallel.h"
+#include "trainer/strategy/multi_worker.h"
 
 extern char** environ;
 
@@ -46,18 +47,17 @@ int main(int argc, char** argv) {
     std::cout << "lockstep-trainer " << LOCKSTEP_VERSION << "\n";
     return kExitOk;
   }
-  // This build runs OneDevice: one training replica. The other strategies need peers.
   int training_tasks = 1;
   if (config->tf_config) {
     training_tasks = static_cast<int>(config->tf_config->Hosts("chief").size() +
                                       config->tf_config->Hosts("worker").size());
   }
-  if (config->strategy != "OneDevice" && training_tasks > 1) {
-    WriteTerminationMessage(config->termination_log, "UnsupportedStrategy", false,
-                            "strategy " + config->strategy + " with " +
+  if ((config->strategy == "Mirrored" || config->strategy == "CentralStorage") &&
+      training_tasks > 1) {
+    WriteTerminationMessage(config->termination_log, "BadConfig", false,
+                            config->strategy + " trains in one task, and TF_CONFIG has " +
                                 std::to_string(training_tasks) +
-                                " training tasks is not available in this trainer; "
-                                "OneDevice is");
+                                " chief and worker tasks; use MultiWorkerMirrored");
     return kExitBadConfig;
   }
   std::signal(SIGTERM, OnTerm);
@@ -76,13 +76,24 @@ int main(int argc, char** argv) {
               << server->port() << "\n";
   }
 
-  absl::StatusOr<TrainResult> r = RunOneDevice(*config, &progress, &g_stop);
+  absl::StatusOr<TrainResult> r = absl::UnknownError("no strategy ran");
+  if (config->strategy == "MultiWorkerMirrored") {
+    r = RunMultiWorkerMirrored(*config, &progress, &g_stop);
+  } else if (config->strategy == "Mirrored" || config->strategy == "CentralStorage") {
+    r = RunMirrored(*config, &progress, &g_stop);
+  } else {
+    r = RunOneDevice(*config, &progress, &g_stop);
+  }
   if (!r.ok()) {
     const std::string msg(r.status().message());
     switch (r.status().code()) {
       case absl::StatusCode::kCancelled:
         WriteTerminationMessage(config->termination_log, "Terminated", true, msg);
         return kExitTerminated;
+      case absl::StatusCode::kAborted:
+        WriteTerminationMessage(config->termination_log, "PeerLost", true, msg);
+        return kExitRetryable;
+      case absl::StatusCode::kPermissionDenied:
       case absl::StatusCode::kInvalidArgument:
         WriteTerminationMessage(config->termination_log, "BadConfig", false, msg);
         return kExitBadConfig;

@@ -38,6 +38,9 @@ class Member final : public QueuedCollective {
   }
 
   absl::Status RunAllReduce(float* data, int64_t n) override {
+    if (group_->algorithm() != ReduceAlgorithm::kAllReduce && size() > 1) {
+      return RunTreeReduce(data, n);
+    }
     return Run({data, data, n}, [&](const auto& all) {
       const Range r = ChunkRange(n, size(), rank_);
       if (r.size() == 0) return;
@@ -48,6 +51,38 @@ class Member final : public QueuedCollective {
       }
       for (const auto& s : all) std::memcpy(s.out + r.begin, sum.data(), r.size() * sizeof(float));
     });
+  }
+
+  // Reduce-to-one and hierarchical copy: partial sums on designated ranks, then the final sum
+  // on rank 0, which every rank copies. Three rendezvous phases.
+  absl::Status RunTreeReduce(float* data, int64_t n) {
+    const bool hier = group_->algorithm() == ReduceAlgorithm::kHierarchicalCopy;
+    const int half = (size() + 1) / 2;
+    auto sum_into = [&](float* dst, const std::vector<InProcessGroup::Slot>& all, int from,
+                        int to) {
+      for (int k = from; k < to; ++k) {
+        const float* src = all[k].in;
+        for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+      }
+    };
+    absl::StatusOr<std::vector<InProcessGroup::Slot>> all =
+        group_->Rendezvous(rank_, {data, data, n});
+    if (!all.ok()) return all.status();
+    for (const auto& s : *all) {
+      if (s.n != n) return absl::InvalidArgumentError("collective order broken: sizes differ");
+    }
+    if (hier) {
+      // Phase 1: the head of each half sums its half into its own buffer.
+      if (rank_ == 0) sum_into(data, *all, 1, half);
+      if (rank_ == half) sum_into(data, *all, half + 1, size());
+      if (absl::Status s = group_->Rendezvous(rank_, {}).status(); !s.ok()) return s;
+      if (rank_ == 0) sum_into(data, *all, half, half + 1);
+    } else if (rank_ == 0) {
+      sum_into(data, *all, 1, size());
+    }
+    if (absl::Status s = group_->Rendezvous(rank_, {}).status(); !s.ok()) return s;
+    if (rank_ != 0 && n > 0) std::memcpy(data, (*all)[0].in, n * sizeof(float));
+    return group_->Rendezvous(rank_, {}).status();
   }
 
   absl::Status RunBroadcast(float* data, int64_t n, int root) override {
@@ -92,12 +127,13 @@ class Member final : public QueuedCollective {
 
 }  // namespace
 
-std::shared_ptr<InProcessGroup> InProcessGroup::Create(int size, absl::Duration timeout) {
-  return std::shared_ptr<InProcessGroup>(new InProcessGroup(size, timeout));
+std::shared_ptr<InProcessGroup> InProcessGroup::Create(int size, absl::Duration timeout,
+                                                       ReduceAlgorithm algorithm) {
+  return std::shared_ptr<InProcessGroup>(new InProcessGroup(size, timeout, algorithm));
 }
 
-InProcessGroup::InProcessGroup(int size, absl::Duration timeout)
-    : size_(size), timeout_(timeout), slots_(size) {}
+InProcessGroup::InProcessGroup(int size, absl::Duration timeout, ReduceAlgorithm algorithm)
+    : size_(size), algorithm_(algorithm), timeout_(timeout), slots_(size) {}
 
 std::unique_ptr<Collective> InProcessGroup::Member(int rank) {
   return std::make_unique<comm::Member>(shared_from_this(), rank);

@@ -15,13 +15,23 @@
 
 namespace lockstep::trainer::comm {
 
+// How AllReduce combines the replicas' buffers (tf.distribute's cross-device ops):
+//   kAllReduce        every rank reduces one chunk for all (NcclAllReduce's role on CPU);
+//   kHierarchicalCopy the ranks split in two halves; the first rank of each half sums its
+//                     half, rank 0 adds the two partial sums, and every rank copies the result;
+//   kReduceToOne      rank 0 sums everything and every rank copies from it
+//                     (ReductionToOneDevice; CentralStorage's reduction).
+enum class ReduceAlgorithm { kAllReduce, kHierarchicalCopy, kReduceToOne };
+
 class InProcessGroup : public std::enable_shared_from_this<InProcessGroup> {
  public:
-  static std::shared_ptr<InProcessGroup> Create(int size,
-                                                absl::Duration timeout = absl::Minutes(5));
+  static std::shared_ptr<InProcessGroup> Create(
+      int size, absl::Duration timeout = absl::Minutes(5),
+      ReduceAlgorithm algorithm = ReduceAlgorithm::kAllReduce);
   // The collective for `rank`; each rank's member is made once.
   std::unique_ptr<Collective> Member(int rank);
   int size() const { return size_; }
+  ReduceAlgorithm algorithm() const { return algorithm_; }
 
   // For members.
   struct Slot {
@@ -34,8 +44,9 @@ class InProcessGroup : public std::enable_shared_from_this<InProcessGroup> {
   void Abort(absl::Status why);
 
  private:
-  InProcessGroup(int size, absl::Duration timeout);
+  InProcessGroup(int size, absl::Duration timeout, ReduceAlgorithm algorithm);
   const int size_;
+  const ReduceAlgorithm algorithm_;
   const absl::Duration timeout_;
   std::mutex mu_;
   std::condition_variable cv_;

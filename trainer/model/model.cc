@@ -2,12 +2,20 @@
 
 namespace lockstep::trainer {
 
-cpu::XentResult Model::TrainStep(const Tensor& x, const std::vector<int32_t>& labels) {
+cpu::XentResult Model::TrainStep(const Tensor& x, const std::vector<int32_t>& labels,
+                                 const GradsReady& grads_ready) {
   const Tensor* h = &x;
   for (auto& l : layers_) h = &l->Forward(*h, true);
   cpu::XentResult r = cpu::SoftmaxCrossEntropy(*h, labels, &dlogits_);
   const Tensor* g = &dlogits_;
-  for (size_t i = layers_.size(); i-- > 0;) g = &layers_[i]->Backward(*g, i > 0);
+  size_t end = 0;
+  for (auto& l : layers_) end += l->Params().size();
+  for (size_t i = layers_.size(); i-- > 0;) {
+    g = &layers_[i]->Backward(*g, i > 0);
+    const size_t count = layers_[i]->Params().size();
+    end -= count;
+    if (grads_ready && count > 0) grads_ready(end, count);
+  }
   return r;
 }
 

@@ -6,6 +6,7 @@
 // Weights are drawn from `seed`, so two models built with one seed are identical.
 // Thread-safety: one thread per model.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,7 +22,12 @@ class Model {
   explicit Model(std::vector<std::unique_ptr<Layer>> layers) : layers_(std::move(layers)) {}
 
   // Forward, loss, and (when training) backward: fills every parameter's gradient.
-  cpu::XentResult TrainStep(const Tensor& x, const std::vector<int32_t>& labels);
+  // `grads_ready`, when given, is called as backward goes, once per layer with parameters,
+  // with the range [first, first + count) of Params() indices whose gradients are now final
+  // (so they can be reduced while backward goes on); the ranges come last layer first.
+  using GradsReady = std::function<void(size_t first, size_t count)>;
+  cpu::XentResult TrainStep(const Tensor& x, const std::vector<int32_t>& labels,
+                            const GradsReady& grads_ready = nullptr);
   // Forward only (dropout off): loss and correct predictions.
   cpu::XentResult Evaluate(const Tensor& x, const std::vector<int32_t>& labels);
 

@@ -1,0 +1,57 @@
+#pragma once
+// The synchronous data-parallel training loop, one call per replica. OneDevice is one replica
+// alone; Mirrored and CentralStorage run several as threads over the in-process backend;
+// MultiWorkerMirrored runs one per process over the ring. Every replica:
+//   - builds the model from the seed; the chief (rank 0) resumes from the newest checkpoint
+//     and broadcasts weights, optimizer state and the data position, so every replica starts
+//     from the chief's state;
+//   - takes its shard of every global batch (--batch-size is global; it must divide by the
+//     replica count);
+//   - reduces gradients in buckets while backward runs (BucketReducer), averaging them, then
+//     applies the optimizer: on every replica (identical weights follow), or for
+//     CentralStorage once, on the chief's variables, which are then broadcast;
+//   - all-reduces a step trailer {stop requested, loss, correct, samples}: a stop request on
+//     any replica ends every replica at the same step, after the chief checkpoints (a
+//     coordinated checkpoint), and the progress the chief reports covers the global batch.
+// Errors: as RunOneDevice's, plus Aborted ("peer lost: ...") when a collective fails.
+// Thread-safety: one call per replica thread.
+
+#include <atomic>
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "trainer/comm/collective.h"
+#include "trainer/progress/progress.h"
+#include "trainer/strategy/session.h"
+
+namespace lockstep::trainer {
+
+struct TrainResult {
+  int64_t steps = 0;
+  int64_t resumed_from = 0;  // the checkpoint's step, 0 for a fresh start
+  double test_accuracy = 0;
+  double test_loss = 0;
+  double samples_per_second = 0;  // steady, after warm-up (the chief's, for the whole group)
+};
+
+struct Replica {
+  comm::Collective* comm = nullptr;  // null: a single replica (OneDevice)
+  bool central_variables = false;    // CentralStorage
+  absl::Duration collective_timeout = absl::Minutes(5);
+  std::function<bool()> stop_requested;  // this replica was asked to stop
+  ProgressTracker* progress = nullptr;   // the chief's; null elsewhere
+  bool evaluate = true;                  // evaluate on the test set at the end
+};
+
+absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& data,
+                                       const Replica& r);
+
+// OneDevice: loads the data and runs one replica.
+absl::StatusOr<TrainResult> RunOneDevice(const TrainerConfig& c, ProgressTracker* progress,
+                                         const std::atomic<bool>* stop);
+
+// Mirrored and CentralStorage: --replicas threads in this process.
+absl::StatusOr<TrainResult> RunMirrored(const TrainerConfig& c, ProgressTracker* progress,
+                                        const std::atomic<bool>* stop);
+
+}  // namespace lockstep::trainer

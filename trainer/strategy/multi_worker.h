@@ -1,0 +1,34 @@
+#pragma once
+// MultiWorkerMirrored: one replica per process, the processes being the chief and workers of
+// TF_CONFIG (rank 0 is the chief, else worker 0). Setup, in order:
+//   1. rank 0 serves the coordination service on its TF_CONFIG address;
+//   2. every rank joins it (presenting the job token), binds a ring listener on a free port
+//      and publishes "<its TF_CONFIG host>:<port>" under ring/<rank>;
+//   3. every rank reads the others' addresses and joins the ring (token handshake);
+//   4. heartbeats start: a peer silent for --peer-timeout, or a coordinator gone, aborts the
+//      ring, so no rank hangs in a collective;
+//   5. the synchronous loop runs (data_parallel.h) over the ring; the choice of backend is
+//      logged (ring over TCP for CPU tensors; the GPU build chooses NCCL for device tensors).
+// A stop request (SIGTERM) on any rank reaches the others through the step trailer and the
+// heartbeats, and the chief checkpoints before everyone exits.
+// Thread-safety: one call per process.
+
+#include <atomic>
+
+#include "trainer/strategy/data_parallel.h"
+
+namespace lockstep::trainer {
+
+// The rank of this task and the "host:port" of every rank, from TF_CONFIG (chief first, then
+// workers); InvalidArgument for a task that is not a chief or worker.
+struct World {
+  int rank = 0;
+  std::vector<std::string> addresses;
+};
+absl::StatusOr<World> TrainingWorld(const TfConfig& tf);
+
+absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
+                                                   ProgressTracker* progress,
+                                                   const std::atomic<bool>* stop);
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,100 @@
+#include "trainer/strategy/session.h"
+
+#include <chrono>
+#include <iostream>
+
+namespace lockstep::trainer {
+
+double MonotonicSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c) {
+  Datasets d;
+  if (c.dataset == "synthetic") {
+    d.train = SyntheticDataset(c.synthetic_size, c.seed);
+    d.test = SyntheticDataset(std::max<int64_t>(c.synthetic_size / 5, 1), c.seed + 1);
+  } else {
+    absl::StatusOr<Dataset> tr = LoadFashionMnist(c.data_dir, "train");
+    if (!tr.ok()) return tr.status();
+    absl::StatusOr<Dataset> te = LoadFashionMnist(c.data_dir, "t10k");
+    if (!te.ok()) return te.status();
+    d.train = std::move(*tr);
+    d.test = std::move(*te);
+  }
+  if (c.batch_size > d.train.size()) {
+    return absl::InvalidArgumentError("--batch-size " + std::to_string(c.batch_size) +
+                                      " is larger than the " + std::to_string(d.train.size()) +
+                                      " training examples");
+  }
+  return d;
+}
+
+absl::Status RestoreCheckpoint(const CheckpointState& s, const TrainerConfig& c, Model* model,
+                               Optimizer* opt) {
+  if (s.model != c.model || s.optimizer != c.optimizer) {
+    return absl::InvalidArgumentError("the newest checkpoint in " + c.checkpoint_dir +
+                                      " is for --model=" + s.model + " --optimizer=" + s.optimizer +
+                                      ", not --model=" + c.model + " --optimizer=" + c.optimizer +
+                                      "; use another --checkpoint-dir");
+  }
+  std::vector<Tensor*> params = model->Params();
+  std::vector<Tensor*> state = opt->State();
+  if (s.params.size() != params.size() || s.optimizer_state.size() != state.size()) {
+    return absl::InvalidArgumentError("the checkpoint's tensors do not match the model");
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (s.params[i].shape() != params[i]->shape()) {
+      return absl::InvalidArgumentError("checkpoint tensor " + std::to_string(i) + " has shape " +
+                                        ShapeString(s.params[i].shape()) + ", the model needs " +
+                                        ShapeString(params[i]->shape()));
+    }
+    *params[i] = s.params[i];
+  }
+  for (size_t i = 0; i < state.size(); ++i) *state[i] = s.optimizer_state[i];
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& c, Model* model, Optimizer* opt,
+                                           Position at) {
+  CheckpointState s{.step = at.step,
+                    .epoch = at.epoch,
+                    .epoch_step = at.epoch_step,
+                    .model = c.model,
+                    .optimizer = c.optimizer};
+  for (Tensor* t : model->Params()) s.params.push_back(*t);
+  for (Tensor* t : opt->State()) s.optimizer_state.push_back(*t);
+  return WriteCheckpoint(c.checkpoint_dir, s, c.keep_checkpoints);
+}
+
+absl::StatusOr<std::optional<CheckpointState>> NewestCheckpoint(const TrainerConfig& c) {
+  if (c.checkpoint_dir.empty()) return std::optional<CheckpointState>();
+  std::vector<std::string> skipped;
+  absl::StatusOr<std::optional<CheckpointState>> latest =
+      LoadLatestCheckpoint(c.checkpoint_dir, &skipped);
+  for (const std::string& why : skipped) {
+    std::cerr << "lockstep-trainer: warning: skipping checkpoint: " << why << "\n";
+  }
+  return latest;
+}
+
+Evaluation Evaluate(Model* model, const Dataset& test) {
+  int64_t correct = 0;
+  double loss = 0;
+  const int64_t ex = test.example_size();
+  for (int64_t at = 0; at < test.size(); at += 1000) {
+    const int64_t n = std::min<int64_t>(1000, test.size() - at);
+    Shape shape = test.images.shape();
+    shape[0] = n;
+    Tensor x(shape);
+    std::copy_n(test.images.data() + at * ex, n * ex, x.data());
+    std::vector<int32_t> y(test.labels.begin() + at, test.labels.begin() + at + n);
+    cpu::XentResult r = model->Evaluate(x, y);
+    correct += r.correct;
+    loss += r.loss * static_cast<double>(n);
+  }
+  const double total = static_cast<double>(std::max<int64_t>(test.size(), 1));
+  return {static_cast<double>(correct) / total, loss / total};
+}
+
+}  // namespace lockstep::trainer

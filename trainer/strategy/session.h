@@ -1,0 +1,50 @@
+#pragma once
+// What every strategy's training loop shares: the data sets, checkpoint save/restore against a
+// model and optimizer, and the test-set evaluation.
+// Thread-safety: plain functions; one model per thread.
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/cli/trainer_flags.h"
+#include "trainer/data/dataset.h"
+#include "trainer/model/model.h"
+#include "trainer/optim/optimizer.h"
+
+namespace lockstep::trainer {
+
+struct Datasets {
+  Dataset train;
+  Dataset test;
+};
+// Fashion-MNIST from --data-dir, or the synthetic set; checks --batch-size against it.
+absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c);
+
+// The data position and step a run starts or resumes at.
+struct Position {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  int64_t epoch_step = 0;
+};
+
+// Copies a checkpoint into the model and optimizer; InvalidArgument when it is for another
+// model or optimizer.
+absl::Status RestoreCheckpoint(const CheckpointState& s, const TrainerConfig& c, Model* model,
+                               Optimizer* opt);
+absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& c, Model* model, Optimizer* opt,
+                                           Position at);
+// The newest valid checkpoint of --checkpoint-dir (nullopt when none, or no directory); warns
+// on stderr about every newer file it skipped.
+absl::StatusOr<std::optional<CheckpointState>> NewestCheckpoint(const TrainerConfig& c);
+
+struct Evaluation {
+  double accuracy = 0;
+  double loss = 0;
+};
+Evaluation Evaluate(Model* model, const Dataset& test);
+
+double MonotonicSeconds();
+
+}  // namespace lockstep::trainer

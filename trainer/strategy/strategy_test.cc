@@ -1,0 +1,264 @@
+// The synchronous strategies: gradient buckets, the N-workers == one-worker-with-N-times-the-
+// batch equivalence (in-process and ring backends), Mirrored's reduce alternatives and
+// CentralStorage, the coordinated stop-and-checkpoint, and a lost peer.
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "trainer/comm/in_process.h"
+#include "trainer/comm/ring.h"
+#include "trainer/strategy/buckets.h"
+#include "trainer/strategy/data_parallel.h"
+#include "trainer/strategy/multi_worker.h"
+
+namespace lockstep::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempDir(const std::string& name) {
+  fs::path p =
+      fs::temp_directory_path() / ("lockstep-strategy-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+TrainerConfig Config(const std::string& dir, const std::string& optimizer, int64_t batch,
+                     int64_t steps) {
+  TrainerConfig c;
+  c.model = "mlp";
+  c.dataset = "synthetic";
+  c.synthetic_size = 2048;
+  c.batch_size = batch;
+  c.steps = steps;
+  c.optimizer = optimizer;
+  c.learning_rate = optimizer == "sgd" ? 0.05f : 0.001f;
+  c.checkpoint_dir = dir;
+  c.checkpoint_every = steps;
+  c.lr_schedule = "constant";
+  return c;
+}
+
+std::vector<Tensor> FinalParams(const std::string& dir) {
+  std::vector<std::string> skipped;
+  auto s = LoadLatestCheckpoint(dir, &skipped);
+  EXPECT_TRUE(s.ok() && s->has_value()) << dir;
+  if (!s.ok() || !s->has_value()) return {};
+  return (*s)->params;
+}
+
+void ExpectClose(const std::vector<Tensor>& a, const std::vector<Tensor>& b, float tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].size(), b[i].size());
+    float worst = 0;
+    for (int64_t j = 0; j < a[i].size(); ++j) {
+      worst = std::max(worst, std::abs(a[i].data()[j] - b[i].data()[j]));
+    }
+    EXPECT_LE(worst, tol) << "parameter " << i;
+  }
+}
+
+// Runs `n` replicas as threads over the given collectives (one per rank).
+std::vector<absl::StatusOr<TrainResult>> RunGroup(
+    const TrainerConfig& c, const Datasets& data,
+    std::vector<std::unique_ptr<comm::Collective>>& members, bool central = false,
+    std::function<bool(int rank)> stop = nullptr) {
+  const int n = static_cast<int>(members.size());
+  std::vector<absl::StatusOr<TrainResult>> out(n, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      Replica r{.comm = members[i].get(), .central_variables = central, .evaluate = false};
+      if (stop) r.stop_requested = [&, i] { return stop(i); };
+      out[i] = RunReplica(c, data, r);
+      if (!out[i].ok() && !absl::IsCancelled(out[i].status())) members[i]->Abort(out[i].status());
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+std::vector<std::unique_ptr<comm::Collective>> InProcess(
+    int n, comm::ReduceAlgorithm a = comm::ReduceAlgorithm::kAllReduce) {
+  auto g = comm::InProcessGroup::Create(n, absl::Seconds(60), a);
+  std::vector<std::unique_ptr<comm::Collective>> m;
+  for (int i = 0; i < n; ++i) m.push_back(g->Member(i));
+  return m;
+}
+
+std::vector<std::unique_ptr<comm::Collective>> Ring(int n) {
+  std::vector<std::unique_ptr<comm::RingListener>> ls;
+  std::vector<std::string> addrs;
+  for (int i = 0; i < n; ++i) {
+    ls.push_back(std::move(*comm::RingListener::Bind("127.0.0.1", 0)));
+    addrs.push_back("127.0.0.1:" + std::to_string(ls.back()->port()));
+  }
+  std::vector<std::future<absl::StatusOr<std::unique_ptr<comm::Collective>>>> f;
+  for (int i = 0; i < n; ++i) {
+    comm::RingOptions o;
+    o.rank = i;
+    o.addresses = addrs;
+    o.listener = std::move(ls[i]);
+    o.token = "t";
+    f.push_back(std::async(std::launch::async, [o = std::move(o)]() mutable {
+      return comm::ConnectRing(std::move(o));
+    }));
+  }
+  std::vector<std::unique_ptr<comm::Collective>> m;
+  for (auto& x : f) m.push_back(std::move(*x.get()));
+  return m;
+}
+
+TEST(BucketsTest, ReverseOrderFirstBucketSmallThenLarge) {
+  // 4-byte floats: 1 MiB is 262144 elements.
+  std::vector<int64_t> sizes = {100000, 10, 300000, 10, 200000, 10};
+  std::vector<Bucket> b = PlanBuckets(sizes, 1 << 20, 4 << 20);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].params, (std::vector<size_t>{5, 4, 3, 2}));  // closes past 1 MiB
+  EXPECT_EQ(b[1].params, (std::vector<size_t>{1, 0}));
+  EXPECT_EQ(b[0].elements, 500020);
+  // The default sizes put the whole mlp in a few buckets, identically on every rank.
+  EXPECT_EQ(PlanBuckets(sizes, 1 << 20, 25 << 20).size(), 2u);
+}
+
+class Equivalence : public ::testing::TestWithParam<std::tuple<int, std::string, bool>> {};
+
+TEST_P(Equivalence, NWorkersMatchOneWorkerWithNTimesTheBatch) {
+  const auto [n, optimizer, ring] = GetParam();
+  const int64_t per_worker = 16, steps = 12;
+  const std::string one = TempDir("one"), many = TempDir("many");
+  TrainerConfig single = Config(one, optimizer, per_worker * n, steps);
+  auto data = LoadDatasets(single);
+  ASSERT_TRUE(data.ok());
+  ASSERT_TRUE(RunReplica(single, *data, {.evaluate = false}).ok());
+  TrainerConfig multi = Config(many, optimizer, per_worker * n, steps);
+  auto members = ring ? Ring(n) : InProcess(n);
+  for (auto& r : RunGroup(multi, *data, members)) ASSERT_TRUE(r.ok()) << r.status();
+  // Float sums in another order: the averaged gradients differ in the last bits only.
+  ExpectClose(FinalParams(one), FinalParams(many), 2e-5f);
+  fs::remove_all(one);
+  fs::remove_all(many);
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, Equivalence,
+                         ::testing::Values(std::make_tuple(2, "sgd", false),
+                                           std::make_tuple(4, "sgd", false),
+                                           std::make_tuple(4, "adam", false),
+                                           std::make_tuple(2, "adam", true),
+                                           std::make_tuple(3, "sgd", true)),
+                         [](const auto& p) {
+                           return std::to_string(std::get<0>(p.param)) + "_" +
+                                  std::get<1>(p.param) +
+                                  (std::get<2>(p.param) ? "_ring" : "_inprocess");
+                         });
+
+TEST(MirroredTest, ReduceAlternativesAndCentralStorageTrainAlike) {
+  const std::string base = TempDir("mirror-base");
+  TrainerConfig c = Config(base, "sgd", 32, 8);
+  auto data = LoadDatasets(c);
+  ASSERT_TRUE(data.ok());
+  ASSERT_TRUE(RunReplica(c, *data, {.evaluate = false}).ok());
+  const std::vector<Tensor> want = FinalParams(base);
+  struct Case {
+    comm::ReduceAlgorithm algo;
+    bool central;
+    const char* name;
+  };
+  for (const Case& k : {Case{comm::ReduceAlgorithm::kAllReduce, false, "all-reduce"},
+                        Case{comm::ReduceAlgorithm::kHierarchicalCopy, false, "hierarchical"},
+                        Case{comm::ReduceAlgorithm::kReduceToOne, false, "to-one"},
+                        Case{comm::ReduceAlgorithm::kReduceToOne, true, "central"}}) {
+    SCOPED_TRACE(k.name);
+    const std::string dir = TempDir(k.name);
+    TrainerConfig m = Config(dir, "sgd", 32, 8);
+    auto members = InProcess(4, k.algo);
+    for (auto& r : RunGroup(m, *data, members, k.central)) ASSERT_TRUE(r.ok()) << r.status();
+    ExpectClose(want, FinalParams(dir), 2e-5f);
+    fs::remove_all(dir);
+  }
+  fs::remove_all(base);
+}
+
+TEST(CoordinatedStopTest, AStopOnOneRankCheckpointsAndTheResumedRunEndsWhereAnUnbrokenOneDoes) {
+  const std::string straight = TempDir("straight"), broken = TempDir("broken");
+  TrainerConfig c = Config(straight, "adam", 32, 10);
+  auto data = LoadDatasets(c);
+  ASSERT_TRUE(data.ok());
+  auto m1 = InProcess(2);
+  for (auto& r : RunGroup(c, *data, m1)) ASSERT_TRUE(r.ok());
+
+  TrainerConfig b = Config(broken, "adam", 32, 10);
+  b.checkpoint_every = 100;  // only the stop and the end write checkpoints
+  std::atomic<int> asked{0};
+  auto m2 = InProcess(2);
+  // Rank 1 is asked to stop before its 5th step; rank 0 never is.
+  auto stopped =
+      RunGroup(b, *data, m2, false, [&](int rank) { return rank == 1 && asked.fetch_add(1) >= 4; });
+  for (auto& r : stopped) {
+    ASSERT_TRUE(absl::IsCancelled(r.status())) << r.status();
+    EXPECT_NE(r.status().message().find("at step 4"), std::string::npos) << r.status();
+  }
+  std::vector<std::string> skipped;
+  auto ck = LoadLatestCheckpoint(broken, &skipped);
+  ASSERT_TRUE(ck.ok() && ck->has_value());
+  EXPECT_EQ((*ck)->step, 4);
+  auto m3 = InProcess(2);
+  auto resumed = RunGroup(b, *data, m3);
+  for (auto& r : resumed) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->resumed_from, 4);
+  }
+  ExpectClose(FinalParams(straight), FinalParams(broken), 1e-6f);
+  fs::remove_all(straight);
+  fs::remove_all(broken);
+}
+
+TEST(PeerLostTest, AReplicaWhoseGroupIsAbortedEndsWithPeerLost) {
+  TrainerConfig c = Config("", "sgd", 32, 100000);
+  auto data = LoadDatasets(c);
+  ASSERT_TRUE(data.ok());
+  auto members = InProcess(2);
+  std::atomic<int> steps{0};
+  std::vector<absl::StatusOr<TrainResult>> out;
+  std::thread killer;
+  out = RunGroup(c, *data, members, false, [&](int rank) {
+    // Rank 1's collectives are aborted after a few steps, as a dead process's would fail.
+    if (rank == 1 && steps.fetch_add(1) == 5) {
+      members[1]->Abort(absl::UnavailableError("rank 1's connection reset"));
+    }
+    return false;
+  });
+  for (auto& r : out) {
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kAborted) << r.status();
+    EXPECT_NE(r.status().message().find("peer lost"), std::string::npos) << r.status();
+  }
+}
+
+TEST(TrainingWorldTest, ChiefIsRankZeroAndWorkersFollow) {
+  TfConfig tf;
+  tf.cluster = {{"chief", {"c:1"}}, {"worker", {"w0:1", "w1:1"}}, {"ps", {"p:1"}}};
+  tf.task_type = "worker";
+  tf.task_index = 1;
+  auto w = TrainingWorld(tf);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->rank, 2);
+  EXPECT_EQ(w->addresses, (std::vector<std::string>{"c:1", "w0:1", "w1:1"}));
+  tf.task_type = "ps";
+  EXPECT_EQ(TrainingWorld(tf).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(DataParallelTest, ABatchThatDoesNotDivideOverTheReplicasIsRefused) {
+  TrainerConfig c = Config("", "sgd", 30, 4);
+  auto data = LoadDatasets(c);
+  ASSERT_TRUE(data.ok());
+  auto members = InProcess(4);
+  for (auto& r : RunGroup(c, *data, members)) {
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::trainer
