@@ -27,10 +27,16 @@ TF_CONFIG='{"cluster":' run 2 --metrics-port=0
 term_has 'TF_CONFIG'
 run 3 --data-dir="$work/nowhere" --metrics-port=0
 term_has '"reason":"BadData"'; term_has 'train-images-idx3-ubyte'
-LOCKSTEP_STRATEGY=MultiWorkerMirrored \
-TF_CONFIG='{"cluster":{"worker":["a:1","b:1"]},"task":{"type":"worker","index":0},"environment":"cloud"}' \
-  run 2 --metrics-port=0
-term_has 'UnsupportedStrategy'
+two_workers='{"cluster":{"worker":["localhost:1","localhost:2"]},"task":{"type":"worker","index":1},"environment":"cloud"}'
+LOCKSTEP_STRATEGY=Mirrored TF_CONFIG=$two_workers run 2 --metrics-port=0
+term_has 'use MultiWorkerMirrored'
+LOCKSTEP_STRATEGY=Bogus run 2 --metrics-port=0
+term_has 'is not one of'
+# A MultiWorkerMirrored worker whose coordinator never answers gives up (setup waits ten
+# peer timeouts) with a retryable PeerLost, never hanging.
+LOCKSTEP_STRATEGY=MultiWorkerMirrored TF_CONFIG=$two_workers LOCKSTEP_JOB_TOKEN=t \
+  run 128 --metrics-port=0 --dataset=synthetic --peer-timeout=1
+term_has '"reason":"PeerLost"'; term_has '"retryable":true'
 
 # SIGTERM mid-run: a checkpoint, exit 143, a retryable termination message.
 port=$((20000 + RANDOM % 20000))

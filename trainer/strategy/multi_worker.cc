@@ -47,7 +47,8 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
   absl::StatusOr<Datasets> data = LoadDatasets(c);
   if (!data.ok()) return data.status();
 
-  const absl::Duration setup = absl::Minutes(5);
+  // Tasks start at different times (scheduling, image pulls): setup waits ten peer timeouts.
+  const absl::Duration setup = absl::Seconds(c.peer_timeout_seconds * 10);
   const absl::Duration peer_timeout = absl::Seconds(c.peer_timeout_seconds);
   const std::string task = absl::StrCat(c.tf_config->task_type, " ", c.tf_config->task_index);
   absl::StatusOr<std::pair<std::string, int>> self = comm::SplitHostPort(world->addresses[rank]);
