@@ -7,7 +7,9 @@
 
 #include "trainer/cli/termination.h"
 #include "trainer/cli/trainer_flags.h"
+#include "trainer/ps/ps_training.h"
 #include "trainer/strategy/data_parallel.h"
+#include "trainer/strategy/evaluator.h"
 #include "trainer/strategy/multi_worker.h"
 
 extern char** environ;
@@ -77,7 +79,14 @@ int main(int argc, char** argv) {
   }
 
   absl::StatusOr<TrainResult> r = absl::UnknownError("no strategy ran");
-  if (config->strategy == "MultiWorkerMirrored") {
+  const std::string task = config->tf_config ? config->tf_config->task_type : "";
+  if (task == "evaluator") {
+    r = RunEvaluator(*config, &progress, &g_stop);
+  } else if (task == "ps") {
+    r = ps::RunPsTask(*config, &g_stop);
+  } else if (config->strategy == "ParameterServer") {
+    r = ps::RunPsTrainer(*config, &progress, &g_stop);
+  } else if (config->strategy == "MultiWorkerMirrored") {
     r = RunMultiWorkerMirrored(*config, &progress, &g_stop);
   } else if (config->strategy == "Mirrored" || config->strategy == "CentralStorage") {
     r = RunMirrored(*config, &progress, &g_stop);

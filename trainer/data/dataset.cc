@@ -85,11 +85,12 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, const std::stri
   return d;
 }
 
-Dataset SyntheticDataset(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
+Dataset SyntheticDataset(int64_t n, uint64_t seed, uint64_t split) {
+  std::mt19937_64 proto_rng(seed);
   std::normal_distribution<float> noise(0.0f, 1.0f);
   Tensor prototypes({10, 784});
-  for (int64_t i = 0; i < prototypes.size(); ++i) prototypes[i] = noise(rng);
+  for (int64_t i = 0; i < prototypes.size(); ++i) prototypes[i] = noise(proto_rng);
+  std::mt19937_64 rng(seed * 1000003 + split + 1);
   Dataset d;
   d.images = Tensor({n, 1, 28, 28});
   d.labels.resize(static_cast<size_t>(n));

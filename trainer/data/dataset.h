@@ -27,7 +27,8 @@ struct Dataset {
 absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, const std::string& split);
 
 // `n` examples of 10 classes, each class a fixed random prototype plus noise: learnable, so a
-// test can train on it, and reproducible from `seed`.
-Dataset SyntheticDataset(int64_t n, uint64_t seed);
+// test can train on it, and reproducible from `seed`. The prototypes come from `seed` alone,
+// so a training split (0) and a test split (1) of one seed are the same task.
+Dataset SyntheticDataset(int64_t n, uint64_t seed, uint64_t split = 0);
 
 }  // namespace lockstep::trainer

@@ -13,7 +13,7 @@ absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c) {
   Datasets d;
   if (c.dataset == "synthetic") {
     d.train = SyntheticDataset(c.synthetic_size, c.seed);
-    d.test = SyntheticDataset(std::max<int64_t>(c.synthetic_size / 5, 1), c.seed + 1);
+    d.test = SyntheticDataset(std::max<int64_t>(c.synthetic_size / 5, 1), c.seed, 1);
   } else {
     absl::StatusOr<Dataset> tr = LoadFashionMnist(c.data_dir, "train");
     if (!tr.ok()) return tr.status();

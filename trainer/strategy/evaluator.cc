@@ -1,0 +1,70 @@
+#include "trainer/strategy/evaluator.h"
+
+#include <iostream>
+#include <thread>
+
+#include "trainer/data/batcher.h"
+#include "trainer/ps/ps_training.h"
+
+namespace lockstep::trainer {
+
+absl::StatusOr<TrainResult> RunEvaluator(const TrainerConfig& c, ProgressTracker* progress,
+                                         const std::atomic<bool>* stop, absl::Duration poll) {
+  if (c.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "the evaluator needs --checkpoint-dir (the one the "
+        "training tasks write)");
+  }
+  absl::StatusOr<Datasets> data = LoadDatasets(c);
+  if (!data.ok()) return data.status();
+  absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(c.model, c.seed);
+  if (!model.ok()) return model.status();
+  // The last step of the run being evaluated.
+  int trainers = 1;
+  if (c.tf_config) {
+    trainers =
+        static_cast<int>(c.tf_config->Hosts("chief").size() + c.tf_config->Hosts("worker").size());
+  }
+  int64_t total = 0;
+  if (c.strategy == "ParameterServer") {
+    total = ps::PsTotalSteps(c, data->train.size(), std::max(trainers, 1));
+  } else {
+    const int64_t per_epoch = data->train.size() / c.batch_size;
+    total = c.steps ? *c.steps : c.epochs * per_epoch;
+  }
+  if (progress) progress->SetTotalSteps(total);
+  std::cerr << "lockstep-trainer: evaluator watching " << c.checkpoint_dir << " until step "
+            << total << "\n";
+  TrainResult result;
+  int64_t last = -1;
+  while (!stop->load()) {
+    std::vector<std::string> skipped;
+    absl::StatusOr<std::optional<CheckpointState>> ck =
+        LoadLatestCheckpoint(c.checkpoint_dir, &skipped);
+    if (ck.ok() && ck->has_value() && (*ck)->step > last) {
+      const CheckpointState& s = **ck;
+      std::vector<Tensor*> params = (*model)->Params();
+      if (s.model != c.model || s.params.size() != params.size()) {
+        return absl::InvalidArgumentError("checkpoint for --model=" + s.model + ", evaluating " +
+                                          c.model);
+      }
+      for (size_t i = 0; i < params.size(); ++i) *params[i] = s.params[i];
+      Evaluation e = Evaluate(model->get(), data->test);
+      std::cout << "evaluation: step " << s.step << " test accuracy " << e.accuracy << " loss "
+                << e.loss << std::endl;
+      if (progress) {
+        progress->Step(s.step, s.epoch, e.loss, e.accuracy, 0, MonotonicSeconds());
+        progress->Checkpointed(s.step);
+      }
+      last = s.step;
+      result = {.steps = s.step, .test_accuracy = e.accuracy, .test_loss = e.loss};
+      if (s.step >= total) return result;
+    }
+    for (absl::Time until = absl::Now() + poll; absl::Now() < until && !stop->load();) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  return absl::CancelledError("evaluator stopped by SIGTERM");
+}
+
+}  // namespace lockstep::trainer
