@@ -322,6 +322,54 @@ struct Runner::Impl {
         env.push_back(name + "=" + value);
       }
     }
+    // Volumes: a persistentVolumeClaim is a directory under the state directory shared by
+    // every pod that claims it (it outlives pods, as a PersistentVolume does), an emptyDir one
+    // per pod, a hostPath the host's path; each is bind-mounted at its mountPath in the pod's
+    // own mount namespace.
+    struct Mount {
+      std::string source, target;
+      std::vector<std::string> target_parents;  // mkdir'ed in the child, outermost first
+    };
+    std::vector<Mount> mounts;
+    if (auto vm = cs.find("volumeMounts"); vm != cs.end() && vm->is_array()) {
+      for (const json& m : *vm) {
+        const std::string vname = Str(m, "name");
+        const json* vol = nullptr;
+        if (auto vs = spec.find("volumes"); vs != spec.end() && vs->is_array()) {
+          for (const json& v : *vs) {
+            if (Str(v, "name") == vname) vol = &v;
+          }
+        }
+        std::string source;
+        if (vol == nullptr) {
+          c.waiting_reason = "CreateContainerConfigError";
+          c.waiting_message = StrCat("volumeMount \"", vname, "\" names no volume of the pod");
+          return;
+        } else if (vol->contains("persistentVolumeClaim")) {
+          source = StrCat(options.state_dir, "/volumes/", run.ns, "/",
+                          Str((*vol)["persistentVolumeClaim"], "claimName"));
+        } else if (vol->contains("emptyDir")) {
+          source = StrCat(run.dir, "/volumes/", vname);
+        } else if (vol->contains("hostPath")) {
+          source = Str((*vol)["hostPath"], "path");
+        } else {
+          c.waiting_reason = "CreateContainerConfigError";
+          c.waiting_message = StrCat("volume \"", vname,
+                                     "\": lockstep local mounts persistentVolumeClaim, emptyDir "
+                                     "and hostPath volumes only");
+          return;
+        }
+        std::error_code ec;
+        fs::create_directories(source, ec);
+        Mount mount{source, Str(m, "mountPath"), {}};
+        fs::path acc;
+        for (const auto& part : fs::path(mount.target)) {
+          acc /= part;
+          if (acc != "/") mount.target_parents.push_back(acc.string());
+        }
+        mounts.push_back(std::move(mount));
+      }
+    }
     std::string cwd = Str(cs, "workingDir");
     std::string log = PodLogPath(options.state_dir, run.ns, run.name, run.uid, c.name);
     std::string hosts = run.dir + "/hosts";
@@ -351,6 +399,15 @@ struct Runner::Impl {
       if (own_mounts) {
         ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
         ::mount(hosts.c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr);
+      }
+      for (const Mount& m : mounts) {
+        for (const std::string& dir : m.target_parents) ::mkdir(dir.c_str(), 0755);
+        if (!own_mounts ||
+            ::mount(m.source.c_str(), m.target.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+          const char msg[] = "lockstep local: cannot mount a volume (needs a mount namespace)\n";
+          if (log_fd >= 0) (void)!::write(log_fd, msg, sizeof(msg) - 1);
+          ::_exit(125);
+        }
       }
       if (log_fd >= 0) {
         ::dup2(log_fd, 1);

@@ -14,6 +14,8 @@
 //    place as peers come and go;
 //  - restartPolicy Always/OnFailure/Never with CrashLoopBackOff (10 s doubling to 5 min),
 //    restartCount, exit codes and reasons (Completed, Error, signal deaths as 128+n);
+//  - volumes: persistentVolumeClaim (a directory under the state directory that outlives
+//    pods), emptyDir (per pod) and hostPath, bind-mounted at their mountPath;
 //  - graceful deletion: SIGTERM to the container's process group, SIGKILL after the grace
 //    period, then the pod is removed; a stopped runner stops every process it started.
 // Logs go to <state>/pods/<namespace>_<name>_<uid>/<container>.log.

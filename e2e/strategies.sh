@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The distributed strategies end to end on `lockstep local` (real controller, trainer processes):
+#  - the MultiWorkerMirrored example (chief + 2 workers, ring all-reduce) succeeds with the
+#    accuracy bar of the single-worker trainer (mlp >= 88% in 5 epochs);
+#  - a worker killed mid-training -> group restart (attempt 1) -> every rank resumes from the
+#    last checkpoint (not step 0) -> Succeeded;
+#  - the ParameterServer example (2 ps, 2 workers, evaluator) succeeds, and survives a killed
+#    worker with that worker restarted alone (attempt stays 0) while the evaluator scores
+#    checkpoints.
+# Usage: strategies.sh LOCKSTEP_BINARY SOURCE_DIR
+set -euo pipefail
+lockstep=$1
+src=$2
+source "$(dirname "$0")/lib.sh"
+unset KUBECONFIG
+k() { KUBECONFIG=$LOCKSTEP_HOME/kubeconfig kubectl "$@"; }
+field() { k get tj "$1" -o jsonpath="$2" 2>/dev/null || true; }
+accuracy() { k logs "$1" 2>/dev/null | sed -n 's/^final test accuracy: \([0-9.]*\).*/\1/p'; }
+
+# pid_of JOB TYPE INDEX: the trainer process of that replica (found by its injected env).
+pid_of() {
+  local p
+  for p in /proc/[0-9]*; do
+    { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "LOCKSTEP_JOB_NAME=$1" || continue
+    tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "LOCKSTEP_REPLICA_TYPE=$2" || continue
+    tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "LOCKSTEP_REPLICA_INDEX=$3" || continue
+    [[ $(readlink "$p/exe" 2>/dev/null) == *lockstep-trainer* ]] || continue
+    echo "${p#/proc/}"
+    return 0
+  done
+  return 1
+}
+
+# wait_step JOB N: until status.progress.step passes N (bounded).
+wait_step() {
+  for _ in $(seq 1200); do
+    local s
+    s=$(field "$1" '{.status.progress.step}')
+    [[ -n $s ]] && (( s > $2 )) && return 0
+    [[ $(field "$1" '{.status.state}') == Failed ]] && fail "$1 failed: $(k get tj "$1" -o yaml)"
+    sleep 0.25
+  done
+  fail "$1 never passed step $2: $(k get tj "$1" -o yaml)"
+}
+
+# 1. The MultiWorkerMirrored example as shipped.
+"$lockstep" run "$src/examples/multi-worker-mirrored.yaml" --timeout 600 >"$work/mwm.out" 2>&1 ||
+  fail "MultiWorkerMirrored example: $(tail -5 "$work/mwm.out")"
+acc=$(accuracy fmnist-mwm-chief-0)
+awk -v a="$acc" 'BEGIN { exit !(a >= 0.88) }' || fail "MultiWorkerMirrored accuracy '$acc' < 0.88"
+expect "ring all-reduce over TCP" k logs fmnist-mwm-worker-1
+echo "MultiWorkerMirrored example: accuracy $acc"
+
+# 2. A worker killed mid-training: group restart, resume from the checkpoint, success.
+sed -e 's/name: fmnist-mwm$/name: mwm-kill/' -e 's/fmnist-mwm-checkpoints/mwm-kill-checkpoints/' \
+  -e 's/--epochs=5/--epochs=2/' -e 's/--checkpoint-every=500/--checkpoint-every=200/' \
+  "$src/examples/multi-worker-mirrored.yaml" >"$work/mwm-kill.yaml"
+"$lockstep" run "$work/mwm-kill.yaml" --timeout 600 >"$work/kill.out" 2>&1 &
+run_pid=$!
+wait_step mwm-kill 300  # past the checkpoint at step 200
+victim=$(pid_of mwm-kill worker 1) || fail "no process for mwm-kill-worker-1"
+kill -KILL "$victim"
+wait "$run_pid" || fail "mwm-kill: $(tail -5 "$work/kill.out"); $(k get tj mwm-kill -o yaml)"
+[[ $(field mwm-kill '{.status.attempt}') -ge 1 ]] || fail "no group restart: $(k get tj mwm-kill -o yaml)"
+resumed=$(k logs mwm-kill-chief-0 | sed -n 's/.*resumed from step \([0-9]*\).*/\1/p' | tail -1)
+[[ -n $resumed ]] && (( resumed >= 200 )) ||
+  fail "the restarted chief did not resume from a checkpoint: $(k logs mwm-kill-chief-0 | head -5)"
+echo "MultiWorkerMirrored worker killed: attempt $(field mwm-kill '{.status.attempt}'), resumed from step $resumed"
+
+# 3. The ParameterServer example, with worker 1 killed mid-training.
+"$lockstep" run "$src/examples/parameter-server.yaml" --timeout 600 >"$work/ps.out" 2>&1 &
+run_pid=$!
+wait_step fmnist-ps 1000
+victim=$(pid_of fmnist-ps worker 1) || fail "no process for fmnist-ps-worker-1"
+kill -KILL "$victim"
+# The evaluator scores checkpoints while training goes on (its pod is removed at the end).
+evaluated=""
+for _ in $(seq 240); do
+  evaluated=$(k logs fmnist-ps-evaluator-0 2>/dev/null | grep -m1 "evaluation: step" || true)
+  [[ -n $evaluated ]] && break
+  sleep 0.25
+done
+[[ -n $evaluated ]] || fail "the evaluator reported nothing"
+wait "$run_pid" || fail "ParameterServer example: $(tail -5 "$work/ps.out"); $(k get tj fmnist-ps -o yaml)"
+[[ $(field fmnist-ps '{.status.attempt}') == 0 ]] || fail "the PS job restarted its group"
+[[ $(field fmnist-ps '{.status.restartCount}') -ge 1 ]] ||
+  fail "the killed worker was not restarted: $(k get tj fmnist-ps -o yaml)"
+acc=$(accuracy fmnist-ps-worker-0)
+awk -v a="$acc" 'BEGIN { exit !(a >= 0.85) }' || fail "ParameterServer accuracy '$acc' < 0.85"
+echo "ParameterServer example with a killed worker: accuracy $acc, attempt 0; $evaluated"
+echo PASS
