@@ -1,0 +1,197 @@
+// All-reduce bus bandwidth of the ring backend, ranks as separate processes on loopback, and
+// the loopback TCP ceiling measured the way a ring uses the links (every rank sending to the
+// next and receiving from the previous at once).
+//
+//   allreduce_bench RANKS [--ceiling]
+//
+// Prints one line per size (4 KiB .. 256 MiB): bytes, seconds per all-reduce, algbw and busbw
+// in GB/s, busbw = algbw * 2(n-1)/n (the nccl-tests formula). --ceiling prints, per size, the
+// per-rank throughput of plain TCP sockets in the same ring pattern. Compared with
+// torch.distributed/gloo by bench/allreduce_vs_gloo.sh.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "trainer/comm/ring.h"
+
+using namespace lockstep::trainer::comm;
+
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::vector<int64_t> Sizes() {
+  std::vector<int64_t> s;
+  for (int64_t b = 4 << 10; b <= (int64_t{256} << 20); b *= 4) s.push_back(b);
+  return s;
+}
+
+int Iterations(int64_t bytes) {
+  return static_cast<int>(std::clamp<int64_t>((int64_t{1} << 29) / bytes, 3, 500));
+}
+
+// Ports that were free a moment ago.
+std::vector<int> FreePorts(int n) {
+  std::vector<int> fds, ports;
+  for (int i = 0; i < n; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    socklen_t len = sizeof(a);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    ports.push_back(ntohs(a.sin_port));
+    fds.push_back(fd);
+  }
+  for (int fd : fds) ::close(fd);
+  return ports;
+}
+
+void RingRank(int rank, const std::vector<std::string>& addrs, int out_fd) {
+  auto p = SplitHostPort(addrs[rank]);
+  auto listener = RingListener::Bind(p->first, p->second);
+  if (!listener.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, std::string(listener.status().message()).c_str());
+    ::_exit(1);
+  }
+  RingOptions o;
+  o.rank = rank;
+  o.addresses = addrs;
+  o.listener = std::move(*listener);
+  o.token = "bench";
+  auto ring = ConnectRing(std::move(o));
+  if (!ring.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, std::string(ring.status().message()).c_str());
+    ::_exit(1);
+  }
+  const int n = static_cast<int>(addrs.size());
+  for (int64_t bytes : Sizes()) {
+    std::vector<float> data(bytes / 4, 1.0f);
+    for (int w = 0; w < 2; ++w) (void)(*ring)->AllReduce(data.data(), bytes / 4)->Wait();
+    (void)(*ring)->Barrier()->Wait();
+    const int iters = Iterations(bytes);
+    const double t0 = Now();
+    for (int i = 0; i < iters; ++i) {
+      if (!(*ring)->AllReduce(data.data(), bytes / 4)->Wait().ok()) ::_exit(2);
+    }
+    const double dt = (Now() - t0) / iters;
+    if (rank == 0) {
+      const double alg = static_cast<double>(bytes) / dt / 1e9;
+      char line[200];
+      int len = std::snprintf(line, sizeof(line), "%lld %.9f %.3f %.3f\n",
+                              static_cast<long long>(bytes), dt, alg, alg * 2 * (n - 1) / n);
+      (void)!::write(out_fd, line, len);
+    }
+  }
+}
+
+// Plain sockets in a ring: send `bytes` to the next rank while receiving as much from the
+// previous one; rank 0 reports bytes / time (the per-link throughput a ring step gets).
+void CeilingRank(int rank, const std::vector<int>& ports, int out_fd) {
+  const int n = static_cast<int>(ports.size());
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  ::setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(ports[rank]));
+  if (::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) ::_exit(3);
+  ::listen(lfd, 4);
+  int out = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in b = a;
+  b.sin_port = htons(static_cast<uint16_t>(ports[(rank + 1) % n]));
+  while (::connect(out, reinterpret_cast<sockaddr*>(&b), sizeof(b)) != 0) {
+    ::close(out);
+    out = ::socket(AF_INET, SOCK_STREAM, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  int in = ::accept(lfd, nullptr, nullptr);
+  ::setsockopt(out, IPPROTO_TCP, 1 /*TCP_NODELAY*/, &one, sizeof(one));
+  std::vector<char> sbuf(4 << 20, 1), rbuf(4 << 20);
+  auto exchange = [&](int64_t bytes) {
+    std::thread sender([&] {
+      for (int64_t left = bytes; left > 0;) {
+        ssize_t k = ::send(out, sbuf.data(), std::min<int64_t>(left, sbuf.size()), 0);
+        if (k <= 0) ::_exit(4);
+        left -= k;
+      }
+    });
+    for (int64_t left = bytes; left > 0;) {
+      ssize_t k = ::recv(in, rbuf.data(), std::min<int64_t>(left, rbuf.size()), 0);
+      if (k <= 0) ::_exit(5);
+      left -= k;
+    }
+    sender.join();
+  };
+  for (int64_t bytes : Sizes()) {
+    exchange(bytes);  // warm-up, and a rough barrier (everyone's data arrived)
+    const int iters = Iterations(bytes);
+    const double t0 = Now();
+    for (int i = 0; i < iters; ++i) exchange(bytes);
+    const double dt = (Now() - t0) / iters;
+    exchange(1);
+    if (rank == 0) {
+      char line[200];
+      int len = std::snprintf(line, sizeof(line), "%lld %.9f %.3f\n", static_cast<long long>(bytes),
+                              dt, static_cast<double>(bytes) / dt / 1e9);
+      (void)!::write(out_fd, line, len);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: allreduce_bench RANKS [--ceiling]\n");
+    return 2;
+  }
+  const int n = std::atoi(argv[1]);
+  const bool ceiling = argc > 2 && std::string(argv[2]) == "--ceiling";
+  std::vector<int> ports = FreePorts(n);
+  std::vector<std::string> addrs;
+  for (int p : ports) addrs.push_back("127.0.0.1:" + std::to_string(p));
+  int pipefd[2];
+  if (::pipe(pipefd) != 0) return 1;
+  std::vector<pid_t> kids;
+  for (int r = 0; r < n; ++r) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(pipefd[0]);
+      if (ceiling) {
+        CeilingRank(r, ports, pipefd[1]);
+      } else {
+        RingRank(r, addrs, pipefd[1]);
+      }
+      ::_exit(0);
+    }
+    kids.push_back(pid);
+  }
+  ::close(pipefd[1]);
+  std::printf(ceiling ? "# bytes seconds GB/s-per-link (loopback TCP ring, %d ranks)\n"
+                      : "# bytes seconds algbw-GB/s busbw-GB/s (ring all-reduce, %d ranks)\n",
+              n);
+  char buf[4096];
+  ssize_t k;
+  while ((k = ::read(pipefd[0], buf, sizeof(buf))) > 0) std::fwrite(buf, 1, k, stdout);
+  int rc = 0;
+  for (pid_t p : kids) {
+    int status = 0;
+    ::waitpid(p, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = 1;
+  }
+  return rc;
+}
