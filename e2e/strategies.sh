@@ -48,7 +48,7 @@ wait_step() {
   fail "MultiWorkerMirrored example: $(tail -5 "$work/mwm.out")"
 acc=$(accuracy fmnist-mwm-chief-0)
 awk -v a="$acc" 'BEGIN { exit !(a >= 0.88) }' || fail "MultiWorkerMirrored accuracy '$acc' < 0.88"
-expect "ring all-reduce over TCP" k logs fmnist-mwm-worker-1
+expect "ring all-reduce over TCP" k logs fmnist-mwm-chief-0
 echo "MultiWorkerMirrored example: accuracy $acc"
 
 # 2. A worker killed mid-training: group restart, resume from the checkpoint, success.

@@ -59,6 +59,22 @@ TEST(TrainerFlagsTest, FlagsAndEnvironment) {
   EXPECT_EQ(c->termination_log, "/tmp/term");
 }
 
+TEST(TrainerFlagsTest, StrategyFlagsAndTheJobToken) {
+  absl::StatusOr<TrainerConfig> c = ParseTrainerConfig(
+      {"--strategy=Mirrored", "--replicas=4", "--cross-device-ops=hierarchical-copy",
+       "--peer-timeout=5", "--collective-timeout=60", "--ps-mode=sync", "--backup-workers=1"},
+      {{"LOCKSTEP_STRATEGY", "MultiWorkerMirrored"}, {"LOCKSTEP_JOB_TOKEN", "s3cret"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->strategy, "Mirrored");  // the flag wins over the environment
+  EXPECT_EQ(c->replicas, 4);
+  EXPECT_EQ(c->cross_device_ops, "hierarchical-copy");
+  EXPECT_EQ(c->peer_timeout_seconds, 5);
+  EXPECT_EQ(c->collective_timeout_seconds, 60);
+  EXPECT_EQ(c->ps_mode, "sync");
+  EXPECT_EQ(c->backup_workers, 1);
+  EXPECT_EQ(c->job_token, "s3cret");
+}
+
 TEST(TrainerFlagsTest, ErrorsNameTheFlagOrVariable) {
   struct Case {
     std::vector<std::string> args;
@@ -76,6 +92,13 @@ TEST(TrainerFlagsTest, ErrorsNameTheFlagOrVariable) {
            {{"--lr-schedule=step"}, {}, "--lr-schedule"},
            {{"--frobnicate=1"}, {}, "unknown flag --frobnicate"},
            {{"--seed"}, {}, "--seed needs a value"},
+           {{"--replicas=0"}, {}, "--replicas"},
+           {{"--cross-device-ops=nccl"}, {}, "--cross-device-ops"},
+           {{"--ps-mode=eventual"}, {}, "--ps-mode"},
+           {{"--backup-workers=-1"}, {}, "--backup-workers"},
+           {{"--peer-timeout=0"}, {}, "--peer-timeout"},
+           {{"--strategy=Horovod"}, {}, "strategy \"Horovod\" is not one of"},
+           {{}, {{"LOCKSTEP_STRATEGY", "TPU"}}, "strategy \"TPU\""},
            {{}, {{"TF_CONFIG", "{not json"}}, "TF_CONFIG"},
            {{},
             {{"TF_CONFIG", R"({"cluster":{},"task":{"type":"worker","index":0}})"}},
