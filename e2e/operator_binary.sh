@@ -25,18 +25,21 @@ port=$((20000 + RANDOM % 20000))
   --leader-election-namespace default --metrics-addr "127.0.0.1:$port" --log-format json \
   --progress-interval 0 2>"$work/operator.log" &
 op=$!
-for _ in $(seq 1200); do
-  get /readyz 2>/dev/null | grep -q "200 OK" && break
-  sleep 0.1
-done
-get /healthz | grep -q "200 OK" || fail "healthz: $(get /healthz 2>&1)"
-get /readyz | grep -q "200 OK" || fail "readyz never became ready: $(tail -5 "$work/operator.log")"
+# Readiness is 200 while standby, 503 while the new leader syncs its caches, then 200 for good:
+# wait for the Lease first, then for readiness as the leader.
 for _ in $(seq 1200); do
   [[ -n $(k get lease lockstep-operator -n default -o jsonpath='{.spec.holderIdentity}' 2>/dev/null) ]] && break
   sleep 0.1
 done
 [[ -n $(k get lease lockstep-operator -n default -o jsonpath='{.spec.holderIdentity}') ]] ||
   fail "no Lease holder"
+for _ in $(seq 1200); do
+  get /metrics 2>/dev/null | grep -q '^lockstep_leader 1' &&
+    get /readyz 2>/dev/null | grep -q "200 OK" && break
+  sleep 0.1
+done
+get /healthz | grep -q "200 OK" || fail "healthz: $(get /healthz 2>&1)"
+get /readyz | grep -q "200 OK" || fail "readyz never became ready: $(tail -5 "$work/operator.log")"
 
 "$lockstep" run "$src/examples/tf-config-check.yaml" --timeout 120 >"$work/run.out" 2>&1 ||
   fail "the job did not succeed under lockstep-operator: $(cat "$work/run.out")"
