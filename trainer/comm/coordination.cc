@@ -16,10 +16,6 @@ namespace {
 
 namespace pb = lockstep::trainer::proto;
 
-std::chrono::system_clock::time_point Deadline(absl::Duration d) {
-  return std::chrono::system_clock::now() + absl::ToChronoNanoseconds(d);
-}
-
 class Service final : public pb::Coordination::Service {
  public:
   explicit Service(CoordinationServer::Options o) : o_(std::move(o)) {}
@@ -135,7 +131,7 @@ CoordinationServer::CoordinationServer(std::unique_ptr<Impl> impl) : impl_(std::
 
 CoordinationServer::~CoordinationServer() {
   impl_->service->Shutdown();
-  impl_->server->Shutdown(Deadline(absl::Seconds(1)));
+  impl_->server->Shutdown(GrpcDeadline(absl::Seconds(1)));
 }
 
 int CoordinationServer::port() const { return impl_->port; }
@@ -186,7 +182,7 @@ CoordinationClient::~CoordinationClient() {
 absl::Status CoordinationClient::Join(absl::Duration timeout) {
   grpc::ClientContext ctx;
   AttachToken(&ctx, impl_->token);
-  ctx.set_deadline(Deadline(timeout));
+  ctx.set_deadline(GrpcDeadline(timeout));
   ctx.set_wait_for_ready(true);  // the server may not be up yet
   pb::JoinRequest req;
   req.set_rank(impl_->rank);
@@ -200,7 +196,7 @@ absl::Status CoordinationClient::Join(absl::Duration timeout) {
 absl::Status CoordinationClient::Barrier(const std::string& name, absl::Duration timeout) {
   grpc::ClientContext ctx;
   AttachToken(&ctx, impl_->token);
-  ctx.set_deadline(Deadline(timeout));
+  ctx.set_deadline(GrpcDeadline(timeout));
   pb::BarrierRequest req;
   req.set_name(name);
   req.set_rank(impl_->rank);
@@ -211,7 +207,7 @@ absl::Status CoordinationClient::Barrier(const std::string& name, absl::Duration
 absl::Status CoordinationClient::Set(const std::string& key, const std::string& value) {
   grpc::ClientContext ctx;
   AttachToken(&ctx, impl_->token);
-  ctx.set_deadline(Deadline(absl::Seconds(30)));
+  ctx.set_deadline(GrpcDeadline(absl::Seconds(30)));
   pb::SetKeyRequest req;
   req.set_key(key);
   req.set_value(value);
@@ -223,7 +219,7 @@ absl::StatusOr<std::string> CoordinationClient::Get(const std::string& key,
                                                     absl::Duration timeout) {
   grpc::ClientContext ctx;
   AttachToken(&ctx, impl_->token);
-  ctx.set_deadline(Deadline(timeout));
+  ctx.set_deadline(GrpcDeadline(timeout));
   pb::GetKeyRequest req;
   req.set_key(key);
   pb::GetKeyResponse resp;
@@ -240,7 +236,7 @@ void CoordinationClient::StartHeartbeats(absl::Duration interval, absl::Duration
     while (!quit_) {
       grpc::ClientContext ctx;
       AttachToken(&ctx, impl_->token);
-      ctx.set_deadline(Deadline(std::min(interval * 2, peer_timeout)));
+      ctx.set_deadline(GrpcDeadline(std::min(interval * 2, peer_timeout)));
       pb::HeartbeatRequest req;
       req.set_rank(impl_->rank);
       req.set_stop_requested(stop_requested_);

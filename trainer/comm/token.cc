@@ -41,4 +41,30 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
   }
 }
 
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  grpc::StatusCode code = grpc::StatusCode::UNAVAILABLE;
+  switch (s.code()) {
+    case absl::StatusCode::kFailedPrecondition:
+      code = grpc::StatusCode::FAILED_PRECONDITION;
+      break;
+    case absl::StatusCode::kNotFound:
+      code = grpc::StatusCode::NOT_FOUND;
+      break;
+    case absl::StatusCode::kInvalidArgument:
+      code = grpc::StatusCode::INVALID_ARGUMENT;
+      break;
+    case absl::StatusCode::kDeadlineExceeded:
+      code = grpc::StatusCode::DEADLINE_EXCEEDED;
+      break;
+    default:
+      break;
+  }
+  return grpc::Status(code, std::string(s.message()));
+}
+
+std::chrono::system_clock::time_point GrpcDeadline(absl::Duration d) {
+  return std::chrono::system_clock::now() + absl::ToChronoNanoseconds(d);
+}
+
 }  // namespace lockstep::trainer::comm

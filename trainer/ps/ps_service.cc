@@ -12,28 +12,7 @@ namespace {
 namespace pb = lockstep::trainer::proto;
 using comm::AttachToken;
 using comm::CheckToken;
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  grpc::StatusCode code = grpc::StatusCode::UNAVAILABLE;
-  switch (s.code()) {
-    case absl::StatusCode::kFailedPrecondition:
-      code = grpc::StatusCode::FAILED_PRECONDITION;
-      break;
-    case absl::StatusCode::kNotFound:
-      code = grpc::StatusCode::NOT_FOUND;
-      break;
-    case absl::StatusCode::kInvalidArgument:
-      code = grpc::StatusCode::INVALID_ARGUMENT;
-      break;
-    case absl::StatusCode::kDeadlineExceeded:
-      code = grpc::StatusCode::DEADLINE_EXCEEDED;
-      break;
-    default:
-      break;
-  }
-  return grpc::Status(code, std::string(s.message()));
-}
+using comm::ToGrpc;
 
 void ToShards(const ShardValues& in, google::protobuf::RepeatedPtrField<pb::Shard>* out) {
   for (const auto& [id, v] : in) {
@@ -112,10 +91,6 @@ class Service final : public pb::Variables::Service {
   const std::string token_;
 };
 
-std::chrono::system_clock::time_point Deadline(absl::Duration d) {
-  return std::chrono::system_clock::now() + absl::ToChronoNanoseconds(d);
-}
-
 }  // namespace
 
 struct PsServer::Impl {
@@ -127,7 +102,7 @@ struct PsServer::Impl {
 PsServer::PsServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PsServer::~PsServer() {
   impl_->service->store.Close();
-  impl_->server->Shutdown(Deadline(absl::Seconds(1)));
+  impl_->server->Shutdown(comm::GrpcDeadline(absl::Seconds(1)));
 }
 int PsServer::port() const { return impl_->port; }
 VariableStore& PsServer::store() { return impl_->service->store; }
@@ -177,7 +152,7 @@ absl::StatusOr<std::pair<bool, int64_t>> PsClient::Init(int task, const ShardVal
                                                         const StoreConfig& c, int64_t version) {
   grpc::ClientContext ctx;
   AttachToken(&ctx, impl_->token);
-  ctx.set_deadline(Deadline(absl::Seconds(60)));
+  ctx.set_deadline(comm::GrpcDeadline(absl::Seconds(60)));
   ctx.set_wait_for_ready(true);
   pb::InitRequest req;
   ToShards(values, req.mutable_shards());
@@ -204,7 +179,7 @@ absl::StatusOr<ShardValues> PsClient::Pull(int task, const std::vector<int>& ids
                                            int64_t* version) {
   grpc::ClientContext ctx;
   AttachToken(&ctx, impl_->token);
-  ctx.set_deadline(Deadline(timeout));
+  ctx.set_deadline(comm::GrpcDeadline(timeout));
   ctx.set_wait_for_ready(true);
   pb::PullRequest req;
   req.mutable_ids()->Add(ids.begin(), ids.end());
@@ -223,7 +198,7 @@ absl::StatusOr<PushResult> PsClient::Push(int task, const ShardValues& grads, in
                                           int worker) {
   grpc::ClientContext ctx;
   AttachToken(&ctx, impl_->token);
-  ctx.set_deadline(Deadline(absl::Seconds(60)));
+  ctx.set_deadline(comm::GrpcDeadline(absl::Seconds(60)));
   pb::PushRequest req;
   ToShards(grads, req.mutable_grads());
   req.set_version(version);
@@ -240,7 +215,7 @@ absl::StatusOr<PushResult> PsClient::Push(int task, const ShardValues& grads, in
 absl::Status PsClient::Save(int task, ShardValues* values, ShardValues* state, int64_t* version) {
   grpc::ClientContext ctx;
   AttachToken(&ctx, impl_->token);
-  ctx.set_deadline(Deadline(absl::Seconds(60)));
+  ctx.set_deadline(comm::GrpcDeadline(absl::Seconds(60)));
   pb::SaveRequest req;
   pb::SaveResponse resp;
   if (absl::Status s = comm::FromGrpc(impl_->stubs[task]->Save(&ctx, req, &resp),

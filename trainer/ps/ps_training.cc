@@ -93,12 +93,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
   PsClient client(ps_hosts, c.job_token);
   const absl::Duration peer_timeout = absl::Seconds(c.peer_timeout_seconds);
 
-  Batcher probe(&data->train, {.global_batch = c.batch_size * trainers,
-                               .shard_index = rank,
-                               .shard_count = trainers,
-                               .seed = c.seed,
-                               .prefetch = false});
-  const int64_t per_epoch = probe.steps_per_epoch();
+  const int64_t per_epoch = data->train.size() / (c.batch_size * trainers);  // per trainer
   const int64_t total = PsTotalSteps(c, data->train.size(), trainers);
   const int64_t every = (c.checkpoint_every ? *c.checkpoint_every : per_epoch) * trainers;
   StoreConfig sc{.optimizer = c.optimizer,
