@@ -40,7 +40,7 @@ spec:
   containers:
   - name: main
     image: debian
-    command: [sh, -c, 'echo "pid $$ uid $(id -u)"; getent hosts peer.default.svc; exec sleep 300']
+    command: [sh, -c, 'echo "pid $$$$ uid $(id -u)"; getent hosts peer.default.svc; exec sleep 300']
 YAML
 kubectl wait --for=jsonpath='{.status.phase}'=Running pod/resolver --timeout=60s >/dev/null
 ip=$(kubectl get pod resolver -o 'jsonpath={.status.podIP}')

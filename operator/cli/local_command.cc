@@ -21,6 +21,7 @@
 #include "operator/kube/log.h"
 #include "operator/local/api_server.h"
 #include "operator/local/builtin_crds.h"
+#include "operator/local/deployments.h"
 #include "operator/local/http_server.h"
 #include "operator/local/local_transport.h"
 #include "operator/local/runner.h"
@@ -32,7 +33,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kUsage[] = R"(usage: lockstep local COMMAND [--state-dir DIR] [--port N]
+constexpr char kUsage[] =
+    R"(usage: lockstep local COMMAND [--state-dir DIR] [--port N] [--audit-log FILE]
 
 commands:
   up       start the local cluster in the background (prints how to point kubectl at it);
@@ -41,7 +43,11 @@ commands:
   status   say whether it runs, and where
   serve    run the API server, the TrainingJob controller and the pod runner in the
            foreground (what `up` starts); --no-runner leaves pods unrun and --no-controller
-           leaves TrainingJobs unreconciled (for benchmarks and tests of the parts alone)
+           leaves TrainingJobs unreconciled (for benchmarks and tests of the parts alone,
+           and for running lockstep-operator from the Helm chart's Deployment instead)
+
+--audit-log FILE appends one audit.k8s.io/v1 Event per API request (who, verb, resource,
+response code) as a JSON line, as the Kubernetes API server's audit log at level Metadata.
 )";
 
 struct Options {
@@ -50,6 +56,7 @@ struct Options {
   uint16_t port = 0;
   bool runner = true;      // serve --no-runner: the API server alone (benchmarks)
   bool controller = true;  // serve --no-controller: no TrainingJob controller in-process
+  std::string audit_log;
 };
 
 std::string DefaultStateDir() {
@@ -105,7 +112,7 @@ extern "C" void OnSignal(int) { g_signalled = 1; }
 
 int Serve(const Options& o, const std::string& self, std::ostream& out, std::ostream& err) {
   absl::StatusOr<std::unique_ptr<local::ApiServer>> api =
-      local::ApiServer::Create({.state_dir = o.state_dir});
+      local::ApiServer::Create({.state_dir = o.state_dir, .audit_log = o.audit_log});
   if (!api.ok()) {
     err << "lockstep local: " << api.status().message() << "\n";
     return 1;
@@ -144,9 +151,25 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
   if (::access(trainer.c_str(), X_OK) != 0) {
     trainer = (fs::path(self).parent_path() / "lockstep-trainer").string();
   }
-  local::Runner runner(&client, {.state_dir = o.state_dir, .trainer_binary = trainer}, clock.get());
+  local::ApiServer* server = api->get();
+  local::Runner runner(
+      &client,
+      {.state_dir = o.state_dir,
+       .trainer_binary = trainer,
+       .operator_binary = (fs::path(self).parent_path() / "lockstep-operator").string(),
+       .api_server_url = (*http)->url(),
+       .service_account_token =
+           [server](const std::string& ns, const std::string& name) {
+             return server->IssueServiceAccountToken(ns, name);
+           }},
+      clock.get());
   std::jthread kubelet([&runner, &stop, &o](std::stop_token) {
     if (o.runner) runner.Run(stop.get_token());
+  });
+  // Deployments (what a Helm chart installs) become pods.
+  local::DeploymentController deployments(&client, clock.get());
+  std::jthread deployment_thread([&deployments, &stop, &o](std::stop_token) {
+    if (o.runner) deployments.Run(stop.get_token());
   });
   // The operator, in-process: the same controller lockstep-operator runs.
   kube::RestClient operator_client(std::make_shared<local::LocalTransport>(api->get()),
@@ -173,6 +196,7 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
   stop.request_stop();
   kube::LogInfo("local", "stopping");
   operator_thread.join();
+  deployment_thread.join();
   kubelet.join();  // stops every pod's processes
   http->reset();
   std::error_code ec;
@@ -204,6 +228,10 @@ int Up(const Options& o, const std::string& self, std::ostream& out, std::ostrea
                                      o.state_dir.c_str(), "--port", port.c_str()};
     if (!o.controller) argv.push_back("--no-controller");
     if (!o.runner) argv.push_back("--no-runner");
+    if (!o.audit_log.empty()) {
+      argv.push_back("--audit-log");
+      argv.push_back(o.audit_log.c_str());
+    }
     argv.push_back(nullptr);
     ::execv(self.c_str(), const_cast<char* const*>(argv.data()));
     std::_Exit(127);
@@ -260,10 +288,12 @@ int RunLocal(const std::vector<std::string>& args, const std::string& self, std:
   o.state_dir = DefaultStateDir();
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if ((a == "--state-dir" || a == "--port") && i + 1 < args.size()) {
+    if ((a == "--state-dir" || a == "--port" || a == "--audit-log") && i + 1 < args.size()) {
       const std::string& v = args[++i];
       if (a == "--state-dir") {
         o.state_dir = v;
+      } else if (a == "--audit-log") {
+        o.audit_log = fs::absolute(v).string();
       } else {
         char* end = nullptr;
         long port = std::strtol(v.c_str(), &end, 10);

@@ -26,11 +26,14 @@ namespace {
 volatile std::sig_atomic_t g_signalled = 0;
 void OnSignal(int) { g_signalled = 1; }
 
+// The Lease holder's name: the pod's name (POD_NAME, set by the chart), else the host name, and a
+// random suffix so that a restarted process is a new holder.
 std::string Identity() {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
+  const char* pod = std::getenv("POD_NAME");
   std::random_device rd;
-  return lockstep::StrCat(std::string(host), "_", rd() & 0xffffff);
+  return lockstep::StrCat(pod && *pod ? std::string(pod) : std::string(host), "_", rd() & 0xffffff);
 }
 
 }  // namespace

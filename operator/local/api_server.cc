@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "operator/api/str_util.h"
 #include "operator/kube/label_selector.h"
 #include "operator/local/patch.h"
+#include "operator/local/rbac.h"
 #include "operator/local/runner.h"
 #include "operator/local/table.h"
 
@@ -63,6 +65,20 @@ std::string NewUid() {
   uint64_t a = rng(), b = rng();
   return fmt::format("{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}", a >> 32, (a >> 16) & 0xffff, a & 0xfff,
                      (b >> 48 & 0x3fff) | 0x8000, b & 0xffffffffffff);
+}
+
+// The "default" ServiceAccount every namespace has (the service-account controller's job in
+// Kubernetes), so pods that name no account get a token.
+absl::Status EnsureDefaultServiceAccount(ObjectStore& store, const std::string& ns) {
+  std::string key = StoreKey("serviceaccounts", ns, "default");
+  if (store.Get(key)) return absl::OkStatus();
+  json sa = {
+      {"apiVersion", "v1"},
+      {"kind", "ServiceAccount"},
+      {"metadata",
+       {{"name", "default"}, {"namespace", ns}, {"uid", NewUid()}, {"creationTimestamp", Now()}}}};
+  absl::StatusOr<ObjectPtr> put = store.Put(key, std::move(sa), "-");
+  return put.ok() || absl::IsAlreadyExists(put.status()) ? absl::OkStatus() : put.status();
 }
 
 const char* CauseReason(api::FieldErrorType t) {
@@ -346,6 +362,9 @@ class ApiServer::Impl {
   explicit Impl(ApiServer* s) : s_(s) {}
 
   ApiResponse Handle(const ApiRequest& r);
+  // What an authorizer sees of a resource request; nullopt for other paths (discovery,
+  // /version, /healthz), which every authenticated caller may read.
+  std::optional<RequestAttributes> Attributes(const ApiRequest& r);
 
  private:
   std::optional<ApiResponse> Discovery(const ApiRequest& r);
@@ -390,6 +409,13 @@ class ApiServer::Impl {
   std::map<uint64_t, std::shared_ptr<Snapshot>> snapshots_;  // continue tokens, newest last
 };
 
+struct ApiServer::Auth {
+  std::mutex mu;
+  std::map<std::string, std::pair<std::string, std::string>> tokens;  // -> namespace, name
+  std::mutex audit_mu;
+  std::ofstream audit;
+};
+
 absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Create(ApiServerOptions options) {
   std::unique_ptr<ApiServer> s(new ApiServer());
   s->options_ = std::move(options);
@@ -415,17 +441,153 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Create(ApiServerOptions op
       return put.status();
     }
   }
+  for (const auto& [key, ns] : s->store_->List(StorePrefix("namespaces", "")).first) {
+    if (absl::Status st = EnsureDefaultServiceAccount(*s->store_, MetaString(*ns, "name"));
+        !st.ok()) {
+      return st;
+    }
+  }
+  s->auth_ = std::make_shared<Auth>();
+  if (!s->options_.audit_log.empty()) {
+    s->auth_->audit.open(s->options_.audit_log, std::ios::app);
+    if (!s->auth_->audit) {
+      return absl::InvalidArgumentError(
+          StrCat("cannot open the audit log ", s->options_.audit_log));
+    }
+  }
   return s;
 }
 
-ApiResponse ApiServer::Handle(const ApiRequest& request) {
-  try {
-    return impl_->Handle(request);
-  } catch (const std::exception& e) {
-    return Fail(500, "InternalError", StrCat("internal error: ", e.what()));
-  } catch (...) {
-    return Fail(500, "InternalError", "internal error");
+absl::StatusOr<std::string> ApiServer::IssueServiceAccountToken(const std::string& ns,
+                                                                const std::string& name) {
+  if (!store_->Get(StoreKey("serviceaccounts", ns, name))) {
+    return absl::NotFoundError(
+        StrCat("serviceaccount \"", name, "\" not found in namespace \"", ns, "\""));
   }
+  std::random_device rd;
+  std::string raw;
+  for (int i = 0; i < 8; ++i) {
+    uint32_t v = rd();
+    raw.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  std::string token = absl::WebSafeBase64Escape(raw);
+  std::lock_guard lock(auth_->mu);
+  auth_->tokens[token] = {ns, name};
+  return token;
+}
+
+ApiResponse ApiServer::Handle(const ApiRequest& request) {
+  std::string user = "system:admin";
+  std::vector<std::string> groups = {"system:masters", "system:authenticated"};
+  std::optional<RequestAttributes> attrs;
+  ApiResponse response;
+  try {
+    attrs = impl_->Attributes(request);
+    std::optional<ApiResponse> refused;
+    bool service_account = false;
+    if (!request.authorization.empty()) {
+      std::optional<std::pair<std::string, std::string>> account;
+      constexpr std::string_view kBearer = "Bearer ";
+      if (request.authorization.rfind(kBearer, 0) == 0) {
+        std::lock_guard lock(auth_->mu);
+        auto it = auth_->tokens.find(request.authorization.substr(kBearer.size()));
+        if (it != auth_->tokens.end()) account = it->second;
+      }
+      // A token outlives its ServiceAccount no more than in Kubernetes.
+      if (account && store_->Get(StoreKey("serviceaccounts", account->first, account->second))) {
+        user = ServiceAccountUser(account->first, account->second);
+        groups = ServiceAccountGroups(account->first);
+        service_account = true;
+      } else {
+        user = "system:anonymous";
+        groups = {"system:unauthenticated"};
+        refused = Fail(401, "Unauthorized", "Unauthorized");
+      }
+    }
+    if (!refused && service_account && attrs) {
+      attrs->user = user;
+      attrs->groups = groups;
+      std::vector<json> rbac;
+      for (const char* kind : {"roles", "clusterroles", "rolebindings", "clusterrolebindings"}) {
+        for (const auto& [key, obj] :
+             store_->List(StorePrefix(StrCat(kind, ".rbac.authorization.k8s.io"), "")).first) {
+          rbac.push_back(*obj);
+        }
+      }
+      if (!RbacPolicy::FromObjects(rbac).Authorize(*attrs)) {
+        refused =
+            Fail(403, "Forbidden", ForbiddenMessage(*attrs),
+                 {{"name", attrs->name}, {"group", attrs->api_group}, {"kind", attrs->resource}});
+      }
+    }
+    response = refused ? std::move(*refused) : impl_->Handle(request);
+  } catch (const std::exception& e) {
+    response = Fail(500, "InternalError", StrCat("internal error: ", e.what()));
+  } catch (...) {
+    response = Fail(500, "InternalError", "internal error");
+  }
+  if (auth_->audit.is_open()) {
+    std::string uri = request.path;
+    char sep = '?';
+    for (const auto& [k, v] : request.query) {
+      uri += StrCat(std::string(1, sep), k, "=", v);
+      sep = '&';
+    }
+    std::string method = request.method;
+    std::transform(method.begin(), method.end(), method.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    json event = {{"kind", "Event"},
+                  {"apiVersion", "audit.k8s.io/v1"},
+                  {"level", "Metadata"},
+                  {"auditID", NewUid()},
+                  {"stage", response.watch ? "ResponseStarted" : "ResponseComplete"},
+                  {"requestURI", uri},
+                  {"verb", attrs ? attrs->verb : method},
+                  {"user", {{"username", user}, {"groups", groups}}},
+                  {"userAgent", request.user_agent},
+                  {"responseStatus", {{"code", response.status}}},
+                  {"requestReceivedTimestamp", Now()}};
+    if (attrs) {
+      json ref = {{"resource", attrs->resource}};
+      if (!attrs->ns.empty()) ref["namespace"] = attrs->ns;
+      if (!attrs->name.empty()) ref["name"] = attrs->name;
+      if (!attrs->api_group.empty()) ref["apiGroup"] = attrs->api_group;
+      if (!attrs->subresource.empty()) ref["subresource"] = attrs->subresource;
+      event["objectRef"] = std::move(ref);
+    }
+    std::string line = event.dump() + "\n";
+    std::lock_guard lock(auth_->audit_mu);
+    auth_->audit << line << std::flush;
+  }
+  return response;
+}
+
+std::optional<RequestAttributes> ApiServer::Impl::Attributes(const ApiRequest& r) {
+  if (r.path == "/api" || r.path == "/apis" || r.path.rfind("/api", 0) != 0) return std::nullopt;
+  std::variant<Route, ApiResponse> parsed = Parse(r.path);
+  const Route* route = std::get_if<Route>(&parsed);
+  if (!route) return std::nullopt;
+  RequestAttributes a;
+  a.api_group = route->type->group;
+  a.resource = route->type->plural;
+  a.subresource = route->subresource;
+  a.ns = route->ns;
+  a.name = route->name;
+  if (r.method == "GET" || r.method == "HEAD") {
+    std::string watch = Query(r.query, "watch");
+    a.verb = !a.name.empty() ? "get" : (watch == "true" || watch == "1") ? "watch" : "list";
+  } else if (r.method == "POST") {
+    a.verb = "create";
+  } else if (r.method == "PUT") {
+    a.verb = "update";
+  } else if (r.method == "PATCH") {
+    a.verb = "patch";
+  } else if (r.method == "DELETE") {
+    a.verb = a.name.empty() ? "deletecollection" : "delete";
+  } else {
+    return std::nullopt;
+  }
+  return a;
 }
 
 std::variant<Route, ApiResponse> ApiServer::Impl::Parse(const std::string& path) {
@@ -876,6 +1038,12 @@ ApiResponse ApiServer::Impl::Create(const Route& route, json body) {
   if (!put.ok()) return StoreError(put.status(), t, named.name);
   if (t.plural == "customresourcedefinitions") {
     s_->registry_.SetCustomResources(named.name, put->get());
+  }
+  if (t.plural == "namespaces" && t.group.empty()) {
+    if (absl::Status st = EnsureDefaultServiceAccount(*s_->store_, named.name); !st.ok()) {
+      return Fail(500, "InternalError",
+                  StrCat("creating the default ServiceAccount: ", st.message()));
+    }
   }
   return Reply(201, **put);
 }

@@ -29,6 +29,8 @@ struct ApiRequest {
   std::string content_type;
   std::string accept;  // "...;as=Table;..." asks for server-side printing
   std::string body;
+  std::string authorization;  // the Authorization header; "" from in-process clients
+  std::string user_agent;
 };
 
 // The body of a watch response, produced line by line as events happen.
@@ -54,13 +56,25 @@ struct ApiServerOptions {
   absl::Duration bookmark_interval = absl::Seconds(60);
   absl::Duration default_watch_timeout = absl::Minutes(30);
   size_t max_body_bytes = 3 << 20;  // as the Kubernetes API server's limit
+  // Where to append one audit.k8s.io/v1 Event (level Metadata) per API request, as JSON
+  // lines; "" records nothing.
+  std::string audit_log;
 };
 
 class ApiServer {
  public:
   static absl::StatusOr<std::unique_ptr<ApiServer>> Create(ApiServerOptions options);
 
+  // Authenticates, authorizes and serves one request. Callers without an Authorization
+  // header are the local administrator (system:admin, allowed everything); a bearer token
+  // from IssueServiceAccountToken makes the caller that service account, whose requests RBAC
+  // (Roles, ClusterRoles and their bindings stored here) must allow; any other token is 401.
   ApiResponse Handle(const ApiRequest& request);
+
+  // A bearer token for service account `ns`/`name`, valid while that ServiceAccount exists
+  // and this server runs (what the runner hands a pod). NotFound if there is no such account.
+  absl::StatusOr<std::string> IssueServiceAccountToken(const std::string& ns,
+                                                       const std::string& name);
 
   ObjectStore& store() { return *store_; }
   const ResourceRegistry& registry() const { return registry_; }
@@ -74,6 +88,8 @@ class ApiServer {
   std::unique_ptr<ObjectStore> store_;
   ResourceRegistry registry_;
   std::shared_ptr<Impl> impl_;
+  struct Auth;
+  std::shared_ptr<Auth> auth_;
 };
 
 }  // namespace lockstep::local

@@ -62,6 +62,8 @@ ApiRequest ToApiRequest(const http::request<http::string_body>& req) {
   }
   r.content_type = std::string(req[http::field::content_type]);
   r.accept = std::string(req[http::field::accept]);
+  r.authorization = std::string(req[http::field::authorization]);
+  r.user_agent = std::string(req[http::field::user_agent]);
   r.body = req.body();
   return r;
 }

@@ -26,6 +26,8 @@ ApiRequest ToApi(const kube::HttpRequest& request) {
   }
   if (const std::string* ct = request.Header("Content-Type")) r.content_type = *ct;
   if (const std::string* accept = request.Header("Accept")) r.accept = *accept;
+  if (const std::string* auth = request.Header("Authorization")) r.authorization = *auth;
+  if (const std::string* agent = request.Header("User-Agent")) r.user_agent = *agent;
   r.body = request.body;
   return r;
 }

@@ -1,5 +1,7 @@
 #include "operator/local/resource_registry.h"
 
+#include <tuple>
+
 #include "operator/api/json_reader.h"
 
 namespace lockstep::local {
@@ -45,6 +47,25 @@ ResourceRegistry::ResourceRegistry() {
   Add(Builtin("", "v1", "configmaps", "configmap", "ConfigMap", true, {"cm"}));
   Add(Builtin("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", true, {"sa"}));
   Add(Builtin("coordination.k8s.io", "v1", "leases", "lease", "Lease", true));
+  // What a Helm chart installs: the operator's Deployment (run by the deployment controller of
+  // `lockstep local`), its RBAC (enforced for service-account callers) and its disruption
+  // budget (stored only).
+  ResourceType deployments =
+      Builtin("apps", "v1", "deployments", "deployment", "Deployment", true, {"deploy"});
+  deployments.status_subresource = true;
+  Add(deployments);
+  for (auto [plural, kind, namespaced] :
+       {std::tuple{"roles", "Role", true}, std::tuple{"rolebindings", "RoleBinding", true},
+        std::tuple{"clusterroles", "ClusterRole", false},
+        std::tuple{"clusterrolebindings", "ClusterRoleBinding", false}}) {
+    std::string singular = plural;
+    singular.pop_back();
+    Add(Builtin("rbac.authorization.k8s.io", "v1", plural, singular, kind, namespaced));
+  }
+  ResourceType pdbs = Builtin("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget",
+                              "PodDisruptionBudget", true, {"pdb"});
+  pdbs.status_subresource = true;
+  Add(pdbs);
   ResourceType crds =
       Builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions", "customresourcedefinition",
               "CustomResourceDefinition", false, {"crd", "crds"});

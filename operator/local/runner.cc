@@ -34,6 +34,45 @@ namespace {
 
 constexpr char kLog[] = "runner";
 constexpr char kTrainerImage[] = "lockstep/trainer";
+constexpr char kOperatorImage[] = "lockstep/operator";
+constexpr char kServiceAccountDir[] = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+// Whether `image` ("[registry/]path[:tag][@digest]") is repository `repo`, from any registry.
+bool IsImage(const std::string& image, std::string_view repo) {
+  std::string path = image.substr(0, image.find('@'));
+  size_t colon = path.rfind(':');
+  if (colon != std::string::npos && path.find('/', colon) == std::string::npos) {
+    path.resize(colon);
+  }
+  return path == repo || (path.size() > repo.size() && path.ends_with(repo) &&
+                          path[path.size() - repo.size() - 1] == '/');
+}
+
+// $(NAME) in a command or argument becomes the value of env var NAME when the container
+// defines it; $$ is a literal $; other references stay as written (the kubelet's rules).
+std::string ExpandEnvRefs(const std::string& s, const std::map<std::string, std::string>& env) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '$' || i + 1 >= s.size()) {
+      out += s[i];
+    } else if (s[i + 1] == '$') {
+      out += '$';
+      ++i;
+    } else if (s[i + 1] == '(') {
+      size_t close = s.find(')', i + 2);
+      auto it = close == std::string::npos ? env.end() : env.find(s.substr(i + 2, close - i - 2));
+      if (it == env.end()) {
+        out += s[i];
+      } else {
+        out += it->second;
+        i = close;
+      }
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
 
 // A whole object, with the metadata the cache indexes.
 struct Raw {
@@ -82,6 +121,7 @@ struct Container {
 
 struct PodRun {
   std::string ns, name, uid, ip, dir;
+  std::string kubeconfig;  // with the service account's token, once issued
   json pod;
   std::vector<Container> containers;
   bool terminating = false;
@@ -274,12 +314,14 @@ struct Runner::Impl {
     };
     std::vector<std::string> command = strings(cs, "command");
     std::vector<std::string> args = strings(cs, "args");
-    if (image.rfind(kTrainerImage, 0) == 0 && command.empty()) {
-      program = options.trainer_binary;
+    bool trainer = IsImage(image, kTrainerImage), op = IsImage(image, kOperatorImage);
+    if ((trainer || op) && command.empty()) {
+      program = trainer ? options.trainer_binary : options.operator_binary;
       if (program.empty() || ::access(program.c_str(), X_OK) != 0) {
         c.waiting_reason = "ErrImagePull";
-        c.waiting_message = StrCat("image ", image, " runs the local trainer, which is not built (",
-                                   program.empty() ? "no --trainer given" : program, ")");
+        c.waiting_message =
+            StrCat("image ", image, " runs the local ", trainer ? "trainer" : "operator",
+                   ", which is not built (", program.empty() ? "no binary given" : program, ")");
         return;
       }
       argv.push_back(program);
@@ -300,6 +342,7 @@ struct Runner::Impl {
     }
     argv.insert(argv.end(), args.begin(), args.end());
 
+    std::map<std::string, std::string> env_values;
     std::vector<std::string> env = {
         StrCat("PATH=", std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin"),
         StrCat("HOSTNAME=", spec.contains("hostname") ? Str(spec, "hostname") : run.name),
@@ -320,7 +363,56 @@ struct Runner::Impl {
           value = *v;
         }
         env.push_back(name + "=" + value);
+        env_values[name] = value;
       }
+    }
+    for (size_t a = 1; a < argv.size(); ++a) argv[a] = ExpandEnvRefs(argv[a], env_values);
+    // The service account: token, namespace and a kubeconfig in <pod dir>/serviceaccount,
+    // bind-mounted where Kubernetes puts the token (after the pod's volumes, so a volume
+    // at /var or /tmp cannot hide it); KUBECONFIG names the kubeconfig there, or in the pod
+    // directory when the child gets no mount namespace.
+    std::string sa_dir;
+    std::optional<size_t> kubeconfig_env;
+    if (!options.api_server_url.empty() && options.service_account_token &&
+        spec.value("automountServiceAccountToken", true)) {
+      sa_dir = run.dir + "/serviceaccount";
+      if (run.kubeconfig.empty()) {
+        std::string account = Str(spec, "serviceAccountName");
+        if (account.empty()) account = "default";
+        absl::StatusOr<std::string> token = options.service_account_token(run.ns, account);
+        if (!token.ok()) {
+          c.waiting_reason = "CreateContainerConfigError";
+          c.waiting_message = StrCat("service account token: ", token.status().message());
+          return;
+        }
+        std::string kubeconfig = StrCat(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: ",
+            options.api_server_url, "\nusers:\n- name: ", account, "\n  user:\n    token: ", *token,
+            "\ncontexts:\n- name: local\n  context:\n    cluster: local\n    user: ", account,
+            "\n    namespace: ", run.ns, "\ncurrent-context: local\n");
+        std::error_code ec;
+        fs::create_directories(sa_dir, ec);
+        bool written = !ec;
+        for (const auto& [file, text] :
+             {std::pair<const char*, const std::string&>{"token", *token},
+              {"namespace", run.ns},
+              {"kubeconfig", kubeconfig}}) {
+          std::string path = sa_dir + "/" + file;
+          int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+          written = written && fd >= 0 &&
+                    ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+          if (fd >= 0) ::close(fd);
+        }
+        if (!written) {
+          c.waiting_reason = "CreateContainerConfigError";
+          c.waiting_message = StrCat("cannot write the service account files in ", sa_dir);
+          return;
+        }
+        run.kubeconfig = sa_dir + "/kubeconfig";
+      }
+      kubeconfig_env = env.size();
+      env.push_back(StrCat("KUBECONFIG=", options.private_hosts ? kServiceAccountDir : sa_dir,
+                           "/kubeconfig"));
     }
     // Volumes: a persistentVolumeClaim is a directory under the state directory shared by
     // every pod that claims it (it outlives pods, as a PersistentVolume does), an emptyDir one
@@ -380,6 +472,19 @@ struct Runner::Impl {
     cargv.push_back(nullptr);
     for (std::string& e : env) cenv.push_back(e.data());
     cenv.push_back(nullptr);
+    std::string kubeconfig_fallback = StrCat("KUBECONFIG=", sa_dir, "/kubeconfig");
+    std::vector<std::string> sa_parents;
+    // The child opens the directory before it mounts the pod's volumes (an emptyDir at /tmp,
+    // say, may hide the state directory), at a fixed descriptor, and mounts it from there.
+    constexpr int kSaFd = 1000;
+    std::string sa_source = StrCat("/proc/self/fd/", kSaFd);
+    if (!sa_dir.empty()) {
+      fs::path acc;
+      for (const auto& part : fs::path(kServiceAccountDir)) {
+        acc /= part;
+        if (acc != "/") sa_parents.push_back(acc.string());
+      }
+    }
     int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     bool private_hosts = options.private_hosts;
     // Without root, a user namespace (our own uid and gid mapped to themselves) gives the
@@ -400,6 +505,12 @@ struct Runner::Impl {
         ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
         ::mount(hosts.c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr);
       }
+      bool sa_open = false;
+      if (own_mounts && !sa_dir.empty()) {
+        int fd = ::open(sa_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+        sa_open = fd >= 0 && ::dup2(fd, kSaFd) == kSaFd;
+        if (fd >= 0 && fd != kSaFd) ::close(fd);
+      }
       for (const Mount& m : mounts) {
         for (const std::string& dir : m.target_parents) ::mkdir(dir.c_str(), 0755);
         if (!own_mounts ||
@@ -408,6 +519,16 @@ struct Runner::Impl {
           if (log_fd >= 0) (void)!::write(log_fd, msg, sizeof(msg) - 1);
           ::_exit(125);
         }
+      }
+      if (!sa_dir.empty()) {
+        bool mounted = false;
+        if (own_mounts) {
+          for (const std::string& dir : sa_parents) ::mkdir(dir.c_str(), 0755);
+          mounted = sa_open &&
+                    ::mount(sa_source.c_str(), kServiceAccountDir, nullptr, MS_BIND, nullptr) == 0;
+        }
+        if (sa_open) ::close(kSaFd);
+        if (!mounted && kubeconfig_env) cenv[*kubeconfig_env] = kubeconfig_fallback.data();
       }
       if (log_fd >= 0) {
         ::dup2(log_fd, 1);

@@ -1,9 +1,14 @@
 #pragma once
 // Runner: the kubelet of `lockstep local`. It binds pending pods to its node, runs each
 // container as a local process, and reports status through the API like a kubelet:
-//  - image lockstep/trainer (any tag) runs the locally built trainer with the container's
-//    args; any other image runs the container's `command` when that program exists on this
-//    machine, and otherwise waits with reason ErrImagePull and a message saying so;
+//  - images lockstep/trainer and lockstep/operator (any registry, tag or digest) run the
+//    locally built lockstep-trainer and lockstep-operator with the container's args; any other
+//    image runs the container's `command` when that program exists on this machine, and
+//    otherwise waits with reason ErrImagePull and a message saying so; $(VAR) references to
+//    the container's env in command and args are expanded as the kubelet does;
+//  - the pod's service account: unless the pod sets automountServiceAccountToken: false, its
+//    containers get KUBECONFIG naming a kubeconfig for this API server with a token of the
+//    pod's serviceAccountName (default "default"); the API server enforces that account's RBAC;
 //  - env (values, fieldRef to metadata.name/namespace/uid/labels, status.podIP, spec.nodeName;
 //    secretKeyRef and configMapKeyRef), workingDir, and LOCKSTEP_TERMINATION_LOG pointing at
 //    the file whose contents become the termination message;
@@ -21,6 +26,7 @@
 // Logs go to <state>/pods/<namespace>_<name>_<uid>/<container>.log.
 // Thread-safety: Run() on one thread; the destructor stops everything.
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <stop_token>
@@ -39,8 +45,14 @@ std::string PodLogPath(const std::string& state_dir, const std::string& ns, cons
 
 struct RunnerOptions {
   std::string node_name = "lockstep-local";
-  std::string state_dir;       // where logs and hosts files go
-  std::string trainer_binary;  // what the lockstep/trainer image runs
+  std::string state_dir;        // where logs and hosts files go
+  std::string trainer_binary;   // what the lockstep/trainer image runs
+  std::string operator_binary;  // what the lockstep/operator image runs
+  // Where pods reach the API server, and how a pod's service-account token is made; either
+  // empty, pods get no KUBECONFIG.
+  std::string api_server_url;
+  std::function<absl::StatusOr<std::string>(const std::string& ns, const std::string& name)>
+      service_account_token;
   absl::Duration tick = absl::Milliseconds(100);
   absl::Duration crash_backoff_initial = absl::Seconds(10);
   absl::Duration crash_backoff_max = absl::Minutes(5);

@@ -64,13 +64,19 @@ class RunnerTest : public ::testing::Test {
     fs::remove_all(dir_);
     api_ = ApiServer::Create({.state_dir = dir_.string()}).value();
     client_ = std::make_unique<kube::RestClient>(std::make_shared<LocalTransport>(api_.get()));
-    runner_ =
-        std::make_unique<Runner>(client_.get(),
-                                 RunnerOptions{.state_dir = dir_.string(),
-                                               .trainer_binary = trainer_.string(),
-                                               .tick = absl::Milliseconds(20),
-                                               .crash_backoff_initial = absl::Milliseconds(50)},
-                                 clock_.get());
+    runner_ = std::make_unique<Runner>(
+        client_.get(),
+        RunnerOptions{.state_dir = dir_.string(),
+                      .trainer_binary = trainer_.string(),
+                      .operator_binary = trainer_.string(),
+                      .api_server_url = "http://127.0.0.1:6443",
+                      .service_account_token =
+                          [this](const std::string& ns, const std::string& name) {
+                            return api_->IssueServiceAccountToken(ns, name);
+                          },
+                      .tick = absl::Milliseconds(20),
+                      .crash_backoff_initial = absl::Milliseconds(50)},
+        clock_.get());
     thread_ = std::jthread([this](std::stop_token stop) { runner_->Run(stop); });
   }
   void TearDown() override {
@@ -112,7 +118,8 @@ class RunnerTest : public ::testing::Test {
   static bool Phase(const json& pod, const std::string& phase) {
     return pod.is_object() && pod.contains("status") && pod["status"].value("phase", "") == phase;
   }
-  // A running pod whose script starts with `echo $$`: its process group, read from its log.
+  // A running pod whose script starts with `echo $$$$` (the kubelet makes `$$` of `$$$$`): its
+  // process group, read from its log.
   pid_t ProcessGroupOf(const std::string& name) {
     Await(name, [](const json& p) { return Phase(p, "Running"); });
     std::string log;
@@ -174,8 +181,69 @@ TEST_F(RunnerTest, TheTrainerImageRunsTheLocalTrainerInItsWorkingDir) {
   EXPECT_EQ(Logs("train"), "trainer --model=mlp --epochs=1 in /tmp\n");
 }
 
+TEST_F(RunnerTest, TheOperatorImageFromAnyRegistryRunsTheLocalOperator) {
+  json pod = Pod("op", "unused");
+  json& c = pod["spec"]["containers"][0];
+  c.erase("command");
+  c["image"] = "registry.example.com:5000/ml/lockstep/operator@sha256:0123";
+  c["args"] = {"--leader-elect"};
+  Create(pod);
+  Await("op", [](const json& p) { return Phase(p, "Succeeded"); });
+  EXPECT_THAT(Logs("op"), ::testing::StartsWith("trainer --leader-elect in "));
+}
+
+TEST_F(RunnerTest, EnvReferencesInCommandAndArgsAreExpanded) {
+  json pod = Pod("expand", "unused");
+  json& c = pod["spec"]["containers"][0];
+  c["command"] = {"sh", "-c", "echo \"$0|$1|$2|$3\"", "$(GREETING)"};
+  c["args"] = {"at $(POD_IP):80", "$$(GREETING)", "$(UNDEFINED)"};
+  c["env"] = json::parse(R"([{"name":"GREETING","value":"hello"},
+    {"name":"POD_IP","valueFrom":{"fieldRef":{"fieldPath":"status.podIP"}}}])");
+  Create(pod);
+  json done = Await("expand", [](const json& p) { return Phase(p, "Succeeded"); });
+  EXPECT_EQ(Logs("expand"), "hello|at " + done["status"]["podIP"].get<std::string>() +
+                                ":80|$(GREETING)|$(UNDEFINED)\n");
+}
+
+TEST_F(RunnerTest, PodsGetTheirServiceAccountsToken) {
+  // The namespace's default account, unless the pod names another or opts out.
+  Create(Pod("sa",
+             "grep -c token: $KUBECONFIG; grep server: $KUBECONFIG; "
+             "cat $(dirname $KUBECONFIG)/namespace; echo"));
+  Await("sa", [](const json& p) { return Phase(p, "Succeeded"); });
+  EXPECT_EQ(Logs("sa"), "1\n    server: http://127.0.0.1:6443\ndefault\n");
+  if (CanUnshareMounts()) {
+    // Where Kubernetes puts it, even under a volume mounted at /var.
+    json pod = Pod("mounted", "echo $KUBECONFIG; ls /var/run/secrets/kubernetes.io/serviceaccount");
+    pod["spec"]["volumes"] = json::parse(R"([{"name":"var","emptyDir":{}}])");
+    pod["spec"]["containers"][0]["volumeMounts"] =
+        json::parse(R"([{"name":"var","mountPath":"/var/lib/lockstep-test"}])");
+    Create(pod);
+    Await("mounted", [](const json& p) { return Phase(p, "Succeeded"); });
+    EXPECT_EQ(Logs("mounted"),
+              "/var/run/secrets/kubernetes.io/serviceaccount/kubeconfig\nkubeconfig\nnamespace\n"
+              "token\n");
+  }
+  json off = Pod("off", "echo \"[$KUBECONFIG]\"");
+  off["spec"]["automountServiceAccountToken"] = false;
+  Create(off);
+  Await("off", [](const json& p) { return Phase(p, "Succeeded"); });
+  EXPECT_EQ(Logs("off"), "[]\n");
+
+  json missing = Pod("missing", "true");
+  missing["spec"]["serviceAccountName"] = "nobody";
+  Create(missing);
+  json seen = Await("missing", [](const json& p) {
+    return p.is_object() && p.contains("status") && p["status"].contains("containerStatuses");
+  });
+  const json& waiting = seen["status"]["containerStatuses"][0]["state"]["waiting"];
+  EXPECT_EQ(waiting["reason"], "CreateContainerConfigError");
+  EXPECT_THAT(waiting["message"].get<std::string>(),
+              ::testing::HasSubstr("serviceaccount \"nobody\" not found"));
+}
+
 TEST_F(RunnerTest, AProcessIgnoringSigtermIsKilledAfterTheGracePeriod) {
-  Create(Pod("stubborn", "trap '' TERM; echo $$; sleep 300"));
+  Create(Pod("stubborn", "trap '' TERM; echo $$$$; sleep 300"));
   pid_t pgid = ProcessGroupOf("stubborn");
   ASSERT_GT(pgid, 0);
   auto asked = std::chrono::steady_clock::now();
@@ -200,7 +268,7 @@ TEST_F(RunnerTest, AnImageThatCannotRunWaitsWithAReason) {
 }
 
 TEST_F(RunnerTest, DeletionStopsTheWholeProcessTree) {
-  Create(Pod("tree", "echo $$; sleep 300 & sleep 300; wait"));
+  Create(Pod("tree", "echo $$$$; sleep 300 & sleep 300; wait"));
   pid_t pgid = ProcessGroupOf("tree");
   ASSERT_GT(pgid, 0);
   for (int i = 0; i < 3000 && CountGroup(pgid) < 3; ++i)
@@ -212,7 +280,7 @@ TEST_F(RunnerTest, DeletionStopsTheWholeProcessTree) {
 }
 
 TEST_F(RunnerTest, StoppingTheRunnerLeavesNoProcess) {
-  Create(Pod("lingering", "echo $$; exec sleep 300"));
+  Create(Pod("lingering", "echo $$$$; exec sleep 300"));
   pid_t pgid = ProcessGroupOf("lingering");
   ASSERT_GT(pgid, 0);
   thread_.request_stop();

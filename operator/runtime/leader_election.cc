@@ -52,6 +52,8 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
         client_->Create(leases, config_.namespace_, LeaseObject(config_.identity, 0, ""));
     if (kube::IsApiAlreadyExists(created.status())) return leading_ = false;
     if (!created.ok()) return created.status();
+    kube::LogInfo(kComponent, config_.identity, " acquired lease ", config_.namespace_, "/",
+                  config_.name, " (created it)");
     observed_holder_ = config_.identity;
     observed_at_ = clock_->Monotonic();
     return leading_ = true;

@@ -1,0 +1,88 @@
+{{/* The chart's name, or nameOverride. */}}
+{{- define "lockstep.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The release's full name, used for object names: fullnameOverride, else the release name when it
+already contains the chart's name, else "<release>-<chart>". At most 63 characters.
+*/}}
+{{- define "lockstep.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "lockstep.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object. */}}
+{{- define "lockstep.labels" -}}
+helm.sh/chart: {{ include "lockstep.chart" . }}
+{{ include "lockstep.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: lockstep
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The labels the Deployment, Service and PodDisruptionBudget select pods by. */}}
+{{- define "lockstep.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "lockstep.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "lockstep.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "lockstep.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "lockstep.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The rules the operator needs where it manages TrainingJobs: exactly the calls it makes (the e2e
+test `e2e_chart` records them and compares). Shared by the ClusterRole and the namespaced Role.
+*/}}
+{{- define "lockstep.managerRules" -}}
+- apiGroups: ["lockstep.io"]
+  resources: ["trainingjobs"]
+  verbs: ["list", "watch", "delete"]
+- apiGroups: ["lockstep.io"]
+  resources: ["trainingjobs/status"]
+  verbs: ["update"]
+- apiGroups: [""]
+  resources: ["pods", "services"]
+  verbs: ["list", "watch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["list", "watch", "create"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- if eq .Values.operator.gangScheduler "volcano" }}
+- apiGroups: ["scheduling.volcano.sh"]
+  resources: ["podgroups"]
+  verbs: ["create"]
+{{- else if eq .Values.operator.gangScheduler "scheduler-plugins" }}
+- apiGroups: ["scheduling.x-k8s.io"]
+  resources: ["podgroups"]
+  verbs: ["create"]
+{{- end }}
+{{- end }}
