@@ -15,6 +15,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # data
   dataset-fashion-mnist
+  # the Helm chart's tests: Go's text/template with sprig (Helm's engine), YAML and JSON Schema
+  golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
+  golang-github-xeipuuv-gojsonschema-dev
 )
 
 # kubectl for the end-to-end tests: Debian's kubernetes-client, unless a kubectl is already here

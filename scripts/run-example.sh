@@ -5,15 +5,13 @@
 # Succeeded, with `lockstep run`.
 #
 # The default, examples/single-worker.yaml, trains the MLP on Fashion-MNIST for one epoch with
-# the OneDevice strategy. The multi-worker examples need the distributed strategies, which are
-# not built yet (see README, Status): their pods exit with UnsupportedStrategy.
+# the OneDevice strategy; any other example may be named instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 manifest=${1:-examples/single-worker.yaml}
 
 ./scripts/install-deps.sh
-cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build/release -j "$(nproc)" --target lockstep lockstep-trainer
+./scripts/build.sh lockstep lockstep-operator lockstep-trainer
 
 lockstep=build/release/operator/lockstep
 "$lockstep" validate "$manifest"

@@ -16,7 +16,8 @@ run_suite() {
 }
 
 echo "== release build and tests"
-run_suite build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo
+./scripts/build.sh  # as the image Dockerfiles build
+ctest --test-dir build/release --output-on-failure -j "$jobs"
 
 echo "== sanitizer build (ASan + UBSan) and tests"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1
