@@ -482,7 +482,10 @@ ApiResponse ApiServer::Handle(const ApiRequest& request) {
   std::optional<RequestAttributes> attrs;
   ApiResponse response;
   try {
-    attrs = impl_->Attributes(request);
+    // Only the audit log and the authorizer need them.
+    if (auth_->audit.is_open() || !request.authorization.empty()) {
+      attrs = impl_->Attributes(request);
+    }
     std::optional<ApiResponse> refused;
     bool service_account = false;
     if (!request.authorization.empty()) {
