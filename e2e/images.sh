@@ -60,6 +60,6 @@ version=$("${clean_env[@]}" "$work/root/usr/local/bin/lockstep-operator" --versi
 [[ $version == "lockstep-operator "* ]] || fail "bundled operator: $version"
 "${clean_env[@]}" HOME="$work" "$work/root/usr/local/bin/lockstep-trainer" \
   --model=mlp --dataset=synthetic --synthetic-size=512 --steps=8 --batch-size=64 \
-  --checkpoint-dir="$work/ckpt" >"$work/train.log" 2>&1 || fail "bundled trainer: $(cat "$work/train.log")"
+  --checkpoint-dir="$work/ckpt" --metrics-port=0 >"$work/train.log" 2>&1 || fail "bundled trainer: $(cat "$work/train.log")"
 grep -q "after 8 steps" "$work/train.log" || fail "bundled trainer: $(cat "$work/train.log")"
 echo "ok: $(ls "$lib" | wc -l) libraries bundled"
