@@ -478,6 +478,10 @@ struct Runner::Impl {
     // say, may hide the state directory), at a fixed descriptor, and mounts it from there.
     constexpr int kSaFd = 1000;
     std::string sa_source = StrCat("/proc/self/fd/", kSaFd);
+    // Likewise the program, executed from its descriptor (left open: a script's interpreter
+    // reads the script through it).
+    constexpr int kProgramFd = 1001;
+    std::string program_source = StrCat("/proc/self/fd/", kProgramFd);
     if (!sa_dir.empty()) {
       fs::path acc;
       for (const auto& part : fs::path(kServiceAccountDir)) {
@@ -504,6 +508,13 @@ struct Runner::Impl {
       if (own_mounts) {
         ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
         ::mount(hosts.c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr);
+      }
+      // The program too: a volume (an emptyDir at /tmp, say) may hide where it lies.
+      bool program_open = false;
+      if (own_mounts && (!mounts.empty() || !sa_dir.empty())) {
+        int fd = ::open(cargv[0], O_PATH | O_CLOEXEC);
+        program_open = fd >= 0 && ::dup2(fd, kProgramFd) == kProgramFd;
+        if (fd >= 0 && fd != kProgramFd) ::close(fd);
       }
       bool sa_open = false;
       if (own_mounts && !sa_dir.empty()) {
@@ -537,7 +548,7 @@ struct Runner::Impl {
       int null = ::open("/dev/null", O_RDONLY);
       if (null >= 0) ::dup2(null, 0);
       if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
-      ::execve(cargv[0], cargv.data(), cenv.data());
+      ::execve(program_open ? program_source.c_str() : cargv[0], cargv.data(), cenv.data());
       ::_exit(127);
     }
     if (log_fd >= 0) ::close(log_fd);
