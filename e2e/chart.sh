@@ -17,8 +17,6 @@ render=$2
 coverage=$3
 src=$4
 source "$(dirname "$0")/lib.sh"
-unset KUBECONFIG
-k() { KUBECONFIG=$LOCKSTEP_HOME/kubeconfig kubectl "$@"; }
 ns=lockstep-system
 # wait_for SECONDS DESCRIPTION COMMAND...: until COMMAND succeeds, polling every 0.2 s. On a
 # timeout, the audit so far says which calls RBAC refused.
@@ -37,6 +35,11 @@ wait_for() {
 holder() { k -n $ns get lease lockstep-operator -o jsonpath='{.spec.holderIdentity}' 2>/dev/null; }
 ready_replicas() { [[ $(k -n $ns get deploy lockstep -o jsonpath='{.status.readyReplicas}') == 2 ]]; }
 operator_pods() { k -n $ns get pods -l app.kubernetes.io/name=lockstep -o name; }
+# Conditions for wait_for (it runs them in this shell).
+held_by_other_than() { local h; h=$(holder); [[ -n $h && $h != "$1" ]]; }
+pod_phase_is() { [[ $(k get pod "$1" -o jsonpath='{.status.phase}') == "$2" ]]; }
+job_gone() { ! k get tj "$1"; }
+pod_gone() { ! k -n $ns get "$1"; }
 
 # 1. Install.
 "$render" --name lockstep --namespace $ns --include-crds "$src/charts/lockstep" >"$work/rendered.yaml"
@@ -53,7 +56,7 @@ for want in customresourcedefinition.apiextensions.k8s.io/trainingjobs.lockstep.
   grep -q "^$want " "$work/apply.out" || fail "apply did not report $want: $(cat "$work/apply.out")"
 done
 wait_for 60 "two ready operator pods" ready_replicas
-wait_for 60 "a Lease holder" bash -c "[[ -n \$(KUBECONFIG=$LOCKSTEP_HOME/kubeconfig kubectl -n $ns get lease lockstep-operator -o jsonpath='{.spec.holderIdentity}') ]]"
+wait_for 60 "a Lease holder" held_by_other_than ""
 k -n $ns wait --for=condition=Available deploy/lockstep --timeout=60s >/dev/null
 [[ $(operator_pods | wc -l) == 2 ]] || fail "want 2 operator pods: $(operator_pods)"
 first=$(holder)
@@ -80,7 +83,7 @@ spec:
           printf 'GET /api/v1/namespaces/default/secrets HTTP/1.0\r\nAuthorization: Bearer %s\r\n\r\n' "$(cat $sa/token)" >&3
           cat <&3
 EOF
-wait_for 60 "the probe pod to end" bash -c "KUBECONFIG=$LOCKSTEP_HOME/kubeconfig kubectl get pod rbac-probe -o jsonpath='{.status.phase}' | grep -qx Succeeded"
+wait_for 60 "the probe pod to end" pod_phase_is rbac-probe Succeeded
 expect '403 Forbidden' k logs rbac-probe
 expect 'User \"system:serviceaccount:default:default\" cannot list resource \"secrets\" in API group \"\" in the namespace \"default\"' \
   k logs rbac-probe
@@ -98,9 +101,10 @@ leader_pod=pod/${first%_*}
 operator_pods | grep -qx "$leader_pod" || fail "the Lease holder $first is no operator pod"
 expect "acquired lease $ns/lockstep-operator" k -n $ns logs "$leader_pod"
 k -n $ns delete "$leader_pod" >/dev/null
-wait_for 60 "a new Lease holder" bash -c "h=\$(KUBECONFIG=$LOCKSTEP_HOME/kubeconfig kubectl -n $ns get lease lockstep-operator -o jsonpath='{.spec.holderIdentity}'); [[ -n \$h && \$h != '$first' ]]"
+wait_for 60 "a new Lease holder" held_by_other_than "$first"
 wait_for 60 "the Deployment to be whole again" ready_replicas
-operator_pods | grep -qx "$leader_pod" && fail "the deleted pod $leader_pod is still listed"
+# The old pod ends gracefully (the operator releases the Lease on SIGTERM), then is gone.
+wait_for 60 "the deleted pod $leader_pod to go" pod_gone "$leader_pod"
 
 # 5. A job that restarts once (the operator deletes and recreates its pod; the template sets an
 # injected variable, so the same warning repeats), then is cleaned up and deleted by its TTL.
@@ -127,7 +131,7 @@ spec:
     cleanPodPolicy: All
     ttlSecondsAfterFinished: 1
 EOF
-wait_for 120 "restart-once to succeed and expire" bash -c "! KUBECONFIG=$LOCKSTEP_HOME/kubeconfig kubectl get tj restart-once"
+wait_for 120 "restart-once to succeed and expire" job_gone restart-once
 events=$(k get events --field-selector involvedObject.name=restart-once -o json)
 for reason in SuccessfulDeletePod EnvironmentKept TTLExpired; do
   [[ $events == *"\"reason\": \"$reason\""* ]] || fail "no $reason event: $events"

@@ -10,8 +10,6 @@ set -euo pipefail
 lockstep=$1
 src=$2
 source "$(dirname "$0")/lib.sh"
-unset KUBECONFIG
-k() { KUBECONFIG=$LOCKSTEP_HOME/kubeconfig kubectl "$@"; }
 
 # A job made of /bin/sh replicas: job NAME, then the chief's and the worker's scripts.
 shell_job() {

@@ -8,8 +8,6 @@ lockstep=$1
 operator=$2
 src=$3
 source "$(dirname "$0")/lib.sh"
-unset KUBECONFIG
-k() { KUBECONFIG=$LOCKSTEP_HOME/kubeconfig kubectl "$@"; }
 
 # GET PATH from the operator's endpoint with bash alone: prints the status line and the body.
 get() {

@@ -12,8 +12,6 @@ set -euo pipefail
 lockstep=$1
 src=$2
 source "$(dirname "$0")/lib.sh"
-unset KUBECONFIG
-k() { KUBECONFIG=$LOCKSTEP_HOME/kubeconfig kubectl "$@"; }
 field() { k get tj "$1" -o jsonpath="$2" 2>/dev/null || true; }
 accuracy() { k logs "$1" 2>/dev/null | sed -n 's/^final test accuracy: \([0-9.]*\).*/\1/p'; }
 

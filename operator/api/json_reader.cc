@@ -209,6 +209,17 @@ std::string StringAt(const nlohmann::json& obj, std::string_view key) {
   return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
+std::vector<std::string> StringsAt(const nlohmann::json& obj, std::string_view key) {
+  std::vector<std::string> out;
+  if (!obj.is_object()) return out;
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_array()) return out;
+  for (const nlohmann::json& v : *it) {
+    if (v.is_string()) out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
 const nlohmann::json* ObjectAt(const nlohmann::json& obj, std::string_view key) {
   if (!obj.is_object()) return nullptr;
   auto it = obj.find(key);

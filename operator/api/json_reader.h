@@ -76,9 +76,10 @@ class ObjectReader {
 
 // Lenient lookups for data from a server, where a missing or mistyped field simply reads as
 // empty: the string at `key` of `obj` ("" unless both are what they should be), and the object
-// at `key` (nullptr otherwise).
+// at `key` (nullptr otherwise), and the strings of the array at `key` (others skipped).
 std::string StringAt(const nlohmann::json& obj, std::string_view key);
 const nlohmann::json* ObjectAt(const nlohmann::json& obj, std::string_view key);
+std::vector<std::string> StringsAt(const nlohmann::json& obj, std::string_view key);
 
 // Decodes a standalone value with the same rules, for list items.
 std::optional<std::string> DecodeString(const nlohmann::json& v, const FieldPath& path,

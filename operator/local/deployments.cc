@@ -1,7 +1,5 @@
 #include "operator/local/deployments.h"
 
-#include <random>
-
 #include "absl/strings/str_format.h"
 #include "operator/api/json_reader.h"
 #include "operator/api/str_util.h"
@@ -52,14 +50,6 @@ bool Ready(const json& pod) {
     if (api::StringAt(c, "type") == "Ready") return api::StringAt(c, "status") == "True";
   }
   return false;
-}
-
-std::string RandomName(size_t n) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char kChars[] = "bcdfghjklmnpqrstvwxz2456789";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) out += kChars[rng() % (sizeof(kChars) - 1)];
-  return out;
 }
 
 }  // namespace
@@ -135,7 +125,7 @@ void DeploymentController::SyncOne(const json& d, const json& pods) {
   }
   for (int64_t i = static_cast<int64_t>(current.size()); i < replicas; ++i) {
     json meta = tmpl->contains("metadata") ? (*tmpl)["metadata"] : json::object();
-    meta["name"] = StrCat(name, "-", hash, "-", RandomName(5));
+    meta["generateName"] = StrCat(name, "-", hash, "-");  // the API server adds 5 characters
     meta["namespace"] = ns;
     meta["labels"][kHashLabel] = hash;
     meta["ownerReferences"] = json::array({{{"apiVersion", "apps/v1"},

@@ -2,8 +2,8 @@
 // DeploymentController: the part of kube-controller-manager that `lockstep local` needs to run
 // what a Helm chart installs. For each apps/v1 Deployment it keeps spec.replicas pods of the
 // current template running, owned by the Deployment (so deleting it deletes them):
-//  - a pod is "<deployment>-<template hash>-<5 random>", labelled pod-template-hash, with the
-//    template's labels, annotations and spec;
+//  - a pod is "<deployment>-<template hash>-<5 random>" (generateName), labelled
+//    pod-template-hash, with the template's labels, annotations and spec;
 //  - pods of an older template are deleted and replaced (the Recreate strategy, with no
 //    ReplicaSets in between), failed pods are replaced, extra pods are deleted;
 //  - status: observedGeneration, replicas, updatedReplicas, readyReplicas, availableReplicas

@@ -11,17 +11,6 @@ using nlohmann::json;
 
 namespace {
 
-std::vector<std::string> Strings(const json& j, const char* key) {
-  std::vector<std::string> out;
-  auto it = j.find(key);
-  if (it != j.end() && it->is_array()) {
-    for (const json& v : *it) {
-      if (v.is_string()) out.push_back(v.get<std::string>());
-    }
-  }
-  return out;
-}
-
 bool Has(const std::vector<std::string>& list, const std::string& v) {
   return std::find(list.begin(), list.end(), v) != list.end();
 }
@@ -83,8 +72,8 @@ RbacPolicy RbacPolicy::FromObjects(const std::vector<json>& objects) {
       if (auto it = o.find("rules"); it != o.end() && it->is_array()) {
         for (const json& r : *it) {
           if (!r.is_object()) continue;
-          rules.push_back({Strings(r, "apiGroups"), Strings(r, "resources"), Strings(r, "verbs"),
-                           Strings(r, "resourceNames")});
+          rules.push_back({api::StringsAt(r, "apiGroups"), api::StringsAt(r, "resources"),
+                           api::StringsAt(r, "verbs"), api::StringsAt(r, "resourceNames")});
         }
       }
       std::string id = kind == "Role" ? StrCat("Role/", ns, "/", name) : "ClusterRole/" + name;

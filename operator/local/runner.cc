@@ -302,18 +302,8 @@ struct Runner::Impl {
     std::string image = Str(cs, "image");
     std::vector<std::string> argv;
     std::string program;
-    auto strings = [](const json& j, const char* key) {
-      std::vector<std::string> out;
-      auto it = j.find(key);
-      if (it != j.end() && it->is_array()) {
-        for (const json& v : *it) {
-          if (v.is_string()) out.push_back(v.get<std::string>());
-        }
-      }
-      return out;
-    };
-    std::vector<std::string> command = strings(cs, "command");
-    std::vector<std::string> args = strings(cs, "args");
+    std::vector<std::string> command = api::StringsAt(cs, "command");
+    std::vector<std::string> args = api::StringsAt(cs, "args");
     bool trainer = IsImage(image, kTrainerImage), op = IsImage(image, kOperatorImage);
     if ((trainer || op) && command.empty()) {
       program = trainer ? options.trainer_binary : options.operator_binary;
