@@ -1,0 +1,395 @@
+// Every CUDA op against its CPU op (trainer/kernels/cpu/) on fresh random inputs, for each
+// storage dtype, by the relative error ||gpu - cpu|| / ||cpu||: fp32 (TF32 off) 1e-5, TF32
+// 5e-3, fp16 5e-3, bf16 3e-2 (the 16-bit inputs are rounded; sums stay fp32). Outputs are
+// poisoned (NaN) before each op so an unwritten element fails. Every test skips itself where
+// no GPU is visible (ctest label gpu).
+#include <gtest/gtest.h>
+
+#include "trainer/kernels/cuda/gpu_available.h"
+
+#ifndef LOCKSTEP_HAVE_CUDA
+
+TEST(CudaOps, SkippedWithoutCuda) {
+  GTEST_SKIP() << lockstep::trainer::cuda::GpuCount().why_none;
+}
+
+#else
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "trainer/kernels/cpu/conv2d.h"
+#include "trainer/kernels/cpu/dense.h"
+#include "trainer/kernels/cpu/gemm.h"
+#include "trainer/kernels/cpu/max_pool.h"
+#include "trainer/kernels/cpu/relu.h"
+#include "trainer/kernels/cpu/softmax_xent.h"
+#include "trainer/kernels/cuda/device.h"
+#include "trainer/kernels/cuda/elementwise.h"
+#include "trainer/kernels/cuda/ops.h"
+#include "trainer/kernels/cuda/optimizer_kernels.h"
+#include "trainer/optim/optimizer.h"
+
+namespace lockstep::trainer::cuda {
+namespace {
+
+#define ASSERT_OK(expr)                       \
+  do {                                        \
+    const absl::Status s_ = (expr);           \
+    ASSERT_TRUE(s_.ok()) << s_.ToString();    \
+  } while (0)
+
+double Tolerance(DType t, bool tf32) {
+  switch (t) {
+    case DType::kF16:
+      return 5e-3;
+    case DType::kBF16:
+      return 3e-2;
+    default:
+      return tf32 ? 5e-3 : 1e-5;
+  }
+}
+
+double RelativeError(const Tensor& got, const Tensor& want) {
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
+    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+Tensor Random(Shape shape, std::mt19937* rng, float lo = -1.0f, float hi = 1.0f) {
+  Tensor t(std::move(shape));
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (int64_t i = 0; i < t.size(); ++i) t[i] = u(*rng);
+  return t;
+}
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    GpuCountResult n = GpuCount();
+    if (n.count == 0) GTEST_SKIP() << n.why_none;
+    absl::StatusOr<std::unique_ptr<GpuContext>> c = GpuContext::Create(0, {.tf32 = false});
+    ASSERT_TRUE(c.ok()) << c.status();
+    ctx_ = std::move(*c);
+    absl::StatusOr<std::unique_ptr<GpuContext>> t = GpuContext::Create(0, {.tf32 = true});
+    ASSERT_TRUE(t.ok()) << t.status();
+    tf32_ = std::move(*t);
+    rng_.seed(static_cast<uint32_t>(std::random_device{}()));
+  }
+
+  // An fp32 device copy of `t` (for fp32 parameters and gradients).
+  float* F32(const Tensor& t, std::vector<DeviceTensor>* keep) {
+    DeviceTensor d;
+    EXPECT_TRUE(Upload(ctx_.get(), t, DType::kF32, &d).ok());
+    keep->push_back(std::move(d));
+    return keep->back().as<float>();
+  }
+  // A device fp32 buffer of n NaNs.
+  float* Poisoned(int64_t n, std::vector<DeviceTensor>* keep) {
+    return F32(Tensor({n}, std::numeric_limits<float>::quiet_NaN()), keep);
+  }
+  Tensor Host(const float* d, Shape shape) {
+    Tensor out;
+    EXPECT_TRUE(Download(ctx_.get(), DeviceTensor::View(const_cast<float*>(d), shape,
+                                                        DType::kF32),
+                         &out)
+                    .ok());
+    return out;
+  }
+  void Poison(DeviceTensor* t) {
+    ASSERT_EQ(cudaMemsetAsync(t->data(), 0xff, t->bytes(), ctx_->stream()), cudaSuccess);
+  }
+
+  std::unique_ptr<GpuContext> ctx_, tf32_;
+  std::mt19937 rng_;
+};
+
+constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+
+TEST_F(CudaOpsTest, DeviceInfoAndAllocatorReuse) {
+  EXPECT_FALSE(ctx_->info().name.empty());
+  EXPECT_GT(ctx_->info().multiprocessors, 0);
+  CachingAllocator* a = ctx_->allocator();
+  const int64_t before = a->stats().backend_allocations;
+  absl::StatusOr<void*> p = a->Allocate(1 << 20);
+  ASSERT_TRUE(p.ok());
+  a->Free(*p);
+  absl::StatusOr<void*> q = a->Allocate(1 << 20);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(*q, *p);
+  EXPECT_EQ(a->stats().backend_allocations, before + 1);
+  a->Free(*q);
+}
+
+TEST_F(CudaOpsTest, GemmMatchesCpuForEveryTransposeAndDtype) {
+  const int64_t m = 67, n = 45, k = 129;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      Tensor a = Random(ta ? Shape{k, m} : Shape{m, k}, &rng_);
+      Tensor b = Random(tb ? Shape{n, k} : Shape{k, n}, &rng_);
+      Tensor c0 = Random({m, n}, &rng_);
+      Tensor want = c0;
+      cpu::Gemm(ta, tb, m, n, k, 0.5f, a.data(), b.data(), 0.25f, want.data());
+      for (DType t : kDTypes) {
+        for (bool tf32 : {false, true}) {
+          if (t != DType::kF32 && tf32) continue;
+          GpuContext* ctx = tf32 ? tf32_.get() : ctx_.get();
+          DeviceTensor da, db, dc;
+          ASSERT_OK(Upload(ctx, a, t, &da));
+          ASSERT_OK(Upload(ctx, b, t, &db));
+          ASSERT_OK(Upload(ctx, c0, DType::kF32, &dc));
+          ASSERT_OK(Gemm(ctx, ta, tb, m, n, k, 0.5f, da.data(), db.data(), t, 0.25f, dc.data(),
+                         DType::kF32));
+          Tensor got;
+          ASSERT_OK(Download(ctx, dc, &got));
+          EXPECT_LT(RelativeError(got, want), Tolerance(t, tf32))
+              << "ta " << ta << " tb " << tb << " " << DTypeName(t) << " tf32 " << tf32;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, DenseForwardAndBackwardMatchCpu) {
+  const int64_t rows = 33, in = 70, out = 19;
+  Tensor x = Random({rows, in}, &rng_), w = Random({out, in}, &rng_), b = Random({out}, &rng_);
+  Tensor dy = Random({rows, out}, &rng_);
+  Tensor y, dx, dw, db;
+  cpu::DenseForward(x, w, b, &y);
+  cpu::DenseBackward(x, w, dy, &dx, &dw, &db);
+  for (DType t : kDTypes) {
+    std::vector<DeviceTensor> keep;
+    DeviceTensor gx, gw, gdy, gy, gdx;
+    ASSERT_OK(Upload(ctx_.get(), x, t, &gx));
+    ASSERT_OK(Upload(ctx_.get(), w, t, &gw));
+    ASSERT_OK(Upload(ctx_.get(), dy, t, &gdy));
+    ASSERT_OK(gy.Resize(ctx_.get(), {rows, out}, t));
+    Poison(&gy);
+    ASSERT_OK(DenseForward(ctx_.get(), gx, gw, F32(b, &keep), &gy));
+    float* gdw = Poisoned(w.size(), &keep);
+    float* gdb = Poisoned(out, &keep);
+    ASSERT_OK(DenseBackward(ctx_.get(), gx, gw, gdy, &gdx, gdw, gdb));
+    Tensor hy, hdx;
+    ASSERT_OK(Download(ctx_.get(), gy, &hy));
+    ASSERT_OK(Download(ctx_.get(), gdx, &hdx));
+    const double tol = Tolerance(t, false);
+    EXPECT_LT(RelativeError(hy, y), tol) << DTypeName(t);
+    EXPECT_LT(RelativeError(hdx, dx), tol) << DTypeName(t);
+    EXPECT_LT(RelativeError(Host(gdw, w.shape()), dw), tol) << DTypeName(t);
+    EXPECT_LT(RelativeError(Host(gdb, b.shape()), db), tol) << DTypeName(t);
+  }
+}
+
+TEST_F(CudaOpsTest, Conv2dForwardAndBackwardMatchCpu) {
+  for (int64_t pad : {0, 1}) {
+    const Shape xs{3, 4, 11, 9}, ws{6, 4, 3, 3};
+    const cpu::Conv2dParams p{.pad = pad};
+    Tensor x = Random(xs, &rng_), w = Random(ws, &rng_), b = Random({ws[0]}, &rng_);
+    Tensor dy = Random(cpu::Conv2dOutputShape(xs, ws, p), &rng_);
+    Tensor y, dx, dw, db;
+    cpu::Conv2dWorkspace cws;
+    cpu::Conv2dForward(x, w, b, p, &y, &cws);
+    cpu::Conv2dBackward(x, w, dy, p, &dx, &dw, &db, &cws);
+    for (DType t : kDTypes) {
+      std::vector<DeviceTensor> keep;
+      DeviceTensor gx, gw, gdy, gy, gdx;
+      ASSERT_OK(Upload(ctx_.get(), x, t, &gx));
+      ASSERT_OK(Upload(ctx_.get(), w, t, &gw));
+      ASSERT_OK(Upload(ctx_.get(), dy, t, &gdy));
+      Conv2dWorkspace plan;
+      ASSERT_OK(Conv2dForward(ctx_.get(), gx, gw, F32(b, &keep), p, &gy, &plan));
+      EXPECT_EQ(Conv2dAlgorithms(plan).size(), 3u);
+      float* gdw = Poisoned(w.size(), &keep);
+      float* gdb = Poisoned(b.size(), &keep);
+      ASSERT_OK(Conv2dBackward(ctx_.get(), gx, gw, gdy, p, &gdx, gdw, gdb, &plan));
+      Tensor hy, hdx;
+      ASSERT_OK(Download(ctx_.get(), gy, &hy));
+      ASSERT_OK(Download(ctx_.get(), gdx, &hdx));
+      EXPECT_EQ(hy.shape(), y.shape());
+      const double tol = Tolerance(t, false) * (t == DType::kF32 ? 10 : 1);
+      EXPECT_LT(RelativeError(hy, y), tol) << DTypeName(t) << " pad " << pad;
+      EXPECT_LT(RelativeError(hdx, dx), tol) << DTypeName(t) << " pad " << pad;
+      EXPECT_LT(RelativeError(Host(gdw, w.shape()), dw), tol) << DTypeName(t) << " pad " << pad;
+      EXPECT_LT(RelativeError(Host(gdb, b.shape()), db), tol) << DTypeName(t) << " pad " << pad;
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, MaxPoolForwardAndBackwardMatchCpu) {
+  // Distinct values (a permutation), so no window has a tie that the two ops could break
+  // differently; odd sizes drop the last row and column as the CPU op does.
+  const Shape xs{2, 3, 7, 9};
+  Tensor x(xs);
+  std::vector<float> perm(static_cast<size_t>(x.size()));
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<float>(i) / 64.0f;
+  std::shuffle(perm.begin(), perm.end(), rng_);
+  x.values() = perm;
+  Tensor y, dx;
+  std::vector<int32_t> argmax;
+  cpu::MaxPoolForward(x, 2, &y, &argmax);
+  Tensor dy = Random(y.shape(), &rng_);
+  cpu::MaxPoolBackward(dy, argmax, xs, &dx);
+  DeviceTensor gx, gy, gdy, gdx;
+  ASSERT_OK(Upload(ctx_.get(), x, DType::kF32, &gx));
+  ASSERT_OK(Upload(ctx_.get(), dy, DType::kF32, &gdy));
+  ASSERT_OK(MaxPoolForward(ctx_.get(), gx, 2, &gy));
+  ASSERT_OK(MaxPoolBackward(ctx_.get(), gx, gy, gdy, 2, &gdx));
+  Tensor hy, hdx;
+  ASSERT_OK(Download(ctx_.get(), gy, &hy));
+  ASSERT_OK(Download(ctx_.get(), gdx, &hdx));
+  EXPECT_EQ(hy, y);
+  EXPECT_EQ(hdx, dx);
+}
+
+TEST_F(CudaOpsTest, ReluMatchesCpuOnVectorAndScalarPaths) {
+  for (int64_t n : {4096, 4099}) {  // whole 16-byte packs, and a remainder
+    Tensor x = Random({n}, &rng_), dy = Random({n}, &rng_);
+    Tensor y, dx;
+    cpu::ReluForward(x, &y);
+    cpu::ReluBackward(x, dy, &dx);
+    for (DType t : kDTypes) {
+      DeviceTensor gx, gdy, gy, gdx;
+      ASSERT_OK(Upload(ctx_.get(), x, t, &gx));
+      ASSERT_OK(Upload(ctx_.get(), dy, t, &gdy));
+      ASSERT_OK(ReluForward(ctx_.get(), gx, &gy));
+      ASSERT_OK(ReluBackward(ctx_.get(), gx, gdy, &gdx));
+      Tensor hy, hdx;
+      ASSERT_OK(Download(ctx_.get(), gy, &hy));
+      ASSERT_OK(Download(ctx_.get(), gdx, &hdx));
+      EXPECT_LT(RelativeError(hy, y), Tolerance(t, false)) << n << " " << DTypeName(t);
+      EXPECT_LT(RelativeError(hdx, dx), Tolerance(t, false)) << n << " " << DTypeName(t);
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, SoftmaxCrossEntropyMatchesCpu) {
+  const int64_t n = 77, c = 10;
+  Tensor logits = Random({n, c}, &rng_, -4.0f, 4.0f);
+  std::vector<int32_t> labels(static_cast<size_t>(n));
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c - 1));
+  for (int32_t& l : labels) l = pick(rng_);
+  Tensor dlogits;
+  cpu::XentResult want = cpu::SoftmaxCrossEntropy(logits, labels, &dlogits);
+  int32_t* glabels = nullptr;
+  ASSERT_EQ(cudaMalloc(&glabels, labels.size() * sizeof(int32_t)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(glabels, labels.data(), labels.size() * sizeof(int32_t),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  for (DType t : kDTypes) {
+    DeviceTensor gl, gd;
+    ASSERT_OK(Upload(ctx_.get(), logits, t, &gl));
+    const float scale = 1024.0f;
+    absl::StatusOr<cpu::XentResult> got =
+        SoftmaxCrossEntropy(ctx_.get(), gl, glabels, &gd, scale);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const double tol = Tolerance(t, false);
+    EXPECT_NEAR(got->loss, want.loss, tol * 10 * std::abs(want.loss)) << DTypeName(t);
+    if (t == DType::kF32) {
+      EXPECT_EQ(got->correct, want.correct);
+    }
+    Tensor hd;
+    ASSERT_OK(Download(ctx_.get(), gd, &hd));
+    for (float& v : hd.values()) v /= scale;
+    EXPECT_LT(RelativeError(hd, dlogits), tol) << DTypeName(t);
+  }
+  cudaFree(glabels);
+}
+
+TEST_F(CudaOpsTest, OptimizerKernelsMatchCpuOptimizers) {
+  for (const char* name : {"sgd", "adam"}) {
+    Tensor p = Random({1000}, &rng_);
+    std::vector<Tensor> grads;
+    for (int s = 0; s < 3; ++s) grads.push_back(Random({1000}, &rng_));
+    auto opt = *MakeOptimizer(name, 0.01f, 0.9f);
+    Tensor cpu_p = p;
+    for (Tensor& g : grads) opt->Step({&cpu_p}, {&g});
+
+    std::vector<DeviceTensor> keep;
+    float* gp = F32(p, &keep);
+    float* s1 = F32(Tensor({1000}), &keep);
+    float* s2 = F32(Tensor({1000}), &keep);
+    DeviceTensor copy;
+    ASSERT_OK(copy.Resize(ctx_.get(), {1000}, DType::kBF16));
+    for (int s = 0; s < 3; ++s) {
+      // The gradient arrives scaled by 8 (loss scale 4, two replicas summed); the factor
+      // undoes it.
+      Tensor scaled = grads[static_cast<size_t>(s)];
+      for (float& v : scaled.values()) v *= 8.0f;
+      float* gg = F32(scaled, &keep);
+      UpdateArgs a{.params = gp, .grads = gg, .n = 1000, .grad_factor = 0.125f,
+                   .compute_copy = copy.data(), .compute_type = DType::kBF16};
+      if (std::string(name) == "sgd") {
+        ASSERT_OK(SgdUpdate(ctx_.get(), a, s1, 0.01f, 0.9f));
+      } else {
+        const double t = s + 1;
+        const float c1 = static_cast<float>(1.0 - std::pow(0.9, t));
+        const float c2 = static_cast<float>(1.0 - std::pow(0.999, t));
+        ASSERT_OK(AdamUpdate(ctx_.get(), a, s1, s2, 0.9f, 0.999f, 0.01f * std::sqrt(c2) / c1,
+                             1e-7f * std::sqrt(c2)));
+      }
+    }
+    EXPECT_LT(RelativeError(Host(gp, {1000}), cpu_p), 1e-5) << name;
+    Tensor hcopy;
+    ASSERT_OK(Download(ctx_.get(), copy, &hcopy));
+    EXPECT_LT(RelativeError(hcopy, cpu_p), 1e-2) << name << ": the bf16 copy";
+  }
+}
+
+TEST_F(CudaOpsTest, AllFiniteFindsInfAndNan) {
+  std::vector<DeviceTensor> keep;
+  Tensor t = Random({5000}, &rng_);
+  absl::StatusOr<bool> ok = AllFinite(ctx_.get(), F32(t, &keep), t.size());
+  ASSERT_TRUE(ok.ok());
+  EXPECT_TRUE(*ok);
+  for (float bad : {std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN()}) {
+    Tensor u = t;
+    u[4321] = bad;
+    absl::StatusOr<bool> found = AllFinite(ctx_.get(), F32(u, &keep), u.size());
+    ASSERT_TRUE(found.ok());
+    EXPECT_FALSE(*found) << bad;
+  }
+}
+
+TEST_F(CudaOpsTest, CastRoundTripsAndBiasKernelsMatchCpu) {
+  Tensor x = Random({3, 5, 4}, &rng_);
+  for (DType t : kDTypes) {
+    DeviceTensor d;
+    ASSERT_OK(Upload(ctx_.get(), x, t, &d));
+    Tensor back;
+    ASSERT_OK(Download(ctx_.get(), d, &back));
+    EXPECT_LT(RelativeError(back, x), Tolerance(t, false)) << DTypeName(t);
+  }
+  // Bias over the middle axis: y[o, c, i] += b[c]; db[c] = sum over o, i.
+  std::vector<DeviceTensor> keep;
+  Tensor b = Random({5}, &rng_);
+  DeviceTensor y;
+  ASSERT_OK(Upload(ctx_.get(), x, DType::kF32, &y));
+  ASSERT_OK(AddBias(ctx_.get(), &y, F32(b, &keep), 3, 5, 4));
+  float* db = Poisoned(5, &keep);
+  ASSERT_OK(BiasGrad(ctx_.get(), DeviceTensor::View(y.data(), x.shape(), DType::kF32), db, 3, 5,
+                     4));
+  Tensor hy;
+  ASSERT_OK(Download(ctx_.get(), y, &hy));
+  Tensor want_db({5});
+  for (int64_t o = 0; o < 3; ++o) {
+    for (int64_t c = 0; c < 5; ++c) {
+      for (int64_t i = 0; i < 4; ++i) {
+        const int64_t at = (o * 5 + c) * 4 + i;
+        EXPECT_FLOAT_EQ(hy[at], x[at] + b[c]);
+        want_db[c] += x[at] + b[c];
+      }
+    }
+  }
+  EXPECT_LT(RelativeError(Host(db, {5}), want_db), 1e-6);
+}
+
+}  // namespace
+}  // namespace lockstep::trainer::cuda
+
+#endif  // LOCKSTEP_HAVE_CUDA

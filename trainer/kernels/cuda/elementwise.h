@@ -1,0 +1,30 @@
+#pragma once
+// The elementwise and reduction kernels the layers and the optimizers share. Every kernel runs
+// on the context's stream, takes any storage dtype (fp32, fp16, bf16) and computes in fp32;
+// the contiguous ones move 16 bytes per thread per access.
+// Thread-safety: reentrant (per context).
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "trainer/kernels/cuda/device_tensor.h"
+
+namespace lockstep::trainer::cuda {
+
+// dst[i] = src[i] converted (n elements).
+absl::Status Cast(GpuContext* ctx, const void* src, DType src_type, void* dst, DType dst_type,
+                  int64_t n);
+// x[i] *= alpha (fp32).
+absl::Status Scale(GpuContext* ctx, float* x, int64_t n, float alpha);
+// y[(o * channels + c) * inner + i] += b[c] for o < outer: the bias of a Dense layer
+// (inner 1) or a convolution (inner H*W). y in any dtype, b fp32.
+absl::Status AddBias(GpuContext* ctx, DeviceTensor* y, const float* b, int64_t outer,
+                     int64_t channels, int64_t inner);
+// db[c] = sum over o, i of dy[(o * channels + c) * inner + i], in fp32.
+absl::Status BiasGrad(GpuContext* ctx, const DeviceTensor& dy, float* db, int64_t outer,
+                      int64_t channels, int64_t inner);
+// True when every one of the n fp32 values is finite (one reduction, one 4-byte read back).
+absl::StatusOr<bool> AllFinite(GpuContext* ctx, const float* x, int64_t n);
+
+}  // namespace lockstep::trainer::cuda

@@ -1,0 +1,98 @@
+// Gemm through cuBLAS, Dense as Gemm plus the bias kernels.
+#include "absl/strings/str_cat.h"
+#include "trainer/kernels/cuda/check.h"
+#include "trainer/kernels/cuda/elementwise.h"
+#include "trainer/kernels/cuda/ops.h"
+
+namespace lockstep::trainer::cuda {
+namespace {
+
+cudaDataType_t CudaType(DType t) {
+  switch (t) {
+    case DType::kF16:
+      return CUDA_R_16F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+absl::Status CheckInt(int64_t v, const char* what) {
+  if (v < 0 || v > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("Gemm: ", what, " = ", v, " is out of range"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Gemm(GpuContext* ctx, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
+                  int64_t k, float alpha, const void* a, const void* b, DType ab_type, float beta,
+                  void* c, DType c_type) {
+  for (auto [v, what] : {std::pair{m, "m"}, std::pair{n, "n"}, std::pair{k, "k"}}) {
+    if (absl::Status s = CheckInt(v, what); !s.ok()) return s;
+  }
+  if (c_type != ab_type && c_type != DType::kF32) {
+    return absl::InvalidArgumentError("Gemm: C must be fp32 or the inputs' dtype");
+  }
+  if (m == 0 || n == 0) return absl::OkStatus();
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS computes the
+  // transposed product with the operands swapped, and no data moves.
+  const int lda = static_cast<int>(transpose_a ? m : k);
+  const int ldb = static_cast<int>(transpose_b ? k : n);
+  const cublasComputeType_t compute = (ab_type == DType::kF32 && ctx->tf32())
+                                          ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                          : CUBLAS_COMPUTE_32F;
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cublasGemmEx(
+      ctx->cublas(), transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+      transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+      static_cast<int>(k), &alpha, b, CudaType(ab_type), ldb, a, CudaType(ab_type), lda, &beta, c,
+      CudaType(c_type), static_cast<int>(n), compute, CUBLAS_GEMM_DEFAULT));
+  return absl::OkStatus();
+}
+
+absl::Status Gemm(GpuContext* ctx, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
+                  int64_t k, float alpha, const float* a, const float* b, float beta, float* c) {
+  return Gemm(ctx, transpose_a, transpose_b, m, n, k, alpha, a, b, DType::kF32, beta, c,
+              DType::kF32);
+}
+
+absl::Status DenseForward(GpuContext* ctx, const DeviceTensor& x, const DeviceTensor& w,
+                          const float* b, DeviceTensor* y) {
+  const int64_t rows = x.dim(0), in = x.dim(1), out = w.dim(0);
+  if (w.dim(1) != in || w.dtype() != x.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat("DenseForward: x ", ShapeString(x.shape()),
+                                                   " does not match W ",
+                                                   ShapeString(w.shape())));
+  }
+  if (absl::Status s = y->Resize(ctx, {rows, out}, x.dtype()); !s.ok()) return s;
+  if (absl::Status s = Gemm(ctx, false, true, rows, out, in, 1.0f, x.data(), w.data(), x.dtype(),
+                            0.0f, y->data(), y->dtype());
+      !s.ok()) {
+    return s;
+  }
+  return AddBias(ctx, y, b, rows, out, 1);
+}
+
+absl::Status DenseBackward(GpuContext* ctx, const DeviceTensor& x, const DeviceTensor& w,
+                           const DeviceTensor& dy, DeviceTensor* dx, float* dw, float* db) {
+  const int64_t rows = x.dim(0), in = x.dim(1), out = w.dim(0);
+  if (dx != nullptr) {
+    if (absl::Status s = dx->Resize(ctx, x.shape(), x.dtype()); !s.ok()) return s;
+    if (absl::Status s = Gemm(ctx, false, false, rows, in, out, 1.0f, dy.data(), w.data(),
+                              x.dtype(), 0.0f, dx->data(), dx->dtype());
+        !s.ok()) {
+      return s;
+    }
+  }
+  // dW [OUT, IN] = dy^T x, summed in fp32 and stored in fp32 whatever the inputs' dtype.
+  if (absl::Status s = Gemm(ctx, true, false, out, in, rows, 1.0f, dy.data(), x.data(),
+                            x.dtype(), 0.0f, dw, DType::kF32);
+      !s.ok()) {
+    return s;
+  }
+  return BiasGrad(ctx, dy, db, rows, out, 1);
+}
+
+}  // namespace lockstep::trainer::cuda
