@@ -22,4 +22,6 @@ ctest --test-dir build/release --output-on-failure -j "$jobs"
 echo "== sanitizer build (ASan + UBSan) and tests"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-run_suite build/asan -DCMAKE_BUILD_TYPE=Debug -DLOCKSTEP_SANITIZE=ON
+# The sanitizer build is the CPU build (nvcc takes no -fsanitize): it checks the build without
+# CUDA, its stubs, and every host-side piece of the GPU path (allocator, loss scaler, watchdog).
+run_suite build/asan -DCMAKE_BUILD_TYPE=Debug -DLOCKSTEP_SANITIZE=ON -DLOCKSTEP_CUDA=OFF

@@ -33,7 +33,7 @@ std::string TrainerUsage() {
 
 Trains a model with a tf.distribute strategy and serves GET /progress and /metrics.
 
-  --model=mlp|cnn                 (default mlp)
+  --model=mlp|cnn|mlp-large       (default mlp)
   --dataset=fashion-mnist|synthetic   (default fashion-mnist)
   --data-dir=DIR                  Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)
   --synthetic-size=N              examples in the synthetic dataset (default 10000)
@@ -49,6 +49,15 @@ Trains a model with a tf.distribute strategy and serves GET /progress and /metri
   --keep-checkpoints=K            (default 3)
   --threads=N                     GEMM threads (default 1)
   --metrics-port=PORT             /progress and /metrics (default 9464; 0 turns it off)
+
+GPUs:
+  --device=auto|cpu|gpu           auto: the GPUs when any is visible, else the CPU (default auto)
+  --precision=float32|mixed_float16|mixed_bfloat16
+                                  mixed: 16-bit activations and GEMM inputs, fp32 master
+                                  weights; fp16 with dynamic loss scaling (default float32)
+  --tf32=true|false               fp32 GEMMs and convolutions on TF32 tensor cores (default true)
+  --collective=auto|nccl|ring     MultiWorkerMirrored backend: auto picks NCCL for GPU replicas
+                                  and the TCP ring for CPU ones (default auto)
 
 Strategies (LOCKSTEP_STRATEGY, or --strategy):
   --strategy=OneDevice|Mirrored|CentralStorage|MultiWorkerMirrored|ParameterServer
@@ -175,6 +184,24 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
       s = positive(&c.peer_timeout_seconds);
     } else if (name == "collective-timeout") {
       s = positive(&c.collective_timeout_seconds);
+    } else if (name == "device") {
+      if (value != "auto" && value != "cpu" && value != "gpu") {
+        return Bad(name, value, "auto, cpu or gpu");
+      }
+      c.device = value;
+    } else if (name == "precision") {
+      if (value != "float32" && value != "mixed_float16" && value != "mixed_bfloat16") {
+        return Bad(name, value, "float32, mixed_float16 or mixed_bfloat16");
+      }
+      c.precision = value;
+    } else if (name == "tf32") {
+      if (value != "true" && value != "false") return Bad(name, value, "true or false");
+      c.tf32 = value == "true";
+    } else if (name == "collective") {
+      if (value != "auto" && value != "nccl" && value != "ring") {
+        return Bad(name, value, "auto, nccl or ring");
+      }
+      c.collective = value;
     } else if (name == "ps-mode") {
       if (value != "async" && value != "sync") return Bad(name, value, "async or sync");
       c.ps_mode = value;
@@ -187,6 +214,13 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
     if (!s.ok()) return s;
   }
   if (!lr_set && c.optimizer == "sgd") c.learning_rate = 0.01f;
+  if (c.device == "cpu" && c.precision != "float32") {
+    return absl::InvalidArgumentError("--precision " + c.precision +
+                                      " needs a GPU; --device cpu trains in float32");
+  }
+  if (c.device == "cpu" && c.collective == "nccl") {
+    return absl::InvalidArgumentError("--collective nccl needs GPU replicas (--device cpu)");
+  }
 
   auto get = [&](const char* k) -> std::string {
     auto it = env.find(k);

@@ -37,8 +37,13 @@ struct TrainerConfig {
   std::string cross_device_ops = "all-reduce";  // or hierarchical-copy, reduce-to-one-device
   int64_t peer_timeout_seconds = 30;            // heartbeats: a silent peer is lost after this
   int64_t collective_timeout_seconds = 300;     // a collective with no progress fails after this
-  std::string ps_mode = "async";                // ParameterServer: async or sync
-  int backup_workers = 0;                       // sync mode: gradients of N-b workers per step
+  // GPUs.
+  std::string device = "auto";        // auto, cpu or gpu
+  std::string precision = "float32";  // or mixed_float16, mixed_bfloat16
+  bool tf32 = true;
+  std::string collective = "auto";  // MultiWorkerMirrored: auto, nccl or ring
+  std::string ps_mode = "async";    // ParameterServer: async or sync
+  int backup_workers = 0;           // sync mode: gradients of N-b workers per step
   bool help = false;
   bool version = false;
 

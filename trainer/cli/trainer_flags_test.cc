@@ -75,6 +75,25 @@ TEST(TrainerFlagsTest, StrategyFlagsAndTheJobToken) {
   EXPECT_EQ(c->job_token, "s3cret");
 }
 
+TEST(TrainerFlagsTest, GpuFlags) {
+  absl::StatusOr<TrainerConfig> d = ParseTrainerConfig({}, {});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->device, "auto");
+  EXPECT_EQ(d->precision, "float32");
+  EXPECT_TRUE(d->tf32);
+  EXPECT_EQ(d->collective, "auto");
+  absl::StatusOr<TrainerConfig> c =
+      ParseTrainerConfig({"--device=gpu", "--precision=mixed_bfloat16", "--tf32=false",
+                          "--collective=nccl", "--model=mlp-large"},
+                         {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->device, "gpu");
+  EXPECT_EQ(c->precision, "mixed_bfloat16");
+  EXPECT_FALSE(c->tf32);
+  EXPECT_EQ(c->collective, "nccl");
+  EXPECT_EQ(c->model, "mlp-large");
+}
+
 TEST(TrainerFlagsTest, ErrorsNameTheFlagOrVariable) {
   struct Case {
     std::vector<std::string> args;
@@ -97,6 +116,14 @@ TEST(TrainerFlagsTest, ErrorsNameTheFlagOrVariable) {
            {{"--ps-mode=eventual"}, {}, "--ps-mode"},
            {{"--backup-workers=-1"}, {}, "--backup-workers"},
            {{"--peer-timeout=0"}, {}, "--peer-timeout"},
+           {{"--device=tpu"}, {}, "--device"},
+           {{"--precision=fp8"}, {}, "--precision"},
+           {{"--tf32=maybe"}, {}, "--tf32"},
+           {{"--collective=mpi"}, {}, "--collective"},
+           {{"--device=cpu", "--precision=mixed_float16"},
+            {},
+            "--precision mixed_float16 needs a GPU"},
+           {{"--device=cpu", "--collective=nccl"}, {}, "--collective nccl needs GPU replicas"},
            {{"--strategy=Horovod"}, {}, "strategy \"Horovod\" is not one of"},
            {{}, {{"LOCKSTEP_STRATEGY", "TPU"}}, "strategy \"TPU\""},
            {{}, {{"TF_CONFIG", "{not json"}}, "TF_CONFIG"},

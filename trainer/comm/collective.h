@@ -76,6 +76,9 @@ class Collective {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string name() const = 0;  // "ring", "in-process", "nccl"
+  // True when operations take device (GPU) buffers as well as host ones (NCCL); false when
+  // every buffer must be in host memory.
+  virtual bool device_buffers() const { return false; }
 
   // data[i] = sum over ranks of data[i], in place.
   virtual WorkPtr AllReduce(float* data, int64_t n) = 0;

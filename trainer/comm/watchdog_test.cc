@@ -1,5 +1,7 @@
 #include "trainer/comm/watchdog.h"
 
+#include "trainer/comm/nccl.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -66,6 +68,31 @@ TEST(DeadlineTracker, FailsOnceTheOldestOperationOverstays) {
   t.End();
   t.End();  // more Ends than Begins are harmless
   EXPECT_TRUE(t.Check(t0 + absl::Hours(1)).ok());
+}
+
+TEST(NcclUniqueId, RoundTripsThroughHexAndRejectsMalformedText) {
+  std::string id(128, '\0');
+  for (size_t i = 0; i < id.size(); ++i) id[i] = static_cast<char>(i * 37 + 11);
+  const std::string text = EncodeUniqueId(id);
+  EXPECT_EQ(text.size(), 256u);
+  EXPECT_EQ(text.find_first_not_of("0123456789abcdef"), std::string::npos);
+  absl::StatusOr<std::string> back = DecodeUniqueId(text, 128);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, id);
+  EXPECT_FALSE(DecodeUniqueId(text.substr(2), 128).ok());
+  std::string bad = text;
+  bad[7] = 'g';
+  absl::StatusOr<std::string> r = DecodeUniqueId(bad, 128);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(r.status()));
+}
+
+TEST(NcclBackend, ConstructorsSayWhyWithoutCudaOrAGpu) {
+  if (NcclBuilt()) GTEST_SKIP() << "NCCL is built in; the GPU tests exercise it";
+  absl::StatusOr<std::vector<std::unique_ptr<Collective>>> g =
+      MakeLocalNcclGroup(1, absl::Seconds(1));
+  ASSERT_FALSE(g.ok());
+  EXPECT_TRUE(absl::IsUnimplemented(g.status())) << g.status();
 }
 
 }  // namespace

@@ -67,6 +67,7 @@ class Conv2D final : public Layer {
   Shape OutputShape(const Shape& in) const override {
     return cpu::Conv2dOutputShape(in, w_.shape(), p_);
   }
+  Config config() const override { return {.pad = p_.pad}; }
 
  private:
   Tensor w_, b_, y_, dx_, dw_, db_;
@@ -91,6 +92,7 @@ class MaxPool2D final : public Layer {
   Shape OutputShape(const Shape& in) const override {
     return {in[0], in[1], in[2] / size_, in[3] / size_};
   }
+  Config config() const override { return {.pool_size = size_}; }
 
  private:
   int64_t size_;

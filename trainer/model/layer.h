@@ -28,6 +28,12 @@ class Layer {
   virtual std::vector<Tensor*> Params() { return {}; }
   virtual std::vector<Tensor*> Grads() { return {}; }
   virtual Shape OutputShape(const Shape& input) const = 0;
+  // The hyper-parameters another implementation of the layer (the GPU model) needs.
+  struct Config {
+    int64_t pad = 0;        // Conv2D
+    int64_t pool_size = 0;  // MaxPool2D
+  };
+  virtual Config config() const { return {}; }
 };
 
 // Dense: y = x W^T + b; W [out, in] Glorot-uniform, b zero.

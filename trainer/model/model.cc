@@ -68,8 +68,19 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const std::string& name, uint6
     l.push_back(MakeDense(1600, 128, &rng));
     l.push_back(MakeReLU());
     l.push_back(MakeDense(128, 10, &rng));
+  } else if (name == "mlp-large") {
+    // The GPU benchmark's GEMM-bound model: three hidden layers of 8192.
+    l.push_back(MakeFlatten());
+    l.push_back(MakeDense(784, 8192, &rng));
+    l.push_back(MakeReLU());
+    l.push_back(MakeDense(8192, 8192, &rng));
+    l.push_back(MakeReLU());
+    l.push_back(MakeDense(8192, 8192, &rng));
+    l.push_back(MakeReLU());
+    l.push_back(MakeDense(8192, 10, &rng));
   } else {
-    return absl::InvalidArgumentError("--model: unknown model \"" + name + "\" (known: mlp, cnn)");
+    return absl::InvalidArgumentError("--model: unknown model \"" + name +
+                                      "\" (known: mlp, cnn, mlp-large)");
   }
   return std::make_unique<Model>(std::move(l));
 }

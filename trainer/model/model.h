@@ -3,6 +3,8 @@
 //   mlp: Flatten, Dense 784-256, ReLU, Dense 256-256, ReLU, Dense 256-10
 //   cnn: Conv 32 3x3, ReLU, MaxPool 2, Conv 64 3x3, ReLU, MaxPool 2, Flatten, Dense 1600-128,
 //        ReLU, Dense 128-10
+//   mlp-large: Flatten, Dense 784-8192, ReLU, Dense 8192-8192, ReLU, Dense 8192-8192, ReLU,
+//        Dense 8192-10 (141M parameters; the GPU benchmark's GEMM-bound model)
 // Weights are drawn from `seed`, so two models built with one seed are identical.
 // Thread-safety: one thread per model.
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "trainer/comm/in_process.h"
+#include "trainer/comm/nccl.h"
 #include "trainer/data/batcher.h"
 #include "trainer/kernels/cpu/gemm.h"
 #include "trainer/strategy/buckets.h"
@@ -49,14 +50,11 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
     return absl::InvalidArgumentError(absl::StrCat(
         "--batch-size ", c.batch_size, " does not divide evenly over ", size, " replicas"));
   }
-  absl::StatusOr<std::unique_ptr<Model>> built = BuildModel(c.model, c.seed);
-  if (!built.ok()) return built.status();
-  Model& model = **built;
-  absl::StatusOr<std::unique_ptr<Optimizer>> made =
-      MakeOptimizer(c.optimizer, c.learning_rate, c.momentum);
+  absl::StatusOr<std::unique_ptr<Engine>> made = MakeEngine(c, r.placement, r.device, r.comm);
   if (!made.ok()) return made.status();
-  Optimizer& opt = **made;
-  opt.Init(model.Params());
+  Engine& engine = **made;
+  Model& model = engine.model();
+  Optimizer& opt = engine.optimizer();
 
   TrainResult result;
   Position pos;
@@ -97,10 +95,13 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
       return s;
     }
     Unpack(flat, all);
+    if (absl::Status s = engine.Load(); !s.ok()) return s;
     pos = {static_cast<int64_t>(header[1]), static_cast<int64_t>(header[2]),
            static_cast<int64_t>(header[3])};
   } else if (!restore.ok()) {
     return restore;
+  } else if (header[0] > 0) {
+    if (absl::Status s = engine.Load(); !s.ok()) return s;
   }
   if (header[0] > 0) {
     result.resumed_from = pos.step;
@@ -119,22 +120,19 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   const int64_t total = c.steps ? *c.steps : c.epochs * per_epoch;
   const int64_t every = c.checkpoint_every ? *c.checkpoint_every : per_epoch;
   if (r.progress) r.progress->SetTotalSteps(total);
-  std::optional<BucketReducer> reducer;
-  if (r.comm != nullptr) reducer.emplace(model.Grads(), r.comm);
   if (chief) {
     std::cerr << "lockstep-trainer: " << c.model << " (" << model.NumParams() << " parameters), "
               << data.train.size() << " training examples, " << per_epoch << " steps per epoch, "
               << total << " steps, global batch " << c.batch_size << " over " << size
-              << " replica(s), " << c.optimizer << " lr " << c.learning_rate;
-    if (reducer) {
-      std::cerr << ", " << reducer->buckets().size() << " gradient bucket(s) over "
-                << r.comm->name();
-    }
+              << " replica(s), " << c.optimizer << " lr " << c.learning_rate << "; "
+              << engine.Describe();
+    if (r.comm != nullptr) std::cerr << ", collectives over " << r.comm->name();
     std::cerr << "\n";
   }
   std::vector<Tensor*> params = model.Params();
   auto save = [&]() -> absl::Status {
     if (!chief || c.checkpoint_dir.empty()) return absl::OkStatus();
+    if (absl::Status s = engine.Store(); !s.ok()) return s;
     absl::StatusOr<std::string> saved = SaveCheckpoint(c, &model, &opt, pos);
     if (!saved.ok()) return saved.status();
     if (r.progress) r.progress->Checkpointed(pos.step);
@@ -144,23 +142,18 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   while (pos.step < total) {
     const bool stop_here = r.stop_requested && r.stop_requested();
     Batch b = batches.Next();
-    opt.set_learning_rate(ScheduledLearningRate(c.lr_schedule, c.learning_rate, pos.step, total));
-    cpu::XentResult out;
+    const float lr = ScheduledLearningRate(c.lr_schedule, c.learning_rate, pos.step, total);
     std::vector<float> trailer = {stop_here ? 1.0f : 0.0f, 0, 0,
                                   static_cast<float>(b.labels.size())};
-    if (reducer) {
-      out = model.TrainStep(b.images, b.labels,
-                            [&](size_t first, size_t count) { reducer->Ready(first, count); });
-      trailer[1] = static_cast<float>(out.loss) * trailer[3];
-      trailer[2] = static_cast<float>(out.correct);
+    absl::StatusOr<cpu::XentResult> out = engine.TrainStep(b);
+    if (!out.ok()) return out.status();
+    trailer[1] = static_cast<float>(out->loss) * trailer[3];
+    trailer[2] = static_cast<float>(out->correct);
+    if (r.comm != nullptr) {
       comm::WorkPtr tw = r.comm->AllReduce(trailer.data(), 4);
-      absl::Status s = reducer->Finish(r.collective_timeout);
+      absl::Status s = engine.FinishGradients(r.collective_timeout);
       if (s.ok()) s = tw->Wait(r.collective_timeout);
       if (!s.ok()) return PeerLost(s);
-    } else {
-      out = model.TrainStep(b.images, b.labels);
-      trailer[1] = static_cast<float>(out.loss) * trailer[3];
-      trailer[2] = static_cast<float>(out.correct);
     }
     if (trailer[0] > 0) {
       // Every replica saw the same trailer: all stop here, before this step's update.
@@ -172,15 +165,21 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
                            : (chief ? " after a checkpoint" : " (the chief checkpointed)")));
     }
     if (r.central_variables && r.comm != nullptr) {
-      // CentralStorage: one optimizer, on the chief's variables; the replicas get them back.
-      if (chief) opt.Step(params, model.Grads());
+      // CentralStorage: one optimizer, on the chief's host variables; the replicas get them
+      // back (and copy them to their device).
+      if (absl::Status s = engine.GradientsToHost(); !s.ok()) return s;
+      if (chief) {
+        opt.set_learning_rate(lr);
+        opt.Step(params, model.Grads());
+      }
       std::vector<float> flat = Pack(params);
       absl::Status s = r.comm->Broadcast(flat.data(), static_cast<int64_t>(flat.size()), 0)
                            ->Wait(r.collective_timeout);
       if (!s.ok()) return PeerLost(s);
       if (!chief) Unpack(flat, params);
-    } else {
-      opt.Step(params, model.Grads());
+      if (s = engine.Load(false); !s.ok()) return s;
+    } else if (absl::StatusOr<bool> applied = engine.Apply(lr); !applied.ok()) {
+      return applied.status();
     }
     ++pos.step;
     pos.epoch = b.epoch;
@@ -199,10 +198,16 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   }
   result.steps = pos.step;
   if (r.progress) result.samples_per_second = r.progress->SteadySamplesPerSecond();
+  if (engine.skipped_steps() > 0 && chief) {
+    std::cerr << "lockstep-trainer: " << engine.skipped_steps()
+              << " step(s) skipped on fp16 overflow; loss scale now " << engine.loss_scale()
+              << "\n";
+  }
   if (r.evaluate) {
-    Evaluation e = Evaluate(&model, data.test);
-    result.test_accuracy = e.accuracy;
-    result.test_loss = e.loss;
+    absl::StatusOr<Evaluation> e = engine.Evaluate(data.test);
+    if (!e.ok()) return e.status();
+    result.test_accuracy = e->accuracy;
+    result.test_loss = e->loss;
   }
   return result;
 }
@@ -210,10 +215,14 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
 absl::StatusOr<TrainResult> RunOneDevice(const TrainerConfig& c, ProgressTracker* progress,
                                          const std::atomic<bool>* stop) {
   cpu::SetGemmThreads(c.threads);
+  absl::StatusOr<Placement> place = PlaceReplicas(c);
+  if (!place.ok()) return place.status();
   absl::StatusOr<Datasets> data = LoadDatasets(c);
   if (!data.ok()) return data.status();
   return RunReplica(c, *data,
-                    {.stop_requested = [stop] { return stop->load(); }, .progress = progress});
+                    {.placement = *place,
+                     .stop_requested = [stop] { return stop->load(); },
+                     .progress = progress});
 }
 
 absl::StatusOr<TrainResult> RunMirrored(const TrainerConfig& c, ProgressTracker* progress,
@@ -229,18 +238,34 @@ absl::StatusOr<TrainResult> RunMirrored(const TrainerConfig& c, ProgressTracker*
     algo = comm::ReduceAlgorithm::kHierarchicalCopy;
   }
   const absl::Duration timeout = absl::Seconds(c.collective_timeout_seconds);
-  auto group = comm::InProcessGroup::Create(c.replicas, timeout, algo);
-  std::cerr << "lockstep-trainer: " << c.strategy << " with " << c.replicas
-            << " replica(s) on CPU threads, gradients reduced by "
-            << (central ? "reduce-to-one-device (variables on the host)" : c.cross_device_ops)
-            << "\n";
+  absl::StatusOr<Placement> place = PlaceReplicas(c);
+  if (!place.ok()) return place.status();
+  // On GPUs: one replica per visible GPU, all-reduce through NCCL; the other algorithms (and
+  // CentralStorage's host variables) go through the in-process backend, staged via the host.
+  const int replicas = place->gpu ? place->gpus : c.replicas;
   std::vector<std::unique_ptr<comm::Collective>> members;
-  for (int i = 0; i < c.replicas; ++i) members.push_back(group->Member(i));
-  std::vector<absl::StatusOr<TrainResult>> results(c.replicas, absl::UnknownError("not run"));
+  std::string how;
+  if (place->gpu && algo == comm::ReduceAlgorithm::kAllReduce) {
+    absl::StatusOr<std::vector<std::unique_ptr<comm::Collective>>> nccl =
+        comm::MakeLocalNcclGroup(replicas, timeout);
+    if (!nccl.ok()) return nccl.status();
+    members = std::move(*nccl);
+    how = "NCCL all-reduce";
+  } else {
+    auto group = comm::InProcessGroup::Create(replicas, timeout, algo);
+    for (int i = 0; i < replicas; ++i) members.push_back(group->Member(i));
+    how = central ? "reduce-to-one-device (variables on the host)" : c.cross_device_ops;
+    if (place->gpu) how += ", staged through the host";
+  }
+  std::cerr << "lockstep-trainer: " << c.strategy << " with " << replicas << " replica(s) on "
+            << (place->gpu ? "GPUs" : "CPU threads") << ", gradients reduced by " << how << "\n";
+  std::vector<absl::StatusOr<TrainResult>> results(replicas, absl::UnknownError("not run"));
   std::vector<std::thread> threads;
-  for (int i = 0; i < c.replicas; ++i) {
+  for (int i = 0; i < replicas; ++i) {
     threads.emplace_back([&, i] {
       Replica r{.comm = members[i].get(),
+                .placement = *place,
+                .device = i,
                 .central_variables = central,
                 .collective_timeout = timeout,
                 .stop_requested = [stop] { return stop->load(); },

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "trainer/comm/collective.h"
 #include "trainer/progress/progress.h"
+#include "trainer/strategy/engine.h"
 #include "trainer/strategy/session.h"
 
 namespace lockstep::trainer {
@@ -36,6 +37,8 @@ struct TrainResult {
 
 struct Replica {
   comm::Collective* comm = nullptr;  // null: a single replica (OneDevice)
+  Placement placement;               // CPU, or GPUs (PlaceReplicas)
+  int device = 0;                    // this replica's GPU
   bool central_variables = false;    // CentralStorage
   absl::Duration collective_timeout = absl::Minutes(5);
   std::function<bool()> stop_requested;  // this replica was asked to stop

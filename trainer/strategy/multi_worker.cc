@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "trainer/comm/coordination.h"
+#include "trainer/comm/nccl.h"
 #include "trainer/comm/ring.h"
 #include "trainer/kernels/cpu/gemm.h"
 
@@ -29,6 +30,20 @@ absl::StatusOr<World> TrainingWorld(const TfConfig& tf) {
                                                    tf.task_index, " is not in the cluster"));
   }
   return w;
+}
+
+absl::StatusOr<std::string> ChooseCollective(const std::string& flag, bool gpu, bool nccl_built) {
+  if (flag == "ring") return std::string("ring");
+  if (flag == "nccl") {
+    if (!gpu) {
+      return absl::FailedPreconditionError("--collective nccl: the replicas run on the CPU");
+    }
+    if (!nccl_built) {
+      return absl::FailedPreconditionError("--collective nccl: this build has no NCCL");
+    }
+    return std::string("nccl");
+  }
+  return std::string(gpu && nccl_built ? "nccl" : "ring");
 }
 
 absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
@@ -69,28 +84,45 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
   if (absl::Status s = coord.Join(setup); !s.ok()) {
     return absl::IsPermissionDenied(s) ? absl::PermissionDeniedError(s.message()) : fail(s);
   }
-  auto listener = comm::RingListener::Bind(c.bind_address, 0);
-  if (!listener.ok()) return listener.status();
-  if (absl::Status s = coord.Set(absl::StrCat("ring/", rank),
-                                 absl::StrCat(self->first, ":", (*listener)->port()));
-      !s.ok()) {
-    return fail(s);
+  absl::StatusOr<Placement> place = PlaceReplicas(c);
+  if (!place.ok()) return place.status();
+  absl::StatusOr<std::string> backend =
+      ChooseCollective(c.collective, place->gpu, comm::NcclBuilt());
+  if (!backend.ok()) return backend.status();
+  absl::StatusOr<std::unique_ptr<comm::Collective>> ring;
+  if (*backend == "nccl") {
+    // The NCCL unique id travels through the coordination service; each process trains on
+    // its first visible GPU.
+    ring = comm::ConnectNccl(
+        rank, n, 0, [&](const std::string& id) { return coord.Set("nccl/id", id); },
+        [&] { return coord.Get("nccl/id", setup); }, setup);
+    if (!ring.ok()) return fail(ring.status());
+  } else {
+    auto listener = comm::RingListener::Bind(c.bind_address, 0);
+    if (!listener.ok()) return listener.status();
+    if (absl::Status s = coord.Set(absl::StrCat("ring/", rank),
+                                   absl::StrCat(self->first, ":", (*listener)->port()));
+        !s.ok()) {
+      return fail(s);
+    }
+    comm::RingOptions ro;
+    ro.rank = rank;
+    ro.token = c.job_token;
+    ro.listener = std::move(*listener);
+    ro.connect_timeout = setup;
+    ro.timeout = absl::Seconds(c.collective_timeout_seconds);
+    for (int r = 0; r < n; ++r) {
+      absl::StatusOr<std::string> a = coord.Get(absl::StrCat("ring/", r), setup);
+      if (!a.ok()) return fail(a.status());
+      ro.addresses.push_back(*a);
+    }
+    ring = comm::ConnectRing(std::move(ro));
+    if (!ring.ok()) return fail(ring.status());
   }
-  comm::RingOptions ro;
-  ro.rank = rank;
-  ro.token = c.job_token;
-  ro.listener = std::move(*listener);
-  ro.connect_timeout = setup;
-  ro.timeout = absl::Seconds(c.collective_timeout_seconds);
-  for (int r = 0; r < n; ++r) {
-    absl::StatusOr<std::string> a = coord.Get(absl::StrCat("ring/", r), setup);
-    if (!a.ok()) return fail(a.status());
-    ro.addresses.push_back(*a);
-  }
-  absl::StatusOr<std::unique_ptr<comm::Collective>> ring = comm::ConnectRing(std::move(ro));
-  if (!ring.ok()) return fail(ring.status());
   std::cerr << "lockstep-trainer: MultiWorkerMirrored rank " << rank << " of " << n << " (" << task
-            << "); collectives: ring all-reduce over TCP (CPU tensors)\n";
+            << "); collectives: "
+            << (*backend == "nccl" ? "NCCL (GPU replicas)" : "ring all-reduce over TCP")
+            << (place->gpu ? "" : " (CPU tensors)") << "\n";
 
   std::mutex lost_mu;
   absl::Status lost;
@@ -103,6 +135,7 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
                           (*ring)->Abort(s);
                         });
   Replica r{.comm = ring->get(),
+            .placement = *place,
             .collective_timeout = absl::Seconds(c.collective_timeout_seconds),
             .stop_requested =
                 [&] {

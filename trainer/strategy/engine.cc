@@ -1,0 +1,94 @@
+#include "trainer/strategy/engine.h"
+
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "trainer/kernels/cuda/gpu_available.h"
+#include "trainer/strategy/buckets.h"
+
+namespace lockstep::trainer {
+namespace {
+
+class CpuEngine final : public Engine {
+ public:
+  CpuEngine(std::unique_ptr<Model> model, std::unique_ptr<Optimizer> opt, comm::Collective* comm)
+      : model_(std::move(model)), opt_(std::move(opt)) {
+    opt_->Init(model_->Params());
+    if (comm != nullptr) reducer_.emplace(model_->Grads(), comm);
+  }
+  std::string Describe() const override {
+    return reducer_ ? absl::StrCat("CPU, ", reducer_->buckets().size(), " gradient bucket(s)")
+                    : "CPU";
+  }
+  Model& model() override { return *model_; }
+  Optimizer& optimizer() override { return *opt_; }
+  absl::Status Load(bool) override { return absl::OkStatus(); }
+  absl::Status Store() override { return absl::OkStatus(); }
+  absl::StatusOr<cpu::XentResult> TrainStep(const Batch& b) override {
+    if (!reducer_) return model_->TrainStep(b.images, b.labels);
+    return model_->TrainStep(b.images, b.labels,
+                             [&](size_t first, size_t count) { reducer_->Ready(first, count); });
+  }
+  absl::Status FinishGradients(absl::Duration timeout) override {
+    return reducer_ ? reducer_->Finish(timeout) : absl::OkStatus();
+  }
+  absl::Status GradientsToHost() override { return absl::OkStatus(); }
+  absl::StatusOr<bool> Apply(float lr) override {
+    opt_->set_learning_rate(lr);
+    opt_->Step(model_->Params(), model_->Grads());
+    return true;
+  }
+  absl::StatusOr<Evaluation> Evaluate(const Dataset& test) override {
+    return trainer::Evaluate(model_.get(), test);
+  }
+
+ private:
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Optimizer> opt_;
+  std::optional<BucketReducer> reducer_;
+};
+
+}  // namespace
+
+absl::StatusOr<Placement> PlaceReplicas(const TrainerConfig& c) {
+  const cuda::GpuCountResult n =
+      c.device == "cpu" ? cuda::GpuCountResult{0, "--device cpu"} : cuda::GpuCount();
+  if (c.device == "gpu" && n.count == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("--device gpu: ", n.why_none));
+  }
+  Placement p{.gpu = n.count > 0, .gpus = n.count};
+  if (!p.gpu && c.precision != "float32") {
+    return absl::FailedPreconditionError(absl::StrCat("--precision ", c.precision,
+                                                      " needs a GPU; the replicas run on the CPU (",
+                                                      n.why_none, ")"));
+  }
+  if (c.precision == "mixed_float16" &&
+      (c.strategy == "CentralStorage" || c.strategy == "ParameterServer")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--precision mixed_float16 needs the optimizer on the GPU (dynamic loss scaling skips "
+        "overflowing steps there); ",
+        c.strategy, " updates variables on the host: use mixed_bfloat16"));
+  }
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(const TrainerConfig& c,
+                                                   const Placement& placement, int device,
+                                                   comm::Collective* comm) {
+  if (placement.gpu) return MakeGpuEngine(c, device, comm);
+  absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(c.model, c.seed);
+  if (!model.ok()) return model.status();
+  absl::StatusOr<std::unique_ptr<Optimizer>> opt =
+      MakeOptimizer(c.optimizer, c.learning_rate, c.momentum);
+  if (!opt.ok()) return opt.status();
+  return std::make_unique<CpuEngine>(std::move(*model), std::move(*opt), comm);
+}
+
+#ifndef LOCKSTEP_HAVE_CUDA
+absl::StatusOr<std::unique_ptr<Engine>> MakeGpuEngine(const TrainerConfig&, int,
+                                                      comm::Collective*) {
+  return absl::UnimplementedError("this lockstep-trainer was built without CUDA");
+}
+#endif
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,167 @@
+// Training on GPUs against the CPU (ctest label gpu; every test skips itself where no GPU is
+// visible or the build has no CUDA).
+#include <gtest/gtest.h>
+
+#include "trainer/kernels/cuda/gpu_available.h"
+
+#ifndef LOCKSTEP_HAVE_CUDA
+
+TEST(GpuTrainingTest, SkippedWithoutCuda) {
+  GTEST_SKIP() << lockstep::trainer::cuda::GpuCount().why_none;
+}
+
+#else
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "trainer/comm/nccl.h"
+#include "trainer/data/batcher.h"
+#include "trainer/kernels/cuda/gpu_available.h"
+#include "trainer/strategy/data_parallel.h"
+#include "trainer/strategy/engine.h"
+
+namespace lockstep::trainer {
+namespace {
+
+class GpuTrainingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cuda::GpuCountResult n = cuda::GpuCount();
+    if (n.count == 0) GTEST_SKIP() << n.why_none;
+    gpus_ = n.count;
+  }
+  static TrainerConfig Config(const std::string& model, const std::string& precision) {
+    TrainerConfig c;
+    c.device = "gpu";
+    c.model = model;
+    c.precision = precision;
+    c.dataset = "synthetic";
+    c.synthetic_size = 4096;
+    c.batch_size = 64;
+    c.steps = 150;
+    c.optimizer = "adam";
+    c.metrics_port = 0;
+    return c;
+  }
+  int gpus_ = 0;
+};
+
+// The relative difference of the updates (after - before) two engines made.
+double UpdateError(const std::vector<Tensor>& before, Model& a, Model& b) {
+  double diff = 0, norm = 0;
+  std::vector<Tensor*> pa = a.Params(), pb = b.Params();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    for (int64_t j = 0; j < pa[i]->size(); ++j) {
+      const double da = (*pa[i])[j] - before[i][j], db = (*pb[i])[j] - before[i][j];
+      diff += (da - db) * (da - db);
+      norm += db * db;
+    }
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+TEST_F(GpuTrainingTest, OneStepMatchesTheCpuEngineInEveryPrecision) {
+  for (const char* model : {"mlp", "cnn"}) {
+    for (const char* precision : {"float32", "mixed_bfloat16", "mixed_float16"}) {
+      TrainerConfig c = Config(model, precision);
+      c.tf32 = false;
+      c.optimizer = "sgd";
+      c.momentum = 0.0f;
+      absl::StatusOr<Datasets> data = LoadDatasets(c);
+      ASSERT_TRUE(data.ok()) << data.status();
+      Batcher batches(&data->train, {.global_batch = 64, .seed = 3});
+      Batch b = batches.Next();
+      TrainerConfig cc = c;
+      cc.device = "cpu";
+      cc.precision = "float32";
+      absl::StatusOr<std::unique_ptr<Engine> > cpu = MakeEngine(cc, {}, 0, nullptr);
+      absl::StatusOr<std::unique_ptr<Engine> > gpu =
+          MakeEngine(c, {.gpu = true, .gpus = 1}, 0, nullptr);
+      ASSERT_TRUE(cpu.ok()) << cpu.status();
+      ASSERT_TRUE(gpu.ok()) << gpu.status();
+      std::vector<Tensor> before;
+      for (Tensor* t : (*cpu)->model().Params()) before.push_back(*t);
+      absl::StatusOr<cpu::XentResult> lc = (*cpu)->TrainStep(b);
+      absl::StatusOr<cpu::XentResult> lg = (*gpu)->TrainStep(b);
+      ASSERT_TRUE(lg.ok()) << lg.status();
+      EXPECT_NEAR(lg->loss, lc->loss, 0.02 * lc->loss) << model << " " << precision;
+      ASSERT_TRUE(*(*cpu)->Apply(0.01f));
+      absl::StatusOr<bool> applied = (*gpu)->Apply(0.01f);
+      ASSERT_TRUE(applied.ok()) << applied.status();
+      ASSERT_TRUE(*applied) << "the first fp16 step overflowed at scale 2^15";
+      ASSERT_TRUE((*gpu)->Store().ok());
+      const double tol = std::string(precision) == "float32" ? 1e-4 : 5e-2;
+      EXPECT_LT(UpdateError(before, (*gpu)->model(), (*cpu)->model()), tol)
+          << model << " " << precision;
+    }
+  }
+}
+
+TEST_F(GpuTrainingTest, CnnTrainsAsWellAsOnTheCpu) {
+  TrainerConfig cc = Config("cnn", "float32");
+  cc.device = "cpu";
+  absl::StatusOr<Datasets> data = LoadDatasets(cc);
+  ASSERT_TRUE(data.ok());
+  absl::StatusOr<TrainResult> cpu_run = RunReplica(cc, *data, {});
+  ASSERT_TRUE(cpu_run.ok()) << cpu_run.status();
+  for (const char* precision : {"float32", "mixed_bfloat16", "mixed_float16"}) {
+    TrainerConfig c = Config("cnn", precision);
+    absl::StatusOr<TrainResult> r =
+        RunReplica(c, *data, {.placement = {.gpu = true, .gpus = gpus_}});
+    ASSERT_TRUE(r.ok()) << precision << ": " << r.status();
+    EXPECT_EQ(r->steps, 150);
+    EXPECT_GT(r->test_accuracy, cpu_run->test_accuracy - 0.03) << precision;
+  }
+}
+
+TEST_F(GpuTrainingTest, MirroredOverEveryGpuWithNccl) {
+  TrainerConfig c = Config("mlp", "float32");
+  c.strategy = "Mirrored";
+  std::atomic<bool> stop{false};
+  absl::StatusOr<TrainResult> r = RunMirrored(c, nullptr, &stop);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(r->test_accuracy, 0.8);
+  // CentralStorage: variables on the host, compute on the GPUs.
+  c.strategy = "CentralStorage";
+  c.precision = "mixed_bfloat16";
+  absl::StatusOr<TrainResult> central = RunMirrored(c, nullptr, &stop);
+  ASSERT_TRUE(central.ok()) << central.status();
+  EXPECT_GT(central->test_accuracy, 0.8);
+}
+
+TEST_F(GpuTrainingTest, NcclSingleRankCommunicatorRunsAndAborts) {
+  absl::StatusOr<std::vector<std::unique_ptr<comm::Collective> > > group =
+      comm::MakeLocalNcclGroup(1, absl::Seconds(30));
+  ASSERT_TRUE(group.ok()) << group.status();
+  comm::Collective& nccl = *(*group)[0];
+  EXPECT_EQ(nccl.name(), "nccl");
+  EXPECT_TRUE(nccl.device_buffers());
+  // Host buffers (staged through the device).
+  std::vector<float> host = {1.5f, -2.0f, 3.25f};
+  ASSERT_TRUE(nccl.AllReduce(host.data(), 3)->Wait(absl::Seconds(30)).ok());
+  EXPECT_EQ(host, (std::vector<float>{1.5f, -2.0f, 3.25f}));
+  ASSERT_TRUE(nccl.Broadcast(host.data(), 3, 0)->Wait(absl::Seconds(30)).ok());
+  ASSERT_TRUE(nccl.Barrier()->Wait(absl::Seconds(30)).ok());
+  // Device buffers (asynchronous).
+  float* dev = nullptr;
+  ASSERT_EQ(cudaMalloc(&dev, 3 * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dev, host.data(), 3 * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_TRUE(nccl.AllReduce(dev, 3)->Wait(absl::Seconds(30)).ok());
+  std::vector<float> back(3);
+  ASSERT_EQ(cudaMemcpy(back.data(), dev, 3 * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(back, host);
+  // After an abort every operation fails with its status, at once.
+  nccl.Abort(absl::UnavailableError("peer lost: worker 1"));
+  absl::Status s = nccl.AllReduce(dev, 3)->Wait(absl::Seconds(30));
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_NE(s.message().find("worker 1"), std::string::npos);
+  cudaFree(dev);
+}
+
+}  // namespace
+}  // namespace lockstep::trainer
+
+#endif  // LOCKSTEP_HAVE_CUDA
