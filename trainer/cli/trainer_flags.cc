@@ -113,7 +113,9 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
     };
     absl::Status s;
     if (name == "model") {
-      if (value != "mlp" && value != "cnn") return Bad(name, value, "mlp or cnn");
+      if (value != "mlp" && value != "cnn" && value != "mlp-large") {
+        return Bad(name, value, "mlp, cnn or mlp-large");
+      }
       c.model = value;
     } else if (name == "dataset") {
       if (value != "fashion-mnist" && value != "synthetic") {
