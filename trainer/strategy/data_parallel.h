@@ -1,7 +1,8 @@
 #pragma once
-// The synchronous data-parallel training loop, one call per replica. OneDevice is one replica
-// alone; Mirrored and CentralStorage run several as threads over the in-process backend;
-// MultiWorkerMirrored runs one per process over the ring. Every replica:
+// The synchronous data-parallel training loop, one call per replica, computing on a CPU or GPU
+// engine (engine.h). OneDevice is one replica alone; Mirrored and CentralStorage run several as
+// threads (on CPU threads over the in-process backend, or one per GPU over NCCL);
+// MultiWorkerMirrored runs one per process over the ring or NCCL. Every replica:
 //   - builds the model from the seed; the chief (rank 0) resumes from the newest checkpoint
 //     and broadcasts weights, optimizer state and the data position, so every replica starts
 //     from the chief's state;

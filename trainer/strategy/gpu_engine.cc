@@ -112,7 +112,9 @@ class GpuEngine final : public Engine {
     grads_on_host_ = false;
     if (comm_ == nullptr) return r;
     if (comm_->device_buffers()) {
-      // NCCL: one all-reduce of the flat gradients, queued behind backward on the stream.
+      // NCCL: one all-reduce of the flat gradients on the backend's stream, once backward
+      // (queued on ours) has written them.
+      if (absl::Status s = ctx_->Synchronize(); !s.ok()) return s;
       work_ = comm_->AllReduce(dm_->grads(), dm_->flat_size());
     } else {
       if (absl::Status s = dm_->StoreFlat(dm_->grads(), model_->Grads()); !s.ok()) return s;
@@ -182,10 +184,13 @@ class GpuEngine final : public Engine {
     int64_t correct = 0, seen = 0;
     for (int64_t start = 0; start < test.size(); start += kBatch) {
       const int64_t n = std::min(kBatch, test.size() - start);
-      Tensor x({n, 1, 28, 28});
+      Shape shape = test.images.shape();
+      shape[0] = n;
+      Tensor x(shape);
+      const int64_t each = test.example_size();
       std::vector<int32_t> y(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) {
-        std::copy_n(test.images.data() + (start + i) * 784, 784, x.data() + i * 784);
+        std::copy_n(test.images.data() + (start + i) * each, each, x.data() + i * each);
         y[static_cast<size_t>(i)] = test.labels[static_cast<size_t>(start + i)];
       }
       absl::StatusOr<cpu::XentResult> r = dm_->Evaluate(x, y);
