@@ -59,8 +59,7 @@ size_t DeadlineTracker::in_flight() const {
 absl::Status DeadlineTracker::Check(absl::Time now) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (pending_.empty() || now - pending_.front().second <= timeout_) return absl::OkStatus();
-  return absl::DeadlineExceededError(absl::StrCat(pending_.front().first,
-                                                  " made no progress for ",
+  return absl::DeadlineExceededError(absl::StrCat(pending_.front().first, " made no progress for ",
                                                   absl::FormatDuration(timeout_),
                                                   " (collective timeout)"));
 }

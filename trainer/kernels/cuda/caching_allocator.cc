@@ -15,8 +15,8 @@ CachingAllocator::~CachingAllocator() {
 }
 
 absl::StatusOr<void*> CachingAllocator::Allocate(size_t bytes) {
-  const size_t size = std::max(kGranularity, (bytes + kGranularity - 1) / kGranularity *
-                                                 kGranularity);
+  const size_t size =
+      std::max(kGranularity, (bytes + kGranularity - 1) / kGranularity * kGranularity);
   std::lock_guard<std::mutex> lock(mu_);
   // The smallest cached block that fits, unless it is more than twice the request.
   auto it = cached_.lower_bound(size);
@@ -39,9 +39,9 @@ absl::StatusOr<void*> CachingAllocator::Allocate(size_t bytes) {
     p = backend_.allocate(size);
   }
   if (!p.ok()) {
-    return absl::Status(p.status().code(),
-                        absl::StrCat("device allocation of ", size, " bytes failed (",
-                                     stats_.bytes_in_use, " bytes in use): ", p.status().message()));
+    return absl::Status(p.status().code(), absl::StrCat("device allocation of ", size,
+                                                        " bytes failed (", stats_.bytes_in_use,
+                                                        " bytes in use): ", p.status().message()));
   }
   in_use_.emplace(*p, size);
   stats_.bytes_in_use += static_cast<int64_t>(size);

@@ -34,12 +34,12 @@ class CachingAllocator {
   };
   struct Stats {
     int64_t bytes_in_use = 0;
-    int64_t bytes_cached = 0;          // held in the cache, free for reuse
+    int64_t bytes_cached = 0;  // held in the cache, free for reuse
     int64_t peak_bytes_in_use = 0;
-    int64_t allocations = 0;           // Allocate calls that succeeded
-    int64_t cache_hits = 0;            // ... served from the cache
-    int64_t backend_allocations = 0;   // ... that reached the backend
-    int64_t cache_flushes = 0;         // releases of the whole cache after an out-of-memory
+    int64_t allocations = 0;          // Allocate calls that succeeded
+    int64_t cache_hits = 0;           // ... served from the cache
+    int64_t backend_allocations = 0;  // ... that reached the backend
+    int64_t cache_flushes = 0;        // releases of the whole cache after an out-of-memory
   };
   // Sizes are rounded up to this (so blocks of nearby sizes are interchangeable).
   static constexpr size_t kGranularity = 512;
@@ -64,7 +64,7 @@ class CachingAllocator {
 
   Backend backend_;
   mutable std::mutex mu_;
-  std::multimap<size_t, void*> cached_;      // size -> free block
+  std::multimap<size_t, void*> cached_;       // size -> free block
   std::unordered_map<void*, size_t> in_use_;  // block -> size
   Stats stats_;
 };

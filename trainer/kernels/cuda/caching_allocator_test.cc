@@ -25,12 +25,13 @@ struct FakeDevice {
               live[p] = bytes;
               return p;
             },
-            .release = [this](void* p) {
-              used -= live.at(p);
-              live.erase(p);
-              ++frees;
-              std::free(p);
-            }};
+            .release =
+                [this](void* p) {
+                  used -= live.at(p);
+                  live.erase(p);
+                  ++frees;
+                  std::free(p);
+                }};
   }
 };
 

@@ -32,8 +32,8 @@ absl::Status GpuStatus(cudaError_t e, const char* expr, const char* file, int li
 
 absl::Status GpuStatus(cublasStatus_t e, const char* expr, const char* file, int line) {
   if (e == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  std::string msg = absl::StrCat(Where(expr, file, line), ": cuBLAS error ",
-                                 cublasGetStatusName(e), ": ", cublasGetStatusString(e));
+  std::string msg = absl::StrCat(Where(expr, file, line), ": cuBLAS error ", cublasGetStatusName(e),
+                                 ": ", cublasGetStatusString(e));
   if (e == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(msg);
   if (e == CUBLAS_STATUS_NOT_SUPPORTED || e == CUBLAS_STATUS_INVALID_VALUE) {
     return absl::InvalidArgumentError(msg);
@@ -43,8 +43,7 @@ absl::Status GpuStatus(cublasStatus_t e, const char* expr, const char* file, int
 
 absl::Status GpuStatus(cudnnStatus_t e, const char* expr, const char* file, int line) {
   if (e == CUDNN_STATUS_SUCCESS) return absl::OkStatus();
-  std::string msg =
-      absl::StrCat(Where(expr, file, line), ": cuDNN error ", cudnnGetErrorString(e));
+  std::string msg = absl::StrCat(Where(expr, file, line), ": cuDNN error ", cudnnGetErrorString(e));
   if (e == CUDNN_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(msg);
   if (e == CUDNN_STATUS_NOT_SUPPORTED || e == CUDNN_STATUS_BAD_PARAM) {
     return absl::InvalidArgumentError(msg);

@@ -31,8 +31,8 @@ absl::Status GpuStatus(ncclResult_t e, const char* expr, const char* file, int l
 #define LOCKSTEP_GPU_STATUS(expr) \
   ::lockstep::trainer::cuda::GpuStatus((expr), #expr, __FILE__, __LINE__)
 
-#define LOCKSTEP_GPU_RETURN_IF_ERROR(expr)                   \
-  do {                                                       \
+#define LOCKSTEP_GPU_RETURN_IF_ERROR(expr)                           \
+  do {                                                               \
     ::absl::Status lockstep_gpu_status_ = LOCKSTEP_GPU_STATUS(expr); \
     if (!lockstep_gpu_status_.ok()) return lockstep_gpu_status_;     \
   } while (0)

@@ -86,9 +86,9 @@ absl::Status MakePlan(GpuContext* ctx, const DeviceTensor& x, const DeviceTensor
   // fp32 accumulation for every storage dtype.
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(
       plan->conv, pad, pad, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  const cudnnMathType_t math =
-      x.dtype() != DType::kF32 ? CUDNN_TENSOR_OP_MATH
-                               : (ctx->tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
+  const cudnnMathType_t math = x.dtype() != DType::kF32
+                                   ? CUDNN_TENSOR_OP_MATH
+                                   : (ctx->tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnSetConvolutionMathType(plan->conv, math));
   const Shape ys = cpu::Conv2dOutputShape(x.shape(), w.shape(), p);
   if (absl::Status s = SetTensor4d(plan->y, ys, x.dtype()); !s.ok()) return s;
@@ -151,8 +151,7 @@ absl::Status Conv2dForward(GpuContext* ctx, const DeviceTensor& x, const DeviceT
   if (x.shape().size() != 4 || w.shape().size() != 4 || x.dim(1) != w.dim(1) ||
       x.dtype() != w.dtype()) {
     return absl::InvalidArgumentError(absl::StrCat("Conv2dForward: x ", ShapeString(x.shape()),
-                                                   " does not match w ",
-                                                   ShapeString(w.shape())));
+                                                   " does not match w ", ShapeString(w.shape())));
   }
   if (absl::Status s = MakePlan(ctx, x, w, p, ws); !s.ok()) return s;
   Conv2dPlan& plan = **ws;
@@ -161,9 +160,9 @@ absl::Status Conv2dForward(GpuContext* ctx, const DeviceTensor& x, const DeviceT
   absl::StatusOr<void*> scratch = ctx->Workspace(std::max<size_t>(plan.fwd_bytes, 1));
   if (!scratch.ok()) return scratch.status();
   const float one = 1.0f, zero = 0.0f;
-  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnConvolutionForward(
-      ctx->cudnn(), &one, plan.x, x.data(), plan.w, w.data(), plan.conv, plan.fwd, *scratch,
-      plan.fwd_bytes, &zero, plan.y, y->data()));
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnConvolutionForward(ctx->cudnn(), &one, plan.x, x.data(), plan.w,
+                                                       w.data(), plan.conv, plan.fwd, *scratch,
+                                                       plan.fwd_bytes, &zero, plan.y, y->data()));
   return AddBias(ctx, y, b, ys[0], ys[1], ys[2] * ys[3]);
 }
 
@@ -173,14 +172,14 @@ absl::Status Conv2dBackward(GpuContext* ctx, const DeviceTensor& x, const Device
   if (absl::Status s = MakePlan(ctx, x, w, p, ws); !s.ok()) return s;
   Conv2dPlan& plan = **ws;
   const float one = 1.0f, zero = 0.0f;
-  absl::StatusOr<void*> scratch = ctx->Workspace(
-      std::max<size_t>({plan.bwd_data_bytes, plan.bwd_filter_bytes, size_t{1}}));
+  absl::StatusOr<void*> scratch =
+      ctx->Workspace(std::max<size_t>({plan.bwd_data_bytes, plan.bwd_filter_bytes, size_t{1}}));
   if (!scratch.ok()) return scratch.status();
   if (dx != nullptr) {
     if (absl::Status s = dx->Resize(ctx, x.shape(), x.dtype()); !s.ok()) return s;
     LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
-        ctx->cudnn(), &one, plan.w, w.data(), plan.y, dy.data(), plan.conv, plan.bwd_data,
-        *scratch, plan.bwd_data_bytes, &zero, plan.x, dx->data()));
+        ctx->cudnn(), &one, plan.w, w.data(), plan.y, dy.data(), plan.conv, plan.bwd_data, *scratch,
+        plan.bwd_data_bytes, &zero, plan.x, dx->data()));
   }
   // cuDNN writes the filter gradient in the filter's dtype: fp32 directly, else through a
   // 16-bit buffer converted to the fp32 gradient.
@@ -196,8 +195,8 @@ absl::Status Conv2dBackward(GpuContext* ctx, const DeviceTensor& x, const Device
     dw_out = plan.dw16.get();
   }
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
-      ctx->cudnn(), &one, plan.x, x.data(), plan.y, dy.data(), plan.conv, plan.bwd_filter,
-      *scratch, plan.bwd_filter_bytes, &zero, plan.w, dw_out));
+      ctx->cudnn(), &one, plan.x, x.data(), plan.y, dy.data(), plan.conv, plan.bwd_filter, *scratch,
+      plan.bwd_filter_bytes, &zero, plan.w, dw_out));
   if (w.dtype() != DType::kF32) {
     if (absl::Status s = Cast(ctx, dw_out, w.dtype(), dw, DType::kF32, wn); !s.ok()) return s;
   }
@@ -233,8 +232,7 @@ Shape PoolShape(const Shape& x, int64_t size) { return {x[0], x[1], x[2] / size,
 
 }  // namespace
 
-absl::Status MaxPoolForward(GpuContext* ctx, const DeviceTensor& x, int64_t size,
-                            DeviceTensor* y) {
+absl::Status MaxPoolForward(GpuContext* ctx, const DeviceTensor& x, int64_t size, DeviceTensor* y) {
   const Shape ys = PoolShape(x.shape(), size);
   if (absl::Status s = y->Resize(ctx, ys, x.dtype()); !s.ok()) return s;
   PoolDescriptors d;
@@ -251,8 +249,8 @@ absl::Status MaxPoolBackward(GpuContext* ctx, const DeviceTensor& x, const Devic
   PoolDescriptors d;
   if (absl::Status s = MakePool(x, size, y.shape(), &d); !s.ok()) return s;
   const float one = 1.0f, zero = 0.0f;
-  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnPoolingBackward(ctx->cudnn(), d.pool, &one, d.y, y.data(),
-                                                    d.y, dy.data(), d.x, x.data(), &zero, d.x,
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnPoolingBackward(ctx->cudnn(), d.pool, &one, d.y, y.data(), d.y,
+                                                    dy.data(), d.x, x.data(), &zero, d.x,
                                                     dx->data()));
   return absl::OkStatus();
 }

@@ -9,9 +9,7 @@
 
 #ifndef LOCKSTEP_HAVE_CUDA
 
-TEST(CudaOps, SkippedWithoutCuda) {
-  GTEST_SKIP() << lockstep::trainer::cuda::GpuCount().why_none;
-}
+TEST(CudaOps, SkippedWithoutCuda) { GTEST_SKIP() << lockstep::trainer::cuda::GpuCount().why_none; }
 
 #else
 
@@ -34,10 +32,10 @@ TEST(CudaOps, SkippedWithoutCuda) {
 namespace lockstep::trainer::cuda {
 namespace {
 
-#define ASSERT_OK(expr)                       \
-  do {                                        \
-    const absl::Status s_ = (expr);           \
-    ASSERT_TRUE(s_.ok()) << s_.ToString();    \
+#define ASSERT_OK(expr)                    \
+  do {                                     \
+    const absl::Status s_ = (expr);        \
+    ASSERT_TRUE(s_.ok()) << s_.ToString(); \
   } while (0)
 
 double Tolerance(DType t, bool tf32) {
@@ -73,10 +71,10 @@ class CudaOpsTest : public ::testing::Test {
   void SetUp() override {
     GpuCountResult n = GpuCount();
     if (n.count == 0) GTEST_SKIP() << n.why_none;
-    absl::StatusOr<std::unique_ptr<GpuContext>> c = GpuContext::Create(0, {.tf32 = false});
+    absl::StatusOr<std::unique_ptr<GpuContext> > c = GpuContext::Create(0, {.tf32 = false});
     ASSERT_TRUE(c.ok()) << c.status();
     ctx_ = std::move(*c);
-    absl::StatusOr<std::unique_ptr<GpuContext>> t = GpuContext::Create(0, {.tf32 = true});
+    absl::StatusOr<std::unique_ptr<GpuContext> > t = GpuContext::Create(0, {.tf32 = true});
     ASSERT_TRUE(t.ok()) << t.status();
     tf32_ = std::move(*t);
     rng_.seed(static_cast<uint32_t>(std::random_device{}()));
@@ -95,10 +93,9 @@ class CudaOpsTest : public ::testing::Test {
   }
   Tensor Host(const float* d, Shape shape) {
     Tensor out;
-    EXPECT_TRUE(Download(ctx_.get(), DeviceTensor::View(const_cast<float*>(d), shape,
-                                                        DType::kF32),
-                         &out)
-                    .ok());
+    EXPECT_TRUE(
+        Download(ctx_.get(), DeviceTensor::View(const_cast<float*>(d), shape, DType::kF32), &out)
+            .ok());
     return out;
   }
   void Poison(DeviceTensor* t) {
@@ -277,15 +274,14 @@ TEST_F(CudaOpsTest, SoftmaxCrossEntropyMatchesCpu) {
   cpu::XentResult want = cpu::SoftmaxCrossEntropy(logits, labels, &dlogits);
   int32_t* glabels = nullptr;
   ASSERT_EQ(cudaMalloc(&glabels, labels.size() * sizeof(int32_t)), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(glabels, labels.data(), labels.size() * sizeof(int32_t),
-                       cudaMemcpyHostToDevice),
-            cudaSuccess);
+  ASSERT_EQ(
+      cudaMemcpy(glabels, labels.data(), labels.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
+      cudaSuccess);
   for (DType t : kDTypes) {
     DeviceTensor gl, gd;
     ASSERT_OK(Upload(ctx_.get(), logits, t, &gl));
     const float scale = 1024.0f;
-    absl::StatusOr<cpu::XentResult> got =
-        SoftmaxCrossEntropy(ctx_.get(), gl, glabels, &gd, scale);
+    absl::StatusOr<cpu::XentResult> got = SoftmaxCrossEntropy(ctx_.get(), gl, glabels, &gd, scale);
     ASSERT_TRUE(got.ok()) << got.status();
     const double tol = Tolerance(t, false);
     EXPECT_NEAR(got->loss, want.loss, tol * 10 * std::abs(want.loss)) << DTypeName(t);
@@ -321,8 +317,12 @@ TEST_F(CudaOpsTest, OptimizerKernelsMatchCpuOptimizers) {
       Tensor scaled = grads[static_cast<size_t>(s)];
       for (float& v : scaled.values()) v *= 8.0f;
       float* gg = F32(scaled, &keep);
-      UpdateArgs a{.params = gp, .grads = gg, .n = 1000, .grad_factor = 0.125f,
-                   .compute_copy = copy.data(), .compute_type = DType::kBF16};
+      UpdateArgs a{.params = gp,
+                   .grads = gg,
+                   .n = 1000,
+                   .grad_factor = 0.125f,
+                   .compute_copy = copy.data(),
+                   .compute_type = DType::kBF16};
       if (std::string(name) == "sgd") {
         ASSERT_OK(SgdUpdate(ctx_.get(), a, s1, 0.01f, 0.9f));
       } else {
@@ -346,8 +346,8 @@ TEST_F(CudaOpsTest, AllFiniteFindsInfAndNan) {
   absl::StatusOr<bool> ok = AllFinite(ctx_.get(), F32(t, &keep), t.size());
   ASSERT_TRUE(ok.ok());
   EXPECT_TRUE(*ok);
-  for (float bad : {std::numeric_limits<float>::infinity(),
-                    std::numeric_limits<float>::quiet_NaN()}) {
+  for (float bad :
+       {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
     Tensor u = t;
     u[4321] = bad;
     absl::StatusOr<bool> found = AllFinite(ctx_.get(), F32(u, &keep), u.size());
@@ -372,8 +372,8 @@ TEST_F(CudaOpsTest, CastRoundTripsAndBiasKernelsMatchCpu) {
   ASSERT_OK(Upload(ctx_.get(), x, DType::kF32, &y));
   ASSERT_OK(AddBias(ctx_.get(), &y, F32(b, &keep), 3, 5, 4));
   float* db = Poisoned(5, &keep);
-  ASSERT_OK(BiasGrad(ctx_.get(), DeviceTensor::View(y.data(), x.shape(), DType::kF32), db, 3, 5,
-                     4));
+  ASSERT_OK(
+      BiasGrad(ctx_.get(), DeviceTensor::View(y.data(), x.shape(), DType::kF32), db, 3, 5, 4));
   Tensor hy;
   ASSERT_OK(Download(ctx_.get(), y, &hy));
   Tensor want_db({5});

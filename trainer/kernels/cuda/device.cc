@@ -29,21 +29,22 @@ absl::StatusOr<std::unique_ptr<GpuContext>> GpuContext::Create(int device, Optio
   std::unique_ptr<GpuContext> c(new GpuContext(*info, options));
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudaSetDevice(device));
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking));
-  c->allocator_ = std::make_unique<CachingAllocator>(CachingAllocator::Backend{
-      .allocate = [device](size_t bytes) -> absl::StatusOr<void*> {
-        void* p = nullptr;
-        cudaError_t e = cudaSetDevice(device);
-        if (e == cudaSuccess) e = cudaMalloc(&p, bytes);
-        if (e != cudaSuccess) {
-          (void)cudaGetLastError();
-          return LOCKSTEP_GPU_STATUS(e);
-        }
-        return p;
-      },
-      .release = [device](void* p) {
-        (void)cudaSetDevice(device);
-        (void)cudaFree(p);
-      }});
+  c->allocator_ = std::make_unique<CachingAllocator>(
+      CachingAllocator::Backend{.allocate = [device](size_t bytes) -> absl::StatusOr<void*> {
+                                  void* p = nullptr;
+                                  cudaError_t e = cudaSetDevice(device);
+                                  if (e == cudaSuccess) e = cudaMalloc(&p, bytes);
+                                  if (e != cudaSuccess) {
+                                    (void)cudaGetLastError();
+                                    return LOCKSTEP_GPU_STATUS(e);
+                                  }
+                                  return p;
+                                },
+                                .release =
+                                    [device](void* p) {
+                                      (void)cudaSetDevice(device);
+                                      (void)cudaFree(p);
+                                    }});
   LOCKSTEP_GPU_RETURN_IF_ERROR(cublasCreate(&c->cublas_));
   LOCKSTEP_GPU_RETURN_IF_ERROR(cublasSetStream(c->cublas_, c->stream_));
   LOCKSTEP_GPU_RETURN_IF_ERROR(cublasLtCreate(&c->cublaslt_));

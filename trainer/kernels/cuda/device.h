@@ -6,9 +6,9 @@
 // Thread-safety: a context is used by one thread at a time; that thread calls Activate() first
 // (the CUDA current device is per thread).
 
-#include <cuda_runtime.h>
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_runtime.h>
 #include <cudnn.h>
 
 #include <cstdint>

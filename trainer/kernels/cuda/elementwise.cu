@@ -122,8 +122,8 @@ absl::Status Cast(GpuContext* ctx, const void* src, DType src_type, void* dst, D
                   int64_t n) {
   if (n == 0) return absl::OkStatus();
   if (src_type == dst_type) {
-    LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) *
-                                                               DTypeSize(src_type),
+    LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src,
+                                                 static_cast<size_t>(n) * DTypeSize(src_type),
                                                  cudaMemcpyDeviceToDevice, ctx->stream()));
     return absl::OkStatus();
   }
@@ -132,7 +132,7 @@ absl::Status Cast(GpuContext* ctx, const void* src, DType src_type, void* dst, D
     DispatchDType(dst_type, [&](auto d) {
       using D = decltype(d);
       CastKernel<S, D><<<Blocks(n), kThreads, 0, ctx->stream()>>>(static_cast<const S*>(src),
-                                                                 static_cast<D*>(dst), n);
+                                                                  static_cast<D*>(dst), n);
       return 0;
     });
     return 0;
@@ -152,8 +152,8 @@ absl::Status AddBias(GpuContext* ctx, DeviceTensor* y, const float* b, int64_t o
   if (total == 0) return absl::OkStatus();
   DispatchDType(y->dtype(), [&](auto t) {
     using T = decltype(t);
-    AddBiasKernel<T><<<Blocks(total), kThreads, 0, ctx->stream()>>>(y->as<T>(), b, total,
-                                                                     channels, inner);
+    AddBiasKernel<T>
+        <<<Blocks(total), kThreads, 0, ctx->stream()>>>(y->as<T>(), b, total, channels, inner);
     return 0;
   });
   return Launched();
@@ -176,8 +176,8 @@ absl::StatusOr<bool> AllFinite(GpuContext* ctx, const float* x, int64_t n) {
   if (!flag.ok()) return flag.status();
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemsetAsync(flag->get(), 0, sizeof(int), ctx->stream()));
   if (n > 0) {
-    AllFiniteKernel<<<std::min(Blocks(n), 1024u), kThreads, 0, ctx->stream()>>>(
-        x, n, flag->as<int>());
+    AllFiniteKernel<<<std::min(Blocks(n), 1024u), kThreads, 0, ctx->stream()>>>(x, n,
+                                                                                flag->as<int>());
     if (absl::Status s = Launched(); !s.ok()) return s;
   }
   int bad = 0;
@@ -218,8 +218,8 @@ absl::Status ReluBackward(GpuContext* ctx, const DeviceTensor& x, const DeviceTe
           static_cast<const Pack<T>*>(x.data()), static_cast<const Pack<T>*>(dy.data()),
           static_cast<Pack<T>*>(dx->data()), n / kPack);
     } else {
-      ReluBackwardScalar<T><<<Blocks(n), kThreads, 0, ctx->stream()>>>(x.as<T>(), dy.as<T>(),
-                                                                      dx->as<T>(), n);
+      ReluBackwardScalar<T>
+          <<<Blocks(n), kThreads, 0, ctx->stream()>>>(x.as<T>(), dy.as<T>(), dx->as<T>(), n);
     }
     return 0;
   });
@@ -275,15 +275,15 @@ absl::Status Upload(GpuContext* ctx, const Tensor& src, DType dtype, DeviceTenso
   if (absl::Status s = dst->Resize(ctx, src.shape(), dtype); !s.ok()) return s;
   const size_t bytes = static_cast<size_t>(src.size()) * sizeof(float);
   if (dtype == DType::kF32) {
-    LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemcpyAsync(dst->data(), src.data(), bytes,
-                                                 cudaMemcpyHostToDevice, ctx->stream()));
+    LOCKSTEP_GPU_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst->data(), src.data(), bytes, cudaMemcpyHostToDevice, ctx->stream()));
     // A pageable source is copied before cudaMemcpyAsync returns, so `src` may change after.
     return absl::OkStatus();
   }
   absl::StatusOr<DeviceBuffer> staging = DeviceBuffer::Make(ctx->allocator(), bytes);
   if (!staging.ok()) return staging.status();
-  LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemcpyAsync(staging->get(), src.data(), bytes,
-                                               cudaMemcpyHostToDevice, ctx->stream()));
+  LOCKSTEP_GPU_RETURN_IF_ERROR(
+      cudaMemcpyAsync(staging->get(), src.data(), bytes, cudaMemcpyHostToDevice, ctx->stream()));
   return Cast(ctx, staging->get(), DType::kF32, dst->data(), dtype, src.size());
 }
 
@@ -291,18 +291,18 @@ absl::Status Download(GpuContext* ctx, const DeviceTensor& src, Tensor* dst) {
   dst->Resize(src.shape());
   const size_t bytes = static_cast<size_t>(src.size()) * sizeof(float);
   if (src.dtype() == DType::kF32) {
-    LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemcpyAsync(dst->data(), src.data(), bytes,
-                                                 cudaMemcpyDeviceToHost, ctx->stream()));
+    LOCKSTEP_GPU_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst->data(), src.data(), bytes, cudaMemcpyDeviceToHost, ctx->stream()));
   } else {
     absl::StatusOr<DeviceBuffer> staging = DeviceBuffer::Make(ctx->allocator(), bytes);
     if (!staging.ok()) return staging.status();
-    if (absl::Status s = Cast(ctx, src.data(), src.dtype(), staging->get(), DType::kF32,
-                              src.size());
+    if (absl::Status s =
+            Cast(ctx, src.data(), src.dtype(), staging->get(), DType::kF32, src.size());
         !s.ok()) {
       return s;
     }
-    LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemcpyAsync(dst->data(), staging->get(), bytes,
-                                                 cudaMemcpyDeviceToHost, ctx->stream()));
+    LOCKSTEP_GPU_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst->data(), staging->get(), bytes, cudaMemcpyDeviceToHost, ctx->stream()));
   }
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudaStreamSynchronize(ctx->stream()));
   return absl::OkStatus();

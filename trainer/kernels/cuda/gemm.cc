@@ -41,9 +41,8 @@ absl::Status Gemm(GpuContext* ctx, bool transpose_a, bool transpose_b, int64_t m
   // transposed product with the operands swapped, and no data moves.
   const int lda = static_cast<int>(transpose_a ? m : k);
   const int ldb = static_cast<int>(transpose_b ? k : n);
-  const cublasComputeType_t compute = (ab_type == DType::kF32 && ctx->tf32())
-                                          ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                          : CUBLAS_COMPUTE_32F;
+  const cublasComputeType_t compute =
+      (ab_type == DType::kF32 && ctx->tf32()) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   LOCKSTEP_GPU_RETURN_IF_ERROR(cublasGemmEx(
       ctx->cublas(), transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
       transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
@@ -63,8 +62,7 @@ absl::Status DenseForward(GpuContext* ctx, const DeviceTensor& x, const DeviceTe
   const int64_t rows = x.dim(0), in = x.dim(1), out = w.dim(0);
   if (w.dim(1) != in || w.dtype() != x.dtype()) {
     return absl::InvalidArgumentError(absl::StrCat("DenseForward: x ", ShapeString(x.shape()),
-                                                   " does not match W ",
-                                                   ShapeString(w.shape())));
+                                                   " does not match W ", ShapeString(w.shape())));
   }
   if (absl::Status s = y->Resize(ctx, {rows, out}, x.dtype()); !s.ok()) return s;
   if (absl::Status s = Gemm(ctx, false, true, rows, out, in, 1.0f, x.data(), w.data(), x.dtype(),
@@ -87,8 +85,8 @@ absl::Status DenseBackward(GpuContext* ctx, const DeviceTensor& x, const DeviceT
     }
   }
   // dW [OUT, IN] = dy^T x, summed in fp32 and stored in fp32 whatever the inputs' dtype.
-  if (absl::Status s = Gemm(ctx, true, false, out, in, rows, 1.0f, dy.data(), x.data(),
-                            x.dtype(), 0.0f, dw, DType::kF32);
+  if (absl::Status s = Gemm(ctx, true, false, out, in, rows, 1.0f, dy.data(), x.data(), x.dtype(),
+                            0.0f, dw, DType::kF32);
       !s.ok()) {
     return s;
   }

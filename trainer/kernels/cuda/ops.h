@@ -59,8 +59,7 @@ absl::Status Conv2dBackward(GpuContext* ctx, const DeviceTensor& x, const Device
 std::vector<int> Conv2dAlgorithms(const Conv2dWorkspace& ws);
 
 // As cpu::MaxPoolForward/Backward (window and stride `size`, no padding).
-absl::Status MaxPoolForward(GpuContext* ctx, const DeviceTensor& x, int64_t size,
-                            DeviceTensor* y);
+absl::Status MaxPoolForward(GpuContext* ctx, const DeviceTensor& x, int64_t size, DeviceTensor* y);
 absl::Status MaxPoolBackward(GpuContext* ctx, const DeviceTensor& x, const DeviceTensor& y,
                              const DeviceTensor& dy, int64_t size, DeviceTensor* dx);
 

@@ -11,8 +11,8 @@ __device__ __forceinline__ void StoreCopy(void* copy, int64_t i, float p) {
 }
 
 template <typename C>
-__global__ void SgdKernel(float* __restrict__ p, const float* __restrict__ g,
-                          float* __restrict__ v, int64_t n, float factor, float lr, float momentum,
+__global__ void SgdKernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ v,
+                          int64_t n, float factor, float lr, float momentum,
                           void* __restrict__ copy) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -68,8 +68,8 @@ absl::Status AdamUpdate(GpuContext* ctx, const UpdateArgs& a, float* m, float* v
   DispatchDType(a.compute_type, [&](auto c) {
     using C = decltype(c);
     AdamKernel<C><<<Blocks(a.n), kThreads, 0, ctx->stream()>>>(a.params, a.grads, m, v, a.n,
-                                                              a.grad_factor, beta1, beta2,
-                                                              step_size, eps_hat, a.compute_copy);
+                                                               a.grad_factor, beta1, beta2,
+                                                               step_size, eps_hat, a.compute_copy);
     return 0;
   });
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());

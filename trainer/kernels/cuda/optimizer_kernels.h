@@ -14,7 +14,7 @@
 namespace lockstep::trainer::cuda {
 
 struct UpdateArgs {
-  float* params = nullptr;   // fp32 master weights
+  float* params = nullptr;  // fp32 master weights
   const float* grads = nullptr;
   int64_t n = 0;
   float grad_factor = 1.0f;

@@ -72,16 +72,16 @@ absl::StatusOr<cpu::XentResult> SoftmaxCrossEntropy(GpuContext* ctx, const Devic
     const auto blocks = static_cast<unsigned int>((n + kRowsPerBlock - 1) / kRowsPerBlock);
     DispatchDType(logits.dtype(), [&](auto t) {
       using T = decltype(t);
-      XentKernel<T><<<blocks, kThreads, 0, ctx->stream()>>>(
-          logits.as<T>(), labels, dlogits ? dlogits->as<T>() : nullptr, n, c, grad_scale,
-          sums->as<XentSums>());
+      XentKernel<T><<<blocks, kThreads, 0, ctx->stream()>>>(logits.as<T>(), labels,
+                                                            dlogits ? dlogits->as<T>() : nullptr, n,
+                                                            c, grad_scale, sums->as<XentSums>());
       return 0;
     });
     LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
   }
   XentSums host{};
-  LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemcpyAsync(&host, sums->get(), sizeof(XentSums),
-                                               cudaMemcpyDeviceToHost, ctx->stream()));
+  LOCKSTEP_GPU_RETURN_IF_ERROR(
+      cudaMemcpyAsync(&host, sums->get(), sizeof(XentSums), cudaMemcpyDeviceToHost, ctx->stream()));
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudaStreamSynchronize(ctx->stream()));
   cpu::XentResult r;
   r.loss = n > 0 ? host.loss / static_cast<double>(n) : 0.0;
