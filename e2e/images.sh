@@ -49,10 +49,11 @@ lib=$work/root/usr/local/lib/lockstep
 clean_env=(env -i LD_LIBRARY_PATH="$lib" ${ASAN_OPTIONS:+ASAN_OPTIONS=$ASAN_OPTIONS}
   ${UBSAN_OPTIONS:+UBSAN_OPTIONS=$UBSAN_OPTIONS} ${LSAN_OPTIONS:+LSAN_OPTIONS=$LSAN_OPTIONS})
 for bin in lockstep-operator lockstep-trainer; do
-  # Every library outside glibc and the compiler runtime resolves inside the bundle.
+  # Every library outside glibc, the compiler runtime and (for a CUDA build of the trainer) the
+  # CUDA libraries that the trainer image's CUDA base provides resolves inside the bundle.
   missing=$("${clean_env[@]}" ldd "$work/root/usr/local/bin/$bin" |
     awk '$2 == "=>" {print $1, $3}' |
-    grep -Ev '^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s)\.' |
+    grep -Ev '^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl)\.' |
     grep -v " $lib/" || true)
   [[ -z $missing ]] || fail "$bin loads libraries from outside the bundle: $missing"
 done
