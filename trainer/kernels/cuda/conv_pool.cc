@@ -30,6 +30,20 @@ absl::Status SetTensor4d(cudnnTensorDescriptor_t d, const Shape& s, DType t) {
 // Workspaces beyond this are not considered when choosing an algorithm.
 constexpr size_t kMaxConvWorkspace = size_t{256} << 20;
 
+// The first (fastest: cudnnFind* sorts by time) of `found` results that ran and fits the
+// workspace limit; false when none does.
+template <typename Perf, typename Algo>
+bool Fastest(const Perf* results, int found, Algo* algo, size_t* bytes) {
+  for (int i = 0; i < found; ++i) {
+    if (results[i].status == CUDNN_STATUS_SUCCESS && results[i].memory <= kMaxConvWorkspace) {
+      *algo = results[i].algo;
+      *bytes = results[i].memory;
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 struct Conv2dPlan {
@@ -98,36 +112,15 @@ absl::Status MakePlan(GpuContext* ctx, const DeviceTensor& x, const DeviceTensor
   cudnnConvolutionFwdAlgoPerf_t fwd[kCandidates];
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnFindConvolutionForwardAlgorithm(
       ctx->cudnn(), plan->x, plan->w, plan->conv, plan->y, kCandidates, &found, fwd));
-  bool ok = false;
-  for (int i = 0; i < found && !ok; ++i) {
-    if (fwd[i].status == CUDNN_STATUS_SUCCESS && fwd[i].memory <= kMaxConvWorkspace) {
-      plan->fwd = fwd[i].algo;
-      plan->fwd_bytes = fwd[i].memory;
-      ok = true;
-    }
-  }
+  const bool ok = Fastest(fwd, found, &plan->fwd, &plan->fwd_bytes);
   cudnnConvolutionBwdDataAlgoPerf_t bd[kCandidates];
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnFindConvolutionBackwardDataAlgorithm(
       ctx->cudnn(), plan->w, plan->y, plan->conv, plan->x, kCandidates, &found, bd));
-  bool ok_bd = false;
-  for (int i = 0; i < found && !ok_bd; ++i) {
-    if (bd[i].status == CUDNN_STATUS_SUCCESS && bd[i].memory <= kMaxConvWorkspace) {
-      plan->bwd_data = bd[i].algo;
-      plan->bwd_data_bytes = bd[i].memory;
-      ok_bd = true;
-    }
-  }
+  const bool ok_bd = Fastest(bd, found, &plan->bwd_data, &plan->bwd_data_bytes);
   cudnnConvolutionBwdFilterAlgoPerf_t bf[kCandidates];
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnFindConvolutionBackwardFilterAlgorithm(
       ctx->cudnn(), plan->x, plan->y, plan->conv, plan->w, kCandidates, &found, bf));
-  bool ok_bf = false;
-  for (int i = 0; i < found && !ok_bf; ++i) {
-    if (bf[i].status == CUDNN_STATUS_SUCCESS && bf[i].memory <= kMaxConvWorkspace) {
-      plan->bwd_filter = bf[i].algo;
-      plan->bwd_filter_bytes = bf[i].memory;
-      ok_bf = true;
-    }
-  }
+  const bool ok_bf = Fastest(bf, found, &plan->bwd_filter, &plan->bwd_filter_bytes);
   if (!ok || !ok_bd || !ok_bf) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuDNN has no convolution algorithm for x ", ShapeString(x.shape()), " w ",
