@@ -23,7 +23,9 @@
 //    pods), emptyDir (per pod) and hostPath, bind-mounted at their mountPath;
 //  - graceful deletion: SIGTERM to the container's process group, SIGKILL after the grace
 //    period, then the pod is removed; a stopped runner stops every process it started.
-// Logs go to <state>/pods/<namespace>_<name>_<uid>/<container>.log.
+// Logs go to <state>/pods/<namespace>_<name>_<uid>/<container>.log (PodLogPath).
+// What a container runs is ResolveContainer's (resolve_container.h); starting and stopping
+// processes is the ProcessLauncher's (process_launcher.h).
 // Thread-safety: Run() on one thread; the destructor stops everything.
 
 #include <functional>
@@ -36,12 +38,9 @@
 
 #include "operator/kube/clock.h"
 #include "operator/kube/rest_client.h"
+#include "operator/local/process_launcher.h"
 
 namespace lockstep::local {
-
-// Where the runner writes a container's log (GET .../pods/NAME/log reads it).
-std::string PodLogPath(const std::string& state_dir, const std::string& ns, const std::string& pod,
-                       const std::string& uid, const std::string& container);
 
 struct RunnerOptions {
   std::string node_name = "lockstep-local";
@@ -57,6 +56,8 @@ struct RunnerOptions {
   absl::Duration crash_backoff_initial = absl::Seconds(10);
   absl::Duration crash_backoff_max = absl::Minutes(5);
   bool private_hosts = true;  // a mount namespace per pod for /etc/hosts
+  // Makes the process launcher; null for the Linux one (fork and exec on this machine).
+  std::function<std::unique_ptr<ProcessLauncher>()> launcher;
 };
 
 class Runner {

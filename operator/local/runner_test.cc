@@ -9,6 +9,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "operator/kube/api_error.h"
@@ -313,6 +315,129 @@ TEST_F(RunnerTest, PodsReachEachOtherByServiceNameOverTcp) {
       Await("client", [](const json& p) { return Phase(p, "Succeeded") || Phase(p, "Failed"); });
   EXPECT_EQ(client["status"]["phase"], "Succeeded") << "server: " << Logs("server").substr(0, 500);
   EXPECT_THAT(Logs("client"), ::testing::HasSubstr("pong"));
+}
+
+// The runner's rules over a fake ProcessLauncher: what it is asked to start, and how exit
+// codes drive restarts and phases, with no real processes.
+class FakeLauncher final : public ProcessLauncher {
+ public:
+  struct State {
+    std::mutex mu;
+    std::vector<LaunchSpec> started;
+    std::map<int, std::optional<int>> running;  // pid -> exit code once it "exits"
+    std::vector<std::pair<int, int>> signals;   // pid, signal
+    int next_pid = 1000;
+  };
+  explicit FakeLauncher(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+  absl::StatusOr<int> Start(const LaunchSpec& spec) override {
+    std::lock_guard lock(state_->mu);
+    state_->started.push_back(spec);
+    int pid = state_->next_pid++;
+    state_->running[pid] = std::nullopt;
+    return pid;
+  }
+  std::optional<int> Poll(int pid) override {
+    std::lock_guard lock(state_->mu);
+    auto it = state_->running.find(pid);
+    if (it == state_->running.end() || !it->second) return std::nullopt;
+    int code = *it->second;
+    state_->running.erase(it);
+    return code;
+  }
+  void Signal(int pid, int sig) override {
+    std::lock_guard lock(state_->mu);
+    state_->signals.push_back({pid, sig});
+    auto it = state_->running.find(pid);
+    if (it != state_->running.end() && !it->second) it->second = 128 + sig;
+  }
+  void Wait(int pid) override {
+    std::lock_guard lock(state_->mu);
+    state_->running.erase(pid);
+  }
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+class FakeLauncherRunnerTest : public RunnerTest {
+ protected:
+  void SetUp() override {
+    RunnerTest::SetUp();
+    // Replace the runner with one over the fake launcher.
+    thread_.request_stop();
+    thread_.join();
+    runner_ = std::make_unique<Runner>(
+        client_.get(),
+        RunnerOptions{.state_dir = dir_.string(),
+                      .trainer_binary = trainer_.string(),
+                      .tick = absl::Milliseconds(10),
+                      .crash_backoff_initial = absl::Milliseconds(10),
+                      .launcher = [this] { return std::make_unique<FakeLauncher>(fake_); }},
+        clock_.get());
+    thread_ = std::jthread([this](std::stop_token stop) { runner_->Run(stop); });
+  }
+  // The pid of the n-th start, once it happened.
+  int StartedPid(size_t n) {
+    for (int i = 0; i < 3000; ++i) {
+      {
+        std::lock_guard lock(fake_->mu);
+        if (fake_->started.size() > n) return 1000 + static_cast<int>(n);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "start " << n << " never happened";
+    return -1;
+  }
+  void Exit(int pid, int code) {
+    std::lock_guard lock(fake_->mu);
+    fake_->running[pid] = code;
+  }
+
+  std::shared_ptr<FakeLauncher::State> fake_ = std::make_shared<FakeLauncher::State>();
+};
+
+TEST_F(FakeLauncherRunnerTest, ExitCodesDriveRestartsAndPhase) {
+  json pod = Pod("job", "unused", "OnFailure");
+  pod["spec"]["containers"][0] = {{"name", "main"},
+                                  {"image", "lockstep/trainer:1"},
+                                  {"args", {"--epochs=$(E)"}},
+                                  {"env", {{{"name", "E"}, {"value", "2"}}}}};
+  Create(pod);
+  int first = StartedPid(0);
+  Await("job", [](const json& p) { return Phase(p, "Running"); });
+  {
+    std::lock_guard lock(fake_->mu);
+    EXPECT_THAT(fake_->started[0].argv, ::testing::ElementsAre(trainer_.string(), "--epochs=2"));
+  }
+  Exit(first, 137);  // OnFailure: restarted after the crash-loop back-off
+  int second = StartedPid(1);
+  json restarted = Await("job", [](const json& p) {
+    return Phase(p, "Running") && p["status"]["containerStatuses"][0]["restartCount"] == 1;
+  });
+  EXPECT_EQ(restarted["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"],
+            137);
+  EXPECT_EQ(restarted["status"]["containerStatuses"][0]["lastState"]["terminated"]["reason"],
+            "Killed");
+  Exit(second, 0);
+  json done = Await("job", [](const json& p) { return Phase(p, "Succeeded"); });
+  EXPECT_EQ(done["status"]["containerStatuses"][0]["state"]["terminated"]["reason"], "Completed");
+  std::lock_guard lock(fake_->mu);
+  EXPECT_EQ(fake_->started.size(), 2u);
+  // Each exit is followed by a SIGKILL to what the container left in its group.
+  EXPECT_THAT(fake_->signals, ::testing::Contains(std::pair<int, int>{first, SIGKILL}));
+}
+
+TEST_F(FakeLauncherRunnerTest, DeletionSignalsTheGroupAndRemovesThePod) {
+  Create(Pod("gone", "unused", "Always"));
+  Await("gone", [](const json& p) { return Phase(p, "Running"); });
+  int pid = StartedPid(0);
+  ASSERT_TRUE(client_->Delete(kube::resources::kPods, "default", "gone", {}).ok());
+  Await("gone", [](const json& p) { return p.is_null(); });
+  std::lock_guard lock(fake_->mu);
+  ASSERT_FALSE(fake_->signals.empty());
+  EXPECT_EQ(fake_->signals.front(), (std::pair<int, int>{pid, SIGTERM}));
+  EXPECT_EQ(fake_->started.size(), 1u);  // a pod being deleted is not restarted
 }
 
 }  // namespace
