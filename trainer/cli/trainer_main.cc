@@ -49,17 +49,13 @@ int main(int argc, char** argv) {
     std::cout << "lockstep-trainer " << LOCKSTEP_VERSION << "\n";
     return kExitOk;
   }
-  int training_tasks = 1;
-  if (config->tf_config) {
-    training_tasks = static_cast<int>(config->tf_config->Hosts("chief").size() +
-                                      config->tf_config->Hosts("worker").size());
-  }
-  if ((config->strategy == "Mirrored" || config->strategy == "CentralStorage") &&
+  const int training_tasks = TrainingTasks(*config);
+  if ((config->strategy == Strategy::kMirrored || config->strategy == Strategy::kCentralStorage) &&
       training_tasks > 1) {
-    WriteTerminationMessage(config->termination_log, "BadConfig", false,
-                            config->strategy + " trains in one task, and TF_CONFIG has " +
-                                std::to_string(training_tasks) +
-                                " chief and worker tasks; use MultiWorkerMirrored");
+    WriteTerminationMessage(
+        config->termination_log, "BadConfig", false,
+        StrategyName(config->strategy) + " trains in one task, and TF_CONFIG has " +
+            std::to_string(training_tasks) + " chief and worker tasks; use MultiWorkerMirrored");
     return kExitBadConfig;
   }
   std::signal(SIGTERM, OnTerm);
@@ -84,14 +80,22 @@ int main(int argc, char** argv) {
     r = RunEvaluator(*config, &progress, &g_stop);
   } else if (task == "ps") {
     r = ps::RunPsTask(*config, &g_stop);
-  } else if (config->strategy == "ParameterServer") {
-    r = ps::RunPsTrainer(*config, &progress, &g_stop);
-  } else if (config->strategy == "MultiWorkerMirrored") {
-    r = RunMultiWorkerMirrored(*config, &progress, &g_stop);
-  } else if (config->strategy == "Mirrored" || config->strategy == "CentralStorage") {
-    r = RunMirrored(*config, &progress, &g_stop);
   } else {
-    r = RunOneDevice(*config, &progress, &g_stop);
+    switch (config->strategy) {
+      case Strategy::kParameterServer:
+        r = ps::RunPsTrainer(*config, &progress, &g_stop);
+        break;
+      case Strategy::kMultiWorkerMirrored:
+        r = RunMultiWorkerMirrored(*config, &progress, &g_stop);
+        break;
+      case Strategy::kMirrored:
+      case Strategy::kCentralStorage:
+        r = RunMirrored(*config, &progress, &g_stop);
+        break;
+      case Strategy::kOneDevice:
+        r = RunOneDevice(*config, &progress, &g_stop);
+        break;
+    }
   }
   if (!r.ok()) {
     const std::string msg(r.status().message());

@@ -97,7 +97,7 @@ Cluster MakeCluster(int nps, int workers) {
 
 TrainerConfig PsConfig(const Cluster& cl, int index, const std::string& dir) {
   TrainerConfig c;
-  c.strategy = "ParameterServer";
+  c.strategy = Strategy::kParameterServer;
   c.dataset = "synthetic";
   c.synthetic_size = 4096;
   c.batch_size = 32;

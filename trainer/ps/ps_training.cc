@@ -68,7 +68,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
   const int trainers = static_cast<int>(world->addresses.size());
   const int rank = world->rank;
   const bool coordinator = rank == 0;
-  const bool sync = c.ps_mode == "sync";
+  const bool sync = c.ps_mode == PsMode::kSync;
   if (sync && c.backup_workers >= trainers) {
     return absl::InvalidArgumentError(absl::StrCat("--backup-workers ", c.backup_workers,
                                                    " leaves no gradient to aggregate from ",

@@ -230,11 +230,11 @@ absl::StatusOr<TrainResult> RunMirrored(const TrainerConfig& c, ProgressTracker*
   cpu::SetGemmThreads(c.threads);
   absl::StatusOr<Datasets> data = LoadDatasets(c);
   if (!data.ok()) return data.status();
-  const bool central = c.strategy == "CentralStorage";
+  const bool central = c.strategy == Strategy::kCentralStorage;
   comm::ReduceAlgorithm algo = comm::ReduceAlgorithm::kAllReduce;
-  if (central || c.cross_device_ops == "reduce-to-one-device") {
+  if (central || c.cross_device_ops == CrossDeviceOps::kReduceToOneDevice) {
     algo = comm::ReduceAlgorithm::kReduceToOne;
-  } else if (c.cross_device_ops == "hierarchical-copy") {
+  } else if (c.cross_device_ops == CrossDeviceOps::kHierarchicalCopy) {
     algo = comm::ReduceAlgorithm::kHierarchicalCopy;
   }
   const absl::Duration timeout = absl::Seconds(c.collective_timeout_seconds);
@@ -254,11 +254,13 @@ absl::StatusOr<TrainResult> RunMirrored(const TrainerConfig& c, ProgressTracker*
   } else {
     auto group = comm::InProcessGroup::Create(replicas, timeout, algo);
     for (int i = 0; i < replicas; ++i) members.push_back(group->Member(i));
-    how = central ? "reduce-to-one-device (variables on the host)" : c.cross_device_ops;
+    how = central ? "reduce-to-one-device (variables on the host)"
+                  : CrossDeviceOpsName(c.cross_device_ops);
     if (place->gpu) how += ", staged through the host";
   }
-  std::cerr << "lockstep-trainer: " << c.strategy << " with " << replicas << " replica(s) on "
-            << (place->gpu ? "GPUs" : "CPU threads") << ", gradients reduced by " << how << "\n";
+  std::cerr << "lockstep-trainer: " << StrategyName(c.strategy) << " with " << replicas
+            << " replica(s) on " << (place->gpu ? "GPUs" : "CPU threads")
+            << ", gradients reduced by " << how << "\n";
   std::vector<absl::StatusOr<TrainResult>> results(replicas, absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   for (int i = 0; i < replicas; ++i) {

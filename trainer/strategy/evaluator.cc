@@ -20,14 +20,9 @@ absl::StatusOr<TrainResult> RunEvaluator(const TrainerConfig& c, ProgressTracker
   absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(c.model, c.seed);
   if (!model.ok()) return model.status();
   // The last step of the run being evaluated.
-  int trainers = 1;
-  if (c.tf_config) {
-    trainers =
-        static_cast<int>(c.tf_config->Hosts("chief").size() + c.tf_config->Hosts("worker").size());
-  }
   int64_t total = 0;
-  if (c.strategy == "ParameterServer") {
-    total = ps::PsTotalSteps(c, data->train.size(), std::max(trainers, 1));
+  if (c.strategy == Strategy::kParameterServer) {
+    total = ps::PsTotalSteps(c, data->train.size(), std::max(TrainingTasks(c), 1));
   } else {
     const int64_t per_epoch = data->train.size() / c.batch_size;
     total = c.steps ? *c.steps : c.epochs * per_epoch;

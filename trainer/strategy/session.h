@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "trainer/checkpoint/checkpoint.h"
-#include "trainer/cli/trainer_flags.h"
+#include "trainer/config/trainer_config.h"
 #include "trainer/data/dataset.h"
 #include "trainer/model/model.h"
 #include "trainer/optim/optimizer.h"
