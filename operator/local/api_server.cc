@@ -11,11 +11,11 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/time/clock.h"
+#include "common/str_util.h"
 #include "operator/api/crd_schema.h"
 #include "operator/api/field_errors.h"
 #include "operator/api/json_reader.h"
 #include "operator/api/object_meta.h"
-#include "operator/api/str_util.h"
 #include "operator/kube/label_selector.h"
 #include "operator/local/patch.h"
 #include "operator/local/rbac.h"

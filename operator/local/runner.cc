@@ -17,12 +17,12 @@
 #include <thread>
 
 #include "absl/strings/escaping.h"
+#include "common/log.h"
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
 #include "operator/api/object_meta.h"
-#include "operator/api/str_util.h"
 #include "operator/kube/api_error.h"
 #include "operator/kube/label_selector.h"
-#include "operator/kube/log.h"
 #include "operator/runtime/informer.h"
 
 namespace lockstep::local {

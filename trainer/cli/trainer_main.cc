@@ -5,12 +5,13 @@
 #include <cstdio>
 #include <iostream>
 
+#include "common/log.h"
 #include "trainer/cli/termination.h"
 #include "trainer/cli/trainer_flags.h"
-#include "trainer/ps/ps_training.h"
 #include "trainer/strategy/data_parallel.h"
 #include "trainer/strategy/evaluator.h"
 #include "trainer/strategy/multi_worker.h"
+#include "trainer/strategy/parameter_server.h"
 
 extern char** environ;
 
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
                             std::string(config.status().message()));
     return kExitBadConfig;
   }
+  if (config->json_logs) lockstep::kube::SetLogFormat(lockstep::kube::LogFormat::kJson);
   if (config->help) {
     std::cout << TrainerUsage();
     return kExitOk;
@@ -70,8 +72,8 @@ int main(int argc, char** argv) {
       return kExitRetryable;
     }
     server = std::move(*s);
-    std::cerr << "lockstep-trainer: /progress and /metrics on " << config->bind_address << ":"
-              << server->port() << "\n";
+    lockstep::kube::LogInfo("trainer", "/progress and /metrics on ", config->bind_address, ":",
+                            server->port());
   }
 
   absl::StatusOr<TrainResult> r = absl::UnknownError("no strategy ran");
@@ -79,11 +81,11 @@ int main(int argc, char** argv) {
   if (task == "evaluator") {
     r = RunEvaluator(*config, &progress, &g_stop);
   } else if (task == "ps") {
-    r = ps::RunPsTask(*config, &g_stop);
+    r = RunPsTask(*config, &g_stop);
   } else {
     switch (config->strategy) {
       case Strategy::kParameterServer:
-        r = ps::RunPsTrainer(*config, &progress, &g_stop);
+        r = RunPsTrainer(*config, &progress, &g_stop);
         break;
       case Strategy::kMultiWorkerMirrored:
         r = RunMultiWorkerMirrored(*config, &progress, &g_stop);

@@ -1,9 +1,9 @@
 #include "trainer/strategy/data_parallel.h"
 
-#include <iostream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "trainer/comm/in_process.h"
 #include "trainer/comm/nccl.h"
 #include "trainer/data/batcher.h"
@@ -107,8 +107,7 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
     result.resumed_from = pos.step;
     if (r.progress) r.progress->Checkpointed(pos.step);
     if (chief) {
-      std::cerr << "lockstep-trainer: resumed from step " << pos.step << " (epoch " << pos.epoch
-                << ")\n";
+      kube::LogInfo("checkpoint", "resumed from step ", pos.step, " (epoch ", pos.epoch, ")");
     }
   }
 
@@ -121,13 +120,11 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   const int64_t every = c.checkpoint_every ? *c.checkpoint_every : per_epoch;
   if (r.progress) r.progress->SetTotalSteps(total);
   if (chief) {
-    std::cerr << "lockstep-trainer: " << c.model << " (" << model.NumParams() << " parameters), "
-              << data.train.size() << " training examples, " << per_epoch << " steps per epoch, "
-              << total << " steps, global batch " << c.batch_size << " over " << size
-              << " replica(s), " << c.optimizer << " lr " << c.learning_rate << "; "
-              << engine.Describe();
-    if (r.comm != nullptr) std::cerr << ", collectives over " << r.comm->name();
-    std::cerr << "\n";
+    kube::LogInfo("trainer", c.model, " (", model.NumParams(), " parameters), ", data.train.size(),
+                  " training examples, ", per_epoch, " steps per epoch, ", total,
+                  " steps, global batch ", c.batch_size, " over ", size, " replica(s), ",
+                  c.optimizer, " lr ", c.learning_rate, "; ", engine.Describe(),
+                  r.comm != nullptr ? ", collectives over " + r.comm->name() : "");
   }
   std::vector<Tensor*> params = model.Params();
   auto save = [&]() -> absl::Status {
@@ -199,9 +196,8 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   result.steps = pos.step;
   if (r.progress) result.samples_per_second = r.progress->SteadySamplesPerSecond();
   if (engine.skipped_steps() > 0 && chief) {
-    std::cerr << "lockstep-trainer: " << engine.skipped_steps()
-              << " step(s) skipped on fp16 overflow; loss scale now " << engine.loss_scale()
-              << "\n";
+    kube::LogInfo("strategy", engine.skipped_steps(),
+                  " step(s) skipped on fp16 overflow; loss scale now ", engine.loss_scale());
   }
   if (r.evaluate) {
     absl::StatusOr<Evaluation> e = engine.Evaluate(data.test);
@@ -258,9 +254,8 @@ absl::StatusOr<TrainResult> RunMirrored(const TrainerConfig& c, ProgressTracker*
                   : CrossDeviceOpsName(c.cross_device_ops);
     if (place->gpu) how += ", staged through the host";
   }
-  std::cerr << "lockstep-trainer: " << StrategyName(c.strategy) << " with " << replicas
-            << " replica(s) on " << (place->gpu ? "GPUs" : "CPU threads")
-            << ", gradients reduced by " << how << "\n";
+  kube::LogInfo("strategy", StrategyName(c.strategy), " with ", replicas, " replica(s) on ",
+                place->gpu ? "GPUs" : "CPU threads", ", gradients reduced by ", how);
   std::vector<absl::StatusOr<TrainResult>> results(replicas, absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   for (int i = 0; i < replicas; ++i) {

@@ -1,10 +1,10 @@
 #include "trainer/strategy/evaluator.h"
 
-#include <iostream>
 #include <thread>
 
+#include "common/log.h"
 #include "trainer/data/batcher.h"
-#include "trainer/ps/ps_training.h"
+#include "trainer/strategy/parameter_server.h"
 
 namespace lockstep::trainer {
 
@@ -22,14 +22,13 @@ absl::StatusOr<TrainResult> RunEvaluator(const TrainerConfig& c, ProgressTracker
   // The last step of the run being evaluated.
   int64_t total = 0;
   if (c.strategy == Strategy::kParameterServer) {
-    total = ps::PsTotalSteps(c, data->train.size(), std::max(TrainingTasks(c), 1));
+    total = PsTotalSteps(c, data->train.size(), std::max(TrainingTasks(c), 1));
   } else {
     const int64_t per_epoch = data->train.size() / c.batch_size;
     total = c.steps ? *c.steps : c.epochs * per_epoch;
   }
   if (progress) progress->SetTotalSteps(total);
-  std::cerr << "lockstep-trainer: evaluator watching " << c.checkpoint_dir << " until step "
-            << total << "\n";
+  kube::LogInfo("evaluator", "watching ", c.checkpoint_dir, " until step ", total);
   TrainResult result;
   int64_t last = -1;
   while (!stop->load()) {

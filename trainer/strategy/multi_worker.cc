@@ -1,9 +1,9 @@
 #include "trainer/strategy/multi_worker.h"
 
-#include <iostream>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "trainer/comm/coordination.h"
 #include "trainer/comm/nccl.h"
 #include "trainer/comm/ring.h"
@@ -37,7 +37,7 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
                                                    ProgressTracker* progress,
                                                    const std::atomic<bool>* stop) {
   if (!c.tf_config) {
-    std::cerr << "lockstep-trainer: MultiWorkerMirrored without TF_CONFIG: one worker\n";
+    kube::LogInfo("strategy", "MultiWorkerMirrored without TF_CONFIG: one worker");
     return RunOneDevice(c, progress, stop);
   }
   absl::StatusOr<World> world = TrainingWorld(*c.tf_config);
@@ -87,9 +87,8 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
                                .setup_timeout = setup,
                                .collective_timeout = absl::Seconds(c.collective_timeout_seconds)});
   if (!ring.ok()) return ring.status();
-  std::cerr << "lockstep-trainer: MultiWorkerMirrored rank " << rank << " of " << n << " (" << task
-            << "); collectives: " << choice->Describe() << (place->gpu ? "" : " (CPU tensors)")
-            << "\n";
+  kube::LogInfo("collective", "MultiWorkerMirrored rank ", rank, " of ", n, " (", task,
+                "); collectives: ", choice->Describe(), place->gpu ? "" : " (CPU tensors)");
 
   std::mutex lost_mu;
   absl::Status lost;

@@ -1,7 +1,8 @@
 #include "trainer/strategy/session.h"
 
 #include <chrono>
-#include <iostream>
+
+#include "common/log.h"
 
 namespace lockstep::trainer {
 
@@ -73,7 +74,7 @@ absl::StatusOr<std::optional<CheckpointState>> NewestCheckpoint(const TrainerCon
   absl::StatusOr<std::optional<CheckpointState>> latest =
       LoadLatestCheckpoint(c.checkpoint_dir, &skipped);
   for (const std::string& why : skipped) {
-    std::cerr << "lockstep-trainer: warning: skipping checkpoint: " << why << "\n";
+    kube::LogWarning("checkpoint", "skipping checkpoint: ", why);
   }
   return latest;
 }
