@@ -47,4 +47,11 @@ Evaluation Evaluate(Model* model, const Dataset& test);
 
 double MonotonicSeconds();
 
+// The tensors' values end to end, for a broadcast, and back into the same tensors.
+std::vector<float> PackTensors(const std::vector<Tensor*>& ts);
+void UnpackTensors(const std::vector<float>& flat, const std::vector<Tensor*>& ts);
+
+// A failed collective means a peer is gone: Aborted ("peer lost: ..."), retryable. OK stays OK.
+absl::Status PeerLost(const absl::Status& s);
+
 }  // namespace lockstep::trainer
