@@ -82,7 +82,7 @@ Strategies (LOCKSTEP_STRATEGY, or --strategy):
 
 Environment: TF_CONFIG, LOCKSTEP_STRATEGY, LOCKSTEP_POD_IP (address to bind),
 LOCKSTEP_JOB_TOKEN (presented to and required of peers), LOCKSTEP_TERMINATION_LOG
-(default /dev/termination-log).
+(default /dev/termination-log), LOCKSTEP_LOG=debug (debug log lines too).
 Exit codes: 0 done; 2 bad flags or configuration; 3 bad data; 128+ retryable; 143 SIGTERM.
 )";
 }
