@@ -11,8 +11,8 @@
 #include <fstream>
 #include <thread>
 
+#include "common/log.h"
 #include "operator/api/manifest.h"
-#include "operator/kube/log.h"
 #include "operator/local/api_server.h"
 #include "operator/local/builtin_crds.h"
 #include "operator/local/local_transport.h"

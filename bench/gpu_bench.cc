@@ -193,8 +193,8 @@ int main() {
           std::pair{"mixed_bfloat16", true}, std::pair{"mixed_float16", true}}) {
       lt::TrainerConfig c;
       c.model = model;
-      c.device = "gpu";
-      c.precision = precision;
+      c.device = lt::Device::kGpu;
+      c.precision = *lt::ParsePrecision(precision);
       c.tf32 = tf32;
       c.optimizer = "adam";
       c.dataset = "synthetic";

@@ -73,7 +73,7 @@ newest=$(ls "$work/ckpt"/ckpt-*.lsc | tail -1)
 printf 'garbage' >"$newest"
 run 0 --dataset=synthetic --synthetic-size=20000 --batch-size=32 --checkpoint-dir="$work/ckpt" \
   --metrics-port=0 --steps=$((saved + 21))
-grep -q "warning: skipping checkpoint" "$work/out" || fail "corrupt checkpoint not reported"
+grep -q " W checkpoint] skipping checkpoint" "$work/out" || fail "corrupt checkpoint not reported"
 
 # Real data: one epoch of the mlp on Fashion-MNIST (5 epochs reach 89%; see README).
 if [[ -d /usr/share/datasets/fashion-mnist ]]; then

@@ -1,7 +1,7 @@
 #include "operator/api/job_state.h"
 
+#include "common/str_util.h"
 #include "operator/api/conditions.h"
-#include "operator/api/str_util.h"
 
 namespace lockstep::api {
 namespace {

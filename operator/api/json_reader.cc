@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "operator/api/str_util.h"
+#include "common/str_util.h"
 
 namespace lockstep::api {
 namespace {

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
-#include "operator/api/str_util.h"
+#include "common/str_util.h"
 
 namespace lockstep::api {
 namespace {

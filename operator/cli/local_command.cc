@@ -15,17 +15,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/log.h"
+#include "common/metrics.h"
+#include "common/str_util.h"
 #include "operator/api/manifest.h"
-#include "operator/api/str_util.h"
 #include "operator/kube/cpprest_transport.h"
-#include "operator/kube/log.h"
 #include "operator/local/api_server.h"
 #include "operator/local/builtin_crds.h"
 #include "operator/local/deployments.h"
 #include "operator/local/http_server.h"
 #include "operator/local/local_transport.h"
 #include "operator/local/runner.h"
-#include "operator/runtime/metrics.h"
 #include "operator/trainingjob/controller.h"
 
 namespace lockstep::cli {

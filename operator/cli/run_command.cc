@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
 #include "operator/api/manifest.h"
-#include "operator/api/str_util.h"
 #include "operator/api/validation.h"
 #include "operator/cli/local_command.h"
 #include "operator/kube/api_error.h"

@@ -2,7 +2,7 @@
 
 #include <charconv>
 
-#include "operator/api/str_util.h"
+#include "common/str_util.h"
 
 namespace lockstep::cmd {
 namespace {

@@ -10,14 +10,14 @@
 #include <random>
 #include <thread>
 
-#include "operator/api/str_util.h"
+#include "common/http_endpoints.h"
+#include "common/log.h"
+#include "common/str_util.h"
 #include "operator/cmd/operator_flags.h"
 #include "operator/kube/connect.h"
 #include "operator/kube/kube_config.h"
-#include "operator/kube/log.h"
 #include "operator/kube/rate_limiter.h"
 #include "operator/runtime/api_metrics.h"
-#include "operator/runtime/http_endpoints.h"
 #include "operator/runtime/leader_election.h"
 #include "operator/trainingjob/controller.h"
 

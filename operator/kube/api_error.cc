@@ -3,8 +3,8 @@
 #include <charconv>
 
 #include "absl/strings/cord.h"
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
-#include "operator/api/str_util.h"
 
 namespace lockstep::kube {
 namespace {

@@ -9,9 +9,9 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
 #include "operator/api/manifest.h"
-#include "operator/api/str_util.h"
 
 namespace lockstep::kube {
 namespace {

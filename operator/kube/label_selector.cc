@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "operator/api/str_util.h"
+#include "common/str_util.h"
 
 namespace lockstep::kube {
 namespace {

@@ -1,7 +1,7 @@
 #include "operator/kube/pod.h"
 
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
-#include "operator/api/str_util.h"
 
 namespace lockstep::kube {
 namespace {

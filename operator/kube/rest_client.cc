@@ -3,8 +3,8 @@
 #include <cctype>
 #include <utility>
 
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
-#include "operator/api/str_util.h"
 #include "operator/kube/api_error.h"
 
 namespace lockstep::kube {

@@ -2,8 +2,8 @@
 #include <sstream>
 #include <utility>
 
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
-#include "operator/api/str_util.h"
 #include "operator/local/api_server_impl.h"
 #include "operator/local/patch.h"
 #include "operator/local/resolve_container.h"

@@ -2,8 +2,8 @@
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
-#include "operator/api/str_util.h"
 #include "operator/local/api_server_impl.h"
 
 namespace lockstep::local {

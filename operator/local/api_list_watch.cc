@@ -3,8 +3,8 @@
 #include <utility>
 
 #include "absl/strings/escaping.h"
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
-#include "operator/api/str_util.h"
 #include "operator/local/api_server_impl.h"
 #include "operator/local/table.h"
 

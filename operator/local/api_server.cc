@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/escaping.h"
-#include "operator/api/str_util.h"
+#include "common/str_util.h"
 #include "operator/local/api_server_impl.h"
 #include "operator/local/rbac.h"
 

@@ -1,10 +1,10 @@
 #include "operator/local/deployments.h"
 
 #include "absl/strings/str_format.h"
+#include "common/log.h"
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
-#include "operator/api/str_util.h"
 #include "operator/kube/api_error.h"
-#include "operator/kube/log.h"
 
 namespace lockstep::local {
 

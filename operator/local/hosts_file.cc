@@ -3,8 +3,8 @@
 #include <map>
 #include <set>
 
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
-#include "operator/api/str_util.h"
 #include "operator/kube/label_selector.h"
 
 namespace lockstep::local {

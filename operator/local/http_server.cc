@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "operator/api/str_util.h"
-#include "operator/kube/log.h"
+#include "common/log.h"
+#include "common/str_util.h"
 
 namespace lockstep::local {
 

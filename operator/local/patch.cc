@@ -3,8 +3,8 @@
 #include <optional>
 #include <string>
 
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
-#include "operator/api/str_util.h"
 
 namespace lockstep::local {
 namespace {

@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "operator/api/str_util.h"
+#include "common/str_util.h"
 
 namespace lockstep::local {
 

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
-#include "operator/api/str_util.h"
 
 namespace lockstep::local {
 

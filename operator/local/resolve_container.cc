@@ -4,8 +4,8 @@
 #include <sstream>
 
 #include "absl/strings/escaping.h"
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
-#include "operator/api/str_util.h"
 
 namespace lockstep::local {
 

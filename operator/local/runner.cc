@@ -10,11 +10,11 @@
 #include <set>
 #include <thread>
 
+#include "common/log.h"
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
 #include "operator/api/object_meta.h"
-#include "operator/api/str_util.h"
 #include "operator/kube/api_error.h"
-#include "operator/kube/log.h"
 #include "operator/local/hosts_file.h"
 #include "operator/local/process_launcher.h"
 #include "operator/local/resolve_container.h"

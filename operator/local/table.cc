@@ -1,8 +1,8 @@
 #include "operator/local/table.h"
 
 #include "absl/time/clock.h"
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
-#include "operator/api/str_util.h"
 #include "operator/local/kinds/kind_strategy.h"
 
 namespace lockstep::local {

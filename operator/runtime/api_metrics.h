@@ -6,8 +6,8 @@
 
 #include <memory>
 
+#include "common/metrics.h"
 #include "operator/kube/transport.h"
-#include "operator/runtime/metrics.h"
 
 namespace lockstep::runtime {
 

@@ -4,8 +4,8 @@
 #include <boost/asio/thread_pool.hpp>
 #include <exception>
 
+#include "common/log.h"
 #include "operator/kube/api_error.h"
-#include "operator/kube/log.h"
 
 namespace lockstep::runtime {
 

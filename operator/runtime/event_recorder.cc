@@ -1,7 +1,7 @@
 #include "operator/runtime/event_recorder.h"
 
+#include "common/log.h"
 #include "operator/kube/api_error.h"
-#include "operator/kube/log.h"
 
 namespace lockstep::runtime {
 

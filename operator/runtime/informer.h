@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "operator/kube/log.h"
+#include "common/log.h"
 #include "operator/kube/rest_client.h"
 #include "operator/runtime/cache.h"
 #include "operator/runtime/watcher.h"

@@ -3,9 +3,9 @@
 #include <exception>
 #include <thread>
 
+#include "common/log.h"
 #include "operator/api/json_reader.h"
 #include "operator/kube/api_error.h"
-#include "operator/kube/log.h"
 
 namespace lockstep::runtime {
 

@@ -3,9 +3,9 @@
 #include <atomic>
 #include <memory>
 
+#include "common/log.h"
 #include "operator/api/json_reader.h"
 #include "operator/kube/api_error.h"
-#include "operator/kube/log.h"
 
 namespace lockstep::runtime {
 

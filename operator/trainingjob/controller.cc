@@ -2,8 +2,8 @@
 
 #include <thread>
 
+#include "common/log.h"
 #include "operator/api/enum_names.h"
-#include "operator/kube/log.h"
 #include "operator/runtime/controller.h"
 #include "operator/runtime/event_recorder.h"
 #include "operator/runtime/informer.h"

@@ -13,9 +13,9 @@
 #include <stop_token>
 #include <string>
 
+#include "common/metrics.h"
 #include "operator/kube/clock.h"
 #include "operator/kube/rest_client.h"
-#include "operator/runtime/metrics.h"
 #include "operator/runtime/watcher.h"
 #include "operator/trainingjob/progress.h"
 #include "operator/trainingjob/reconciler.h"

@@ -9,8 +9,8 @@
 #include <future>
 #include <thread>
 
+#include "common/str_util.h"
 #include "operator/api/manifest.h"
-#include "operator/api/str_util.h"
 #include "operator/kube/api_error.h"
 #include "operator/kube/clock.h"
 #include "operator/local/api_server.h"

@@ -1,8 +1,8 @@
 #include "operator/trainingjob/desired.h"
 
 #include "absl/strings/escaping.h"
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
-#include "operator/api/str_util.h"
 #include "operator/api/validation.h"
 #include "operator/trainingjob/labels.h"
 #include "operator/trainingjob/tf_config.h"

@@ -1,6 +1,6 @@
 #include "operator/trainingjob/expectations.h"
 
-#include "operator/kube/log.h"
+#include "common/log.h"
 
 namespace lockstep::trainingjob {
 

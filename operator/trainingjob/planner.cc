@@ -4,9 +4,9 @@
 #include <charconv>
 #include <map>
 
+#include "common/str_util.h"
 #include "operator/api/conditions.h"
 #include "operator/api/job_state.h"
-#include "operator/api/str_util.h"
 #include "operator/api/validation.h"
 #include "operator/trainingjob/failure.h"
 #include "operator/trainingjob/labels.h"

@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "operator/api/str_util.h"
+#include "common/str_util.h"
 #include "operator/api/trainingjob_json.h"
 #include "operator/kube/cpprest_transport.h"
 

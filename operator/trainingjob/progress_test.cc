@@ -3,7 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "operator/runtime/http_endpoints.h"
+#include "common/http_endpoints.h"
 
 namespace lockstep::trainingjob {
 namespace {

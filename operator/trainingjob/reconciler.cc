@@ -3,11 +3,11 @@
 #include <chrono>
 #include <random>
 
-#include "operator/api/str_util.h"
+#include "common/log.h"
+#include "common/str_util.h"
 #include "operator/api/trainingjob_json.h"
 #include "operator/api/validation.h"
 #include "operator/kube/api_error.h"
-#include "operator/kube/log.h"
 #include "operator/trainingjob/labels.h"
 
 namespace lockstep::trainingjob {

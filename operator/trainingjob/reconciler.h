@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "common/metrics.h"
 #include "operator/api/field_errors.h"
 #include "operator/api/trainingjob_types.h"
 #include "operator/kube/clock.h"
@@ -30,7 +31,6 @@
 #include "operator/runtime/cache.h"
 #include "operator/runtime/controller.h"
 #include "operator/runtime/event_recorder.h"
-#include "operator/runtime/metrics.h"
 #include "operator/trainingjob/expectations.h"
 #include "operator/trainingjob/planner.h"
 #include "operator/trainingjob/progress.h"

@@ -3,7 +3,7 @@
 #include <charconv>
 
 #include "absl/strings/str_split.h"
-#include "operator/api/str_util.h"
+#include "common/str_util.h"
 #include "operator/trainingjob/labels.h"
 #include "operator/trainingjob/planner.h"
 

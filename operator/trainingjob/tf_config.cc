@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "operator/api/str_util.h"
+#include "common/str_util.h"
 #include "operator/api/validation.h"
 
 namespace lockstep::trainingjob {

@@ -1,8 +1,9 @@
 #include "trainer/cli/termination.h"
 
 #include <fstream>
-#include <iostream>
 #include <nlohmann/json.hpp>
+
+#include "common/log.h"
 
 namespace lockstep::trainer {
 
@@ -10,7 +11,7 @@ void WriteTerminationMessage(const std::string& path, const std::string& reason,
                              const std::string& message) {
   nlohmann::json j = {{"reason", reason}, {"retryable", retryable}, {"message", message}};
   std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  std::cerr << "lockstep-trainer: " << reason << ": " << message << "\n";
+  kube::LogError("trainer", reason, ": ", message);
   if (path.empty()) return;
   std::ofstream out(path, std::ios::trunc);
   if (out) out << text;

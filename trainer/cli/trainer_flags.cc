@@ -2,12 +2,23 @@
 
 #include <algorithm>
 #include <charconv>
+#include <optional>
 
 namespace lockstep::trainer {
 namespace {
 
 absl::Status Bad(const std::string& flag, const std::string& value, const std::string& want) {
   return absl::InvalidArgumentError("--" + flag + ": \"" + value + "\" is not " + want);
+}
+
+// An enum flag: the parser's error, prefixed with the flag's name.
+template <typename E>
+absl::Status ParseInto(const std::string& flag, absl::StatusOr<E> parsed, E* out) {
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError("--" + flag + ": " + std::string(parsed.status().message()));
+  }
+  *out = *parsed;
+  return absl::OkStatus();
 }
 
 template <typename T>
@@ -49,6 +60,7 @@ Trains a model with a tf.distribute strategy and serves GET /progress and /metri
   --keep-checkpoints=K            (default 3)
   --threads=N                     GEMM threads (default 1)
   --metrics-port=PORT             /progress and /metrics (default 9464; 0 turns it off)
+  --log-format=text|json          log lines as text (default) or JSON objects
 
 GPUs:
   --device=auto|cpu|gpu           auto: the GPUs when any is visible, else the CPU (default auto)
@@ -70,7 +82,7 @@ Strategies (LOCKSTEP_STRATEGY, or --strategy):
 
 Environment: TF_CONFIG, LOCKSTEP_STRATEGY, LOCKSTEP_POD_IP (address to bind),
 LOCKSTEP_JOB_TOKEN (presented to and required of peers), LOCKSTEP_TERMINATION_LOG
-(default /dev/termination-log).
+(default /dev/termination-log), LOCKSTEP_LOG=debug (debug log lines too).
 Exit codes: 0 done; 2 bad flags or configuration; 3 bad data; 128+ retryable; 143 SIGTERM.
 )";
 }
@@ -84,6 +96,7 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
                                                  const std::map<std::string, std::string>& env) {
   TrainerConfig c;
   bool lr_set = false;
+  std::optional<std::string> strategy;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
     if (arg.rfind("--", 0) != 0) {
@@ -166,47 +179,36 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
       s = positive(&v);
       if (s.ok() && v > 256) s = Bad(name, value, "a thread count from 1 to 256");
       c.threads = static_cast<int>(v);
+    } else if (name == "log-format") {
+      if (value != "text" && value != "json") return Bad(name, value, "text or json");
+      c.json_logs = value == "json";
     } else if (name == "metrics-port") {
       if (!ParseNumber(value, &n) || n < 0 || n > 65535) return Bad(name, value, "a port");
       c.metrics_port = static_cast<int>(n);
     } else if (name == "strategy") {
-      c.strategy = value;
+      strategy = value;
     } else if (name == "replicas") {
       int64_t v = 0;
       s = positive(&v);
       if (s.ok() && v > 64) s = Bad(name, value, "a replica count from 1 to 64");
       c.replicas = static_cast<int>(v);
     } else if (name == "cross-device-ops") {
-      if (value != "all-reduce" && value != "hierarchical-copy" &&
-          value != "reduce-to-one-device") {
-        return Bad(name, value, "all-reduce, hierarchical-copy or reduce-to-one-device");
-      }
-      c.cross_device_ops = value;
+      s = ParseInto(name, ParseCrossDeviceOps(value), &c.cross_device_ops);
     } else if (name == "peer-timeout") {
       s = positive(&c.peer_timeout_seconds);
     } else if (name == "collective-timeout") {
       s = positive(&c.collective_timeout_seconds);
     } else if (name == "device") {
-      if (value != "auto" && value != "cpu" && value != "gpu") {
-        return Bad(name, value, "auto, cpu or gpu");
-      }
-      c.device = value;
+      s = ParseInto(name, ParseDevice(value), &c.device);
     } else if (name == "precision") {
-      if (value != "float32" && value != "mixed_float16" && value != "mixed_bfloat16") {
-        return Bad(name, value, "float32, mixed_float16 or mixed_bfloat16");
-      }
-      c.precision = value;
+      s = ParseInto(name, ParsePrecision(value), &c.precision);
     } else if (name == "tf32") {
       if (value != "true" && value != "false") return Bad(name, value, "true or false");
       c.tf32 = value == "true";
     } else if (name == "collective") {
-      if (value != "auto" && value != "nccl" && value != "ring") {
-        return Bad(name, value, "auto, nccl or ring");
-      }
-      c.collective = value;
+      s = ParseInto(name, ParseCollectiveBackend(value), &c.collective);
     } else if (name == "ps-mode") {
-      if (value != "async" && value != "sync") return Bad(name, value, "async or sync");
-      c.ps_mode = value;
+      s = ParseInto(name, ParsePsMode(value), &c.ps_mode);
     } else if (name == "backup-workers") {
       if (!ParseNumber(value, &n) || n < 0 || n > 64) return Bad(name, value, "0 to 64");
       c.backup_workers = static_cast<int>(n);
@@ -216,11 +218,11 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
     if (!s.ok()) return s;
   }
   if (!lr_set && c.optimizer == "sgd") c.learning_rate = 0.01f;
-  if (c.device == "cpu" && c.precision != "float32") {
-    return absl::InvalidArgumentError("--precision " + c.precision +
+  if (c.device == Device::kCpu && c.precision != Precision::kFloat32) {
+    return absl::InvalidArgumentError("--precision " + PrecisionName(c.precision) +
                                       " needs a GPU; --device cpu trains in float32");
   }
-  if (c.device == "cpu" && c.collective == "nccl") {
+  if (c.device == Device::kCpu && c.collective == CollectiveBackend::kNccl) {
     return absl::InvalidArgumentError("--collective nccl needs GPU replicas (--device cpu)");
   }
 
@@ -235,17 +237,16 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
     }
     c.tf_config = *parsed;
   }
-  bool strategy_flag = false;
-  for (const std::string& a : args) strategy_flag |= a.rfind("--strategy", 0) == 0;
-  if (std::string s = get("LOCKSTEP_STRATEGY"); !s.empty() && !strategy_flag) c.strategy = s;
-  static const char* kStrategies[] = {"OneDevice", "Mirrored", "CentralStorage",
-                                      "MultiWorkerMirrored", "ParameterServer"};
-  if (std::find(std::begin(kStrategies), std::end(kStrategies), c.strategy) ==
-      std::end(kStrategies)) {
-    return absl::InvalidArgumentError(
-        "strategy \"" + c.strategy +
-        "\" is not one of OneDevice, Mirrored, CentralStorage, MultiWorkerMirrored, "
-        "ParameterServer");
+  // The flag wins over the environment.
+  if (!strategy) {
+    if (std::string s = get("LOCKSTEP_STRATEGY"); !s.empty()) strategy = s;
+  }
+  if (strategy) {
+    absl::StatusOr<Strategy> parsed = ParseStrategy(*strategy);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError("strategy " + std::string(parsed.status().message()));
+    }
+    c.strategy = *parsed;
   }
   c.job_token = get("LOCKSTEP_JOB_TOKEN");
   if (std::string ip = get("LOCKSTEP_POD_IP"); !ip.empty()) c.bind_address = ip;

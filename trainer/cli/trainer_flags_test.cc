@@ -24,6 +24,11 @@ TEST(TrainerFlagsTest, Defaults) {
   EXPECT_EQ(c->bind_address, "0.0.0.0");
   EXPECT_EQ(c->termination_log, "/dev/termination-log");
   EXPECT_FALSE(c->tf_config.has_value());
+  EXPECT_EQ(c->strategy, Strategy::kOneDevice);
+  EXPECT_EQ(c->cross_device_ops, CrossDeviceOps::kAllReduce);
+  EXPECT_EQ(c->ps_mode, PsMode::kAsync);
+  EXPECT_FALSE(c->json_logs);
+  EXPECT_TRUE(ParseTrainerConfig({"--log-format=json"}, {})->json_logs);
   EXPECT_FLOAT_EQ(ParseTrainerConfig({"--optimizer=sgd"}, {})->learning_rate, 0.01f);
 }
 
@@ -54,7 +59,7 @@ TEST(TrainerFlagsTest, FlagsAndEnvironment) {
   EXPECT_EQ(c->metrics_port, 0);
   ASSERT_TRUE(c->tf_config.has_value());
   EXPECT_EQ(c->tf_config->task_index, 1);
-  EXPECT_EQ(c->strategy, "MultiWorkerMirrored");
+  EXPECT_EQ(c->strategy, Strategy::kMultiWorkerMirrored);
   EXPECT_EQ(c->bind_address, "127.0.3.4");
   EXPECT_EQ(c->termination_log, "/tmp/term");
 }
@@ -65,12 +70,12 @@ TEST(TrainerFlagsTest, StrategyFlagsAndTheJobToken) {
        "--peer-timeout=5", "--collective-timeout=60", "--ps-mode=sync", "--backup-workers=1"},
       {{"LOCKSTEP_STRATEGY", "MultiWorkerMirrored"}, {"LOCKSTEP_JOB_TOKEN", "s3cret"}});
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->strategy, "Mirrored");  // the flag wins over the environment
+  EXPECT_EQ(c->strategy, Strategy::kMirrored);  // the flag wins over the environment
   EXPECT_EQ(c->replicas, 4);
-  EXPECT_EQ(c->cross_device_ops, "hierarchical-copy");
+  EXPECT_EQ(c->cross_device_ops, CrossDeviceOps::kHierarchicalCopy);
   EXPECT_EQ(c->peer_timeout_seconds, 5);
   EXPECT_EQ(c->collective_timeout_seconds, 60);
-  EXPECT_EQ(c->ps_mode, "sync");
+  EXPECT_EQ(c->ps_mode, PsMode::kSync);
   EXPECT_EQ(c->backup_workers, 1);
   EXPECT_EQ(c->job_token, "s3cret");
 }
@@ -78,19 +83,19 @@ TEST(TrainerFlagsTest, StrategyFlagsAndTheJobToken) {
 TEST(TrainerFlagsTest, GpuFlags) {
   absl::StatusOr<TrainerConfig> d = ParseTrainerConfig({}, {});
   ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->device, "auto");
-  EXPECT_EQ(d->precision, "float32");
+  EXPECT_EQ(d->device, Device::kAuto);
+  EXPECT_EQ(d->precision, Precision::kFloat32);
   EXPECT_TRUE(d->tf32);
-  EXPECT_EQ(d->collective, "auto");
+  EXPECT_EQ(d->collective, CollectiveBackend::kAuto);
   absl::StatusOr<TrainerConfig> c =
       ParseTrainerConfig({"--device=gpu", "--precision=mixed_bfloat16", "--tf32=false",
                           "--collective=nccl", "--model=mlp-large"},
                          {});
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->device, "gpu");
-  EXPECT_EQ(c->precision, "mixed_bfloat16");
+  EXPECT_EQ(c->device, Device::kGpu);
+  EXPECT_EQ(c->precision, Precision::kMixedBfloat16);
   EXPECT_FALSE(c->tf32);
-  EXPECT_EQ(c->collective, "nccl");
+  EXPECT_EQ(c->collective, CollectiveBackend::kNccl);
   EXPECT_EQ(c->model, "mlp-large");
 }
 
@@ -120,6 +125,8 @@ TEST(TrainerFlagsTest, ErrorsNameTheFlagOrVariable) {
            {{"--precision=fp8"}, {}, "--precision"},
            {{"--tf32=maybe"}, {}, "--tf32"},
            {{"--collective=mpi"}, {}, "--collective"},
+           {{"--log-format=xml"}, {}, "--log-format"},
+           {{"--strategy="}, {}, "strategy \"\" is not one of"},
            {{"--device=cpu", "--precision=mixed_float16"},
             {},
             "--precision mixed_float16 needs a GPU"},

@@ -5,12 +5,13 @@
 #include <cstdio>
 #include <iostream>
 
+#include "common/log.h"
 #include "trainer/cli/termination.h"
 #include "trainer/cli/trainer_flags.h"
-#include "trainer/ps/ps_training.h"
 #include "trainer/strategy/data_parallel.h"
 #include "trainer/strategy/evaluator.h"
 #include "trainer/strategy/multi_worker.h"
+#include "trainer/strategy/parameter_server.h"
 
 extern char** environ;
 
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
                             std::string(config.status().message()));
     return kExitBadConfig;
   }
+  if (config->json_logs) lockstep::kube::SetLogFormat(lockstep::kube::LogFormat::kJson);
   if (config->help) {
     std::cout << TrainerUsage();
     return kExitOk;
@@ -49,17 +51,13 @@ int main(int argc, char** argv) {
     std::cout << "lockstep-trainer " << LOCKSTEP_VERSION << "\n";
     return kExitOk;
   }
-  int training_tasks = 1;
-  if (config->tf_config) {
-    training_tasks = static_cast<int>(config->tf_config->Hosts("chief").size() +
-                                      config->tf_config->Hosts("worker").size());
-  }
-  if ((config->strategy == "Mirrored" || config->strategy == "CentralStorage") &&
+  const int training_tasks = TrainingTasks(*config);
+  if ((config->strategy == Strategy::kMirrored || config->strategy == Strategy::kCentralStorage) &&
       training_tasks > 1) {
-    WriteTerminationMessage(config->termination_log, "BadConfig", false,
-                            config->strategy + " trains in one task, and TF_CONFIG has " +
-                                std::to_string(training_tasks) +
-                                " chief and worker tasks; use MultiWorkerMirrored");
+    WriteTerminationMessage(
+        config->termination_log, "BadConfig", false,
+        StrategyName(config->strategy) + " trains in one task, and TF_CONFIG has " +
+            std::to_string(training_tasks) + " chief and worker tasks; use MultiWorkerMirrored");
     return kExitBadConfig;
   }
   std::signal(SIGTERM, OnTerm);
@@ -74,8 +72,8 @@ int main(int argc, char** argv) {
       return kExitRetryable;
     }
     server = std::move(*s);
-    std::cerr << "lockstep-trainer: /progress and /metrics on " << config->bind_address << ":"
-              << server->port() << "\n";
+    lockstep::kube::LogInfo("trainer", "/progress and /metrics on ", config->bind_address, ":",
+                            server->port());
   }
 
   absl::StatusOr<TrainResult> r = absl::UnknownError("no strategy ran");
@@ -83,15 +81,23 @@ int main(int argc, char** argv) {
   if (task == "evaluator") {
     r = RunEvaluator(*config, &progress, &g_stop);
   } else if (task == "ps") {
-    r = ps::RunPsTask(*config, &g_stop);
-  } else if (config->strategy == "ParameterServer") {
-    r = ps::RunPsTrainer(*config, &progress, &g_stop);
-  } else if (config->strategy == "MultiWorkerMirrored") {
-    r = RunMultiWorkerMirrored(*config, &progress, &g_stop);
-  } else if (config->strategy == "Mirrored" || config->strategy == "CentralStorage") {
-    r = RunMirrored(*config, &progress, &g_stop);
+    r = RunPsTask(*config, &g_stop);
   } else {
-    r = RunOneDevice(*config, &progress, &g_stop);
+    switch (config->strategy) {
+      case Strategy::kParameterServer:
+        r = RunPsTrainer(*config, &progress, &g_stop);
+        break;
+      case Strategy::kMultiWorkerMirrored:
+        r = RunMultiWorkerMirrored(*config, &progress, &g_stop);
+        break;
+      case Strategy::kMirrored:
+      case Strategy::kCentralStorage:
+        r = RunMirrored(*config, &progress, &g_stop);
+        break;
+      case Strategy::kOneDevice:
+        r = RunOneDevice(*config, &progress, &g_stop);
+        break;
+    }
   }
   if (!r.ok()) {
     const std::string msg(r.status().message());

@@ -1,6 +1,6 @@
 #include "trainer/progress/progress.h"
 
-#include "operator/runtime/metrics.h"
+#include "common/metrics.h"
 
 #include <cmath>
 

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
-#include "operator/runtime/http_endpoints.h"
+#include "common/http_endpoints.h"
 
 namespace lockstep::trainer {
 

@@ -2,18 +2,22 @@
 // The synchronous data-parallel training loop, one call per replica, computing on a CPU or GPU
 // engine (engine.h). OneDevice is one replica alone; Mirrored and CentralStorage run several as
 // threads (on CPU threads over the in-process backend, or one per GPU over NCCL);
-// MultiWorkerMirrored runs one per process over the ring or NCCL. Every replica:
-//   - builds the model from the seed; the chief (rank 0) resumes from the newest checkpoint
-//     and broadcasts weights, optimizer state and the data position, so every replica starts
-//     from the chief's state;
-//   - takes its shard of every global batch (--batch-size is global; it must divide by the
-//     replica count);
-//   - reduces gradients in buckets while backward runs (BucketReducer), averaging them, then
-//     applies the optimizer: on every replica (identical weights follow), or for
-//     CentralStorage once, on the chief's variables, which are then broadcast;
-//   - all-reduces a step trailer {stop requested, loss, correct, samples}: a stop request on
-//     any replica ends every replica at the same step, after the chief checkpoints (a
-//     coordinated checkpoint), and the progress the chief reports covers the global batch.
+// MultiWorkerMirrored runs one per process over the ring or NCCL. RunReplica reads as its
+// steps; every replica:
+//   1. builds the model from the seed and starts from the chief's state (initial_state.h:
+//      the chief resumes from the newest checkpoint and broadcasts a typed header, weights
+//      and optimizer state);
+//   2. takes its shard of every global batch (--batch-size is global; it must divide by the
+//      replica count);
+//   3. runs the steps: reduces gradients in buckets while backward runs (BucketReducer),
+//      averaging them, then updates the variables (updater.h): on every replica (identical
+//      weights follow), or for CentralStorage once, on the chief's variables, which are then
+//      broadcast;
+//      each step all-reduces a trailer {stop requested, loss, correct, samples}: a stop
+//      request on any replica ends every replica at the same step, after the chief
+//      checkpoints (a coordinated checkpoint), and the progress the chief reports covers the
+//      global batch;
+//   4. evaluates on the test set (when asked).
 // Errors: as RunOneDevice's, plus Aborted ("peer lost: ...") when a collective fails.
 // Thread-safety: one call per replica thread.
 

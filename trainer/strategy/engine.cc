@@ -52,22 +52,21 @@ class CpuEngine final : public Engine {
 
 absl::StatusOr<Placement> PlaceReplicas(const TrainerConfig& c) {
   const cuda::GpuCountResult n =
-      c.device == "cpu" ? cuda::GpuCountResult{0, "--device cpu"} : cuda::GpuCount();
-  if (c.device == "gpu" && n.count == 0) {
+      c.device == Device::kCpu ? cuda::GpuCountResult{0, "--device cpu"} : cuda::GpuCount();
+  if (c.device == Device::kGpu && n.count == 0) {
     return absl::FailedPreconditionError(absl::StrCat("--device gpu: ", n.why_none));
   }
   Placement p{.gpu = n.count > 0, .gpus = n.count};
-  if (!p.gpu && c.precision != "float32") {
-    return absl::FailedPreconditionError(absl::StrCat("--precision ", c.precision,
+  if (!p.gpu && c.precision != Precision::kFloat32) {
+    return absl::FailedPreconditionError(absl::StrCat("--precision ", PrecisionName(c.precision),
                                                       " needs a GPU; the replicas run on the CPU (",
                                                       n.why_none, ")"));
   }
-  if (c.precision == "mixed_float16" &&
-      (c.strategy == "CentralStorage" || c.strategy == "ParameterServer")) {
+  if (c.precision == Precision::kMixedFloat16 && VariablesOnHost(c.strategy)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--precision mixed_float16 needs the optimizer on the GPU (dynamic loss scaling skips "
         "overflowing steps there); ",
-        c.strategy, " updates variables on the host: use mixed_bfloat16"));
+        StrategyName(c.strategy), " updates variables on the host: use mixed_bfloat16"));
   }
   return p;
 }

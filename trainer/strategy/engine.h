@@ -17,8 +17,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "trainer/cli/trainer_flags.h"
 #include "trainer/comm/collective.h"
+#include "trainer/config/trainer_config.h"
 #include "trainer/data/batcher.h"
 #include "trainer/strategy/session.h"
 

@@ -1,10 +1,10 @@
 #include "trainer/strategy/evaluator.h"
 
-#include <iostream>
 #include <thread>
 
+#include "common/log.h"
 #include "trainer/data/batcher.h"
-#include "trainer/ps/ps_training.h"
+#include "trainer/strategy/parameter_server.h"
 
 namespace lockstep::trainer {
 
@@ -20,21 +20,15 @@ absl::StatusOr<TrainResult> RunEvaluator(const TrainerConfig& c, ProgressTracker
   absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(c.model, c.seed);
   if (!model.ok()) return model.status();
   // The last step of the run being evaluated.
-  int trainers = 1;
-  if (c.tf_config) {
-    trainers =
-        static_cast<int>(c.tf_config->Hosts("chief").size() + c.tf_config->Hosts("worker").size());
-  }
   int64_t total = 0;
-  if (c.strategy == "ParameterServer") {
-    total = ps::PsTotalSteps(c, data->train.size(), std::max(trainers, 1));
+  if (c.strategy == Strategy::kParameterServer) {
+    total = PsTotalSteps(c, data->train.size(), std::max(TrainingTasks(c), 1));
   } else {
     const int64_t per_epoch = data->train.size() / c.batch_size;
     total = c.steps ? *c.steps : c.epochs * per_epoch;
   }
   if (progress) progress->SetTotalSteps(total);
-  std::cerr << "lockstep-trainer: evaluator watching " << c.checkpoint_dir << " until step "
-            << total << "\n";
+  kube::LogInfo("evaluator", "watching ", c.checkpoint_dir, " until step ", total);
   TrainResult result;
   int64_t last = -1;
   while (!stop->load()) {

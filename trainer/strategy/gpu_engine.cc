@@ -26,9 +26,9 @@ class GpuEngine final : public Engine {
     e->optimizer_name_ = c.optimizer;
     e->momentum_ = c.momentum;
     e->precision_ = c.precision;
-    const DType compute = c.precision == "mixed_float16"    ? DType::kF16
-                          : c.precision == "mixed_bfloat16" ? DType::kBF16
-                                                            : DType::kF32;
+    const DType compute = c.precision == Precision::kMixedFloat16    ? DType::kF16
+                          : c.precision == Precision::kMixedBfloat16 ? DType::kBF16
+                                                                     : DType::kF32;
     e->scaler_ = compute == DType::kF16 ? LossScaler() : LossScaler::Fixed(1.0f);
     absl::StatusOr<std::unique_ptr<cuda::GpuContext>> ctx =
         cuda::GpuContext::Create(device, {.tf32 = c.tf32});
@@ -60,7 +60,7 @@ class GpuEngine final : public Engine {
 
   std::string Describe() const override {
     const cuda::DeviceInfo& d = ctx_->info();
-    std::string out = absl::StrCat("GPU ", d.index, " (", d.name, "), ", precision_,
+    std::string out = absl::StrCat("GPU ", d.index, " (", d.name, "), ", PrecisionName(precision_),
                                    ctx_->tf32() ? ", TF32 on" : ", TF32 off");
     if (comm_ != nullptr) {
       absl::StrAppend(&out, comm_->device_buffers() ? ", gradients reduced in device memory"
@@ -150,7 +150,7 @@ class GpuEngine final : public Engine {
 
   absl::StatusOr<bool> Apply(float lr) override {
     const float factor = GradFactor();
-    if (precision_ == "mixed_float16") {
+    if (precision_ == Precision::kMixedFloat16) {
       // Every replica holds the same reduced gradients, so all make the same choice.
       absl::StatusOr<bool> finite = cuda::AllFinite(ctx_.get(), dm_->grads(), dm_->flat_size());
       if (!finite.ok()) return finite.status();
@@ -220,7 +220,8 @@ class GpuEngine final : public Engine {
   }
 
   comm::Collective* comm_ = nullptr;
-  std::string optimizer_name_, precision_;
+  std::string optimizer_name_;
+  Precision precision_ = Precision::kFloat32;
   float momentum_ = 0;
   LossScaler scaler_;
   std::unique_ptr<cuda::GpuContext> ctx_;

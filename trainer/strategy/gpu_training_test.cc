@@ -35,9 +35,9 @@ class GpuTrainingTest : public ::testing::Test {
   }
   static TrainerConfig Config(const std::string& model, const std::string& precision) {
     TrainerConfig c;
-    c.device = "gpu";
+    c.device = Device::kGpu;
     c.model = model;
-    c.precision = precision;
+    c.precision = *ParsePrecision(precision);
     c.dataset = "synthetic";
     c.synthetic_size = 4096;
     c.batch_size = 64;
@@ -75,8 +75,8 @@ TEST_F(GpuTrainingTest, OneStepMatchesTheCpuEngineInEveryPrecision) {
       Batcher batches(&data->train, {.global_batch = 64, .seed = 3});
       Batch b = batches.Next();
       TrainerConfig cc = c;
-      cc.device = "cpu";
-      cc.precision = "float32";
+      cc.device = Device::kCpu;
+      cc.precision = Precision::kFloat32;
       absl::StatusOr<std::unique_ptr<Engine> > cpu = MakeEngine(cc, {}, 0, nullptr);
       absl::StatusOr<std::unique_ptr<Engine> > gpu =
           MakeEngine(c, {.gpu = true, .gpus = 1}, 0, nullptr);
@@ -102,7 +102,7 @@ TEST_F(GpuTrainingTest, OneStepMatchesTheCpuEngineInEveryPrecision) {
 
 TEST_F(GpuTrainingTest, CnnTrainsAsWellAsOnTheCpu) {
   TrainerConfig cc = Config("cnn", "float32");
-  cc.device = "cpu";
+  cc.device = Device::kCpu;
   absl::StatusOr<Datasets> data = LoadDatasets(cc);
   ASSERT_TRUE(data.ok());
   absl::StatusOr<TrainResult> cpu_run = RunReplica(cc, *data, {});
@@ -119,14 +119,14 @@ TEST_F(GpuTrainingTest, CnnTrainsAsWellAsOnTheCpu) {
 
 TEST_F(GpuTrainingTest, MirroredOverEveryGpuWithNccl) {
   TrainerConfig c = Config("mlp", "float32");
-  c.strategy = "Mirrored";
+  c.strategy = Strategy::kMirrored;
   std::atomic<bool> stop{false};
   absl::StatusOr<TrainResult> r = RunMirrored(c, nullptr, &stop);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_GT(r->test_accuracy, 0.8);
   // CentralStorage: variables on the host, compute on the GPUs.
-  c.strategy = "CentralStorage";
-  c.precision = "mixed_bfloat16";
+  c.strategy = Strategy::kCentralStorage;
+  c.precision = Precision::kMixedBfloat16;
   absl::StatusOr<TrainResult> central = RunMirrored(c, nullptr, &stop);
   ASSERT_TRUE(central.ok()) << central.status();
   EXPECT_GT(central->test_accuracy, 0.8);

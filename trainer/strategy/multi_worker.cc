@@ -1,13 +1,14 @@
 #include "trainer/strategy/multi_worker.h"
 
-#include <iostream>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "trainer/comm/coordination.h"
 #include "trainer/comm/nccl.h"
 #include "trainer/comm/ring.h"
 #include "trainer/kernels/cpu/gemm.h"
+#include "trainer/strategy/collective_choice.h"
 
 namespace lockstep::trainer {
 
@@ -32,25 +33,11 @@ absl::StatusOr<World> TrainingWorld(const TfConfig& tf) {
   return w;
 }
 
-absl::StatusOr<std::string> ChooseCollective(const std::string& flag, bool gpu, bool nccl_built) {
-  if (flag == "ring") return std::string("ring");
-  if (flag == "nccl") {
-    if (!gpu) {
-      return absl::FailedPreconditionError("--collective nccl: the replicas run on the CPU");
-    }
-    if (!nccl_built) {
-      return absl::FailedPreconditionError("--collective nccl: this build has no NCCL");
-    }
-    return std::string("nccl");
-  }
-  return std::string(gpu && nccl_built ? "nccl" : "ring");
-}
-
 absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
                                                    ProgressTracker* progress,
                                                    const std::atomic<bool>* stop) {
   if (!c.tf_config) {
-    std::cerr << "lockstep-trainer: MultiWorkerMirrored without TF_CONFIG: one worker\n";
+    kube::LogInfo("strategy", "MultiWorkerMirrored without TF_CONFIG: one worker");
     return RunOneDevice(c, progress, stop);
   }
   absl::StatusOr<World> world = TrainingWorld(*c.tf_config);
@@ -69,6 +56,14 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
   absl::StatusOr<std::pair<std::string, int>> self = comm::SplitHostPort(world->addresses[rank]);
   if (!self.ok()) return self.status();
 
+  // The backend is chosen before any connection: a configuration no candidate serves is
+  // BadConfig, found without waiting for peers.
+  absl::StatusOr<Placement> place = PlaceReplicas(c);
+  if (!place.ok()) return place.status();
+  const std::vector<CollectiveCandidate> candidates = MultiWorkerCollectives(comm::NcclBuilt());
+  absl::StatusOr<CollectiveChoice> choice = ChooseCollective(candidates, c.collective, *place);
+  if (!choice.ok()) return choice.status();
+
   std::unique_ptr<comm::CoordinationServer> server;
   if (rank == 0) {
     auto s = comm::CoordinationServer::Start(
@@ -77,52 +72,23 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
     if (!s.ok()) return absl::UnavailableError(s.status().message());
     server = std::move(*s);
   }
-  auto fail = [](const absl::Status& s) {
-    return absl::AbortedError(absl::StrCat("peer lost: ", s.message()));
-  };
   comm::CoordinationClient coord(world->addresses[0], c.job_token, rank, n, task);
   if (absl::Status s = coord.Join(setup); !s.ok()) {
-    return absl::IsPermissionDenied(s) ? absl::PermissionDeniedError(s.message()) : fail(s);
+    if (absl::IsPermissionDenied(s)) return absl::PermissionDeniedError(s.message());
+    return absl::AbortedError(absl::StrCat("peer lost: ", s.message()));
   }
-  absl::StatusOr<Placement> place = PlaceReplicas(c);
-  if (!place.ok()) return place.status();
-  absl::StatusOr<std::string> backend =
-      ChooseCollective(c.collective, place->gpu, comm::NcclBuilt());
-  if (!backend.ok()) return backend.status();
-  absl::StatusOr<std::unique_ptr<comm::Collective>> ring;
-  if (*backend == "nccl") {
-    // The NCCL unique id travels through the coordination service; each process trains on
-    // its first visible GPU.
-    ring = comm::ConnectNccl(
-        rank, n, 0, [&](const std::string& id) { return coord.Set("nccl/id", id); },
-        [&] { return coord.Get("nccl/id", setup); }, setup);
-    if (!ring.ok()) return fail(ring.status());
-  } else {
-    auto listener = comm::RingListener::Bind(c.bind_address, 0);
-    if (!listener.ok()) return listener.status();
-    if (absl::Status s = coord.Set(absl::StrCat("ring/", rank),
-                                   absl::StrCat(self->first, ":", (*listener)->port()));
-        !s.ok()) {
-      return fail(s);
-    }
-    comm::RingOptions ro;
-    ro.rank = rank;
-    ro.token = c.job_token;
-    ro.listener = std::move(*listener);
-    ro.connect_timeout = setup;
-    ro.timeout = absl::Seconds(c.collective_timeout_seconds);
-    for (int r = 0; r < n; ++r) {
-      absl::StatusOr<std::string> a = coord.Get(absl::StrCat("ring/", r), setup);
-      if (!a.ok()) return fail(a.status());
-      ro.addresses.push_back(*a);
-    }
-    ring = comm::ConnectRing(std::move(ro));
-    if (!ring.ok()) return fail(ring.status());
-  }
-  std::cerr << "lockstep-trainer: MultiWorkerMirrored rank " << rank << " of " << n << " (" << task
-            << "); collectives: "
-            << (*backend == "nccl" ? "NCCL (GPU replicas)" : "ring all-reduce over TCP")
-            << (place->gpu ? "" : " (CPU tensors)") << "\n";
+  absl::StatusOr<std::unique_ptr<comm::Collective>> ring =
+      choice->chosen->connect({.rank = rank,
+                               .world_size = n,
+                               .self_host = self->first,
+                               .bind_address = c.bind_address,
+                               .token = c.job_token,
+                               .coord = &coord,
+                               .setup_timeout = setup,
+                               .collective_timeout = absl::Seconds(c.collective_timeout_seconds)});
+  if (!ring.ok()) return ring.status();
+  kube::LogInfo("collective", "MultiWorkerMirrored rank ", rank, " of ", n, " (", task,
+                "); collectives: ", choice->Describe(), place->gpu ? "" : " (CPU tensors)");
 
   std::mutex lost_mu;
   absl::Status lost;

@@ -7,9 +7,10 @@
 //   3. every rank reads the others' addresses and joins the ring (token handshake);
 //   4. heartbeats start: a peer silent for --peer-timeout, or a coordinator gone, aborts the
 //      ring, so no rank hangs in a collective;
-//   5. the synchronous loop runs (data_parallel.h) over the chosen backend, which is logged:
-//      --collective auto takes NCCL when the replicas are on GPUs (its unique id shared
-//      through the coordination service instead of steps 2-3) and the TCP ring otherwise.
+//   5. the synchronous loop runs (data_parallel.h) over the chosen backend, which is logged
+//      with the candidates it skipped (collective_choice.h): --collective auto takes NCCL when
+//      the replicas are on GPUs (its unique id shared through the coordination service
+//      instead of steps 2-3) and the TCP ring otherwise.
 // A stop request (SIGTERM) on any rank reaches the others through the step trailer and the
 // heartbeats, and the chief checkpoints before everyone exits.
 // Thread-safety: one call per process.
@@ -27,10 +28,6 @@ struct World {
   std::vector<std::string> addresses;
 };
 absl::StatusOr<World> TrainingWorld(const TfConfig& tf);
-
-// "nccl" or "ring" for --collective `flag` (auto, nccl, ring); FailedPrecondition for nccl
-// without GPU replicas or without NCCL in the build.
-absl::StatusOr<std::string> ChooseCollective(const std::string& flag, bool gpu, bool nccl_built);
 
 absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
                                                    ProgressTracker* progress,

@@ -1,12 +1,35 @@
 #include "trainer/strategy/session.h"
 
 #include <chrono>
-#include <iostream>
+
+#include "common/log.h"
 
 namespace lockstep::trainer {
 
 double MonotonicSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::vector<float> PackTensors(const std::vector<Tensor*>& ts) {
+  int64_t n = 0;
+  for (Tensor* t : ts) n += t->size();
+  std::vector<float> flat;
+  flat.reserve(static_cast<size_t>(n));
+  for (Tensor* t : ts) flat.insert(flat.end(), t->data(), t->data() + t->size());
+  return flat;
+}
+
+void UnpackTensors(const std::vector<float>& flat, const std::vector<Tensor*>& ts) {
+  const float* src = flat.data();
+  for (Tensor* t : ts) {
+    std::copy_n(src, t->size(), t->data());
+    src += t->size();
+  }
+}
+
+absl::Status PeerLost(const absl::Status& s) {
+  if (s.ok()) return s;
+  return absl::AbortedError("peer lost: " + std::string(s.message()));
 }
 
 absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c) {
@@ -73,7 +96,7 @@ absl::StatusOr<std::optional<CheckpointState>> NewestCheckpoint(const TrainerCon
   absl::StatusOr<std::optional<CheckpointState>> latest =
       LoadLatestCheckpoint(c.checkpoint_dir, &skipped);
   for (const std::string& why : skipped) {
-    std::cerr << "lockstep-trainer: warning: skipping checkpoint: " << why << "\n";
+    kube::LogWarning("checkpoint", "skipping checkpoint: ", why);
   }
   return latest;
 }

@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "trainer/checkpoint/checkpoint.h"
-#include "trainer/cli/trainer_flags.h"
+#include "trainer/config/trainer_config.h"
 #include "trainer/data/dataset.h"
 #include "trainer/model/model.h"
 #include "trainer/optim/optimizer.h"
@@ -46,5 +46,12 @@ struct Evaluation {
 Evaluation Evaluate(Model* model, const Dataset& test);
 
 double MonotonicSeconds();
+
+// The tensors' values end to end, for a broadcast, and back into the same tensors.
+std::vector<float> PackTensors(const std::vector<Tensor*>& ts);
+void UnpackTensors(const std::vector<float>& flat, const std::vector<Tensor*>& ts);
+
+// A failed collective means a peer is gone: Aborted ("peer lost: ..."), retryable. OK stays OK.
+absl::Status PeerLost(const absl::Status& s);
 
 }  // namespace lockstep::trainer

@@ -29,7 +29,7 @@ std::string TempDir(const std::string& name) {
 TrainerConfig Config(const std::string& dir, const std::string& optimizer, int64_t batch,
                      int64_t steps) {
   TrainerConfig c;
-  c.device = "cpu";  // the comparisons below are bit for bit, which NCCL's sums are not
+  c.device = Device::kCpu;  // the comparisons below are bit for bit, which NCCL's sums are not
   c.model = "mlp";
   c.dataset = "synthetic";
   c.synthetic_size = 2048;
@@ -239,32 +239,20 @@ TEST(PeerLostTest, AReplicaWhoseGroupIsAbortedEndsWithPeerLost) {
   }
 }
 
-TEST(ChooseCollectiveTest, AutoTakesNcclForGpuReplicasOnly) {
-  EXPECT_EQ(*ChooseCollective("auto", true, true), "nccl");
-  EXPECT_EQ(*ChooseCollective("auto", false, true), "ring");
-  EXPECT_EQ(*ChooseCollective("auto", true, false), "ring");
-  EXPECT_EQ(*ChooseCollective("ring", true, true), "ring");
-  EXPECT_EQ(*ChooseCollective("nccl", true, true), "nccl");
-  absl::StatusOr<std::string> cpu = ChooseCollective("nccl", false, true);
-  ASSERT_FALSE(cpu.ok());
-  EXPECT_NE(cpu.status().message().find("run on the CPU"), std::string::npos) << cpu.status();
-  EXPECT_FALSE(ChooseCollective("nccl", true, false).ok());
-}
-
 TEST(PlaceReplicasTest, CpuPlacementAndPrecisionErrors) {
   TrainerConfig c = Config("", "sgd", 32, 4);
   absl::StatusOr<Placement> p = PlaceReplicas(c);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_FALSE(p->gpu);
-  c.precision = "mixed_bfloat16";
+  c.precision = Precision::kMixedBfloat16;
   absl::StatusOr<Placement> mixed = PlaceReplicas(c);
   ASSERT_FALSE(mixed.ok());
   EXPECT_TRUE(absl::IsFailedPrecondition(mixed.status()));
   EXPECT_NE(mixed.status().message().find("needs a GPU"), std::string::npos) << mixed.status();
   // Asking for a GPU where there is none (or none in this build) says why.
   if (cuda::GpuCount().count == 0) {
-    c.precision = "float32";
-    c.device = "gpu";
+    c.precision = Precision::kFloat32;
+    c.device = Device::kGpu;
     absl::StatusOr<Placement> gpu = PlaceReplicas(c);
     ASSERT_FALSE(gpu.ok());
     EXPECT_NE(gpu.status().message().find("--device gpu: "), std::string::npos) << gpu.status();
@@ -274,9 +262,9 @@ TEST(PlaceReplicasTest, CpuPlacementAndPrecisionErrors) {
 TEST(PlaceReplicasTest, Fp16IsRefusedWhereVariablesLiveOnTheHost) {
   if (cuda::GpuCount().count == 0) GTEST_SKIP() << "the check follows the GPU placement";
   TrainerConfig c = Config("", "sgd", 32, 4);
-  c.device = "gpu";
-  c.precision = "mixed_float16";
-  c.strategy = "CentralStorage";
+  c.device = Device::kGpu;
+  c.precision = Precision::kMixedFloat16;
+  c.strategy = Strategy::kCentralStorage;
   absl::StatusOr<Placement> p = PlaceReplicas(c);
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("use mixed_bfloat16"), std::string::npos) << p.status();

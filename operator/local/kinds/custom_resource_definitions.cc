@@ -2,9 +2,9 @@
 // schemas are required, a valid CRD is Established at once, its types are served from the
 // moment it is stored, and its custom resources go with it.
 
+#include "common/str_util.h"
 #include "operator/api/crd_schema.h"
 #include "operator/api/json_reader.h"
-#include "operator/api/str_util.h"
 #include "operator/local/kinds/kind_strategy.h"
 #include "operator/local/object_util.h"
 

@@ -2,9 +2,9 @@
 // fieldValidation=Strict) and validates; with a status subresource, status is set through
 // /status only; the CRD's additionalPrinterColumns are the table.
 
+#include "common/str_util.h"
 #include "operator/api/crd_schema.h"
 #include "operator/api/json_reader.h"
-#include "operator/api/str_util.h"
 #include "operator/local/kinds/kind_strategy.h"
 
 namespace lockstep::local {

@@ -1,7 +1,7 @@
 // Events: the columns `kubectl get events` shows (Last Seen, Type, Reason, Object, Message).
 
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
-#include "operator/api/str_util.h"
 #include "operator/local/kinds/kind_strategy.h"
 
 namespace lockstep::local {

@@ -1,7 +1,7 @@
 // Namespaces: Active on create, a default ServiceAccount in each, and their contents removed
 // with them. Their metadata.finalizers do not hold up deletion here.
 
-#include "operator/api/str_util.h"
+#include "common/str_util.h"
 #include "operator/local/kinds/kind_strategy.h"
 #include "operator/local/object_util.h"
 

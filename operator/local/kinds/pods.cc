@@ -1,8 +1,8 @@
 // Pods: kubelet-facing defaults, a container required, graceful deletion (a pod on a node is
 // marked and stops before the runner removes it), and the Ready/Status/Restarts columns.
 
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
-#include "operator/api/str_util.h"
 #include "operator/local/kinds/kind_strategy.h"
 
 namespace lockstep::local {

@@ -3,9 +3,9 @@
 
 #include <atomic>
 
+#include "common/str_util.h"
 #include "operator/api/json_reader.h"
 #include "operator/api/object_meta.h"
-#include "operator/api/str_util.h"
 #include "operator/local/kinds/kind_strategy.h"
 
 namespace lockstep::local {

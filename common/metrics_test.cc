@@ -1,4 +1,4 @@
-#include "operator/runtime/metrics.h"
+#include "common/metrics.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include "operator/runtime/http_endpoints.h"
+#include "common/http_endpoints.h"
 
 namespace lockstep::runtime {
 namespace {

@@ -2,7 +2,7 @@
 // Metrics: a small Prometheus registry (counters, gauges, histograms with labels) and its text
 // exposition format, version 0.0.4. Collectors run at scrape time, for gauges that are a view
 // of a cache (jobs by state). Debian packages no Prometheus client library for C++, and the
-// operator needs only these three types.
+// operator and the trainer need only these three types. (Namespace kept from the operator.)
 // Thread-safety: thread-safe.
 
 #include <functional>

@@ -1,4 +1,4 @@
-#include "operator/kube/log.h"
+#include "common/log.h"
 
 #include <atomic>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "operator/runtime/http_endpoints.h"
+#include "common/http_endpoints.h"
 
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -9,8 +9,8 @@
 #include <boost/beast/http.hpp>
 #include <thread>
 
-#include "operator/api/str_util.h"
-#include "operator/kube/log.h"
+#include "common/log.h"
+#include "common/str_util.h"
 
 namespace lockstep::runtime {
 

@@ -1,5 +1,6 @@
 #pragma once
-// ParameterServer training (tf.distribute's ParameterServerStrategy, in the TF_CONFIG form):
+// ParameterServer training (tf.distribute's ParameterServerStrategy, in the TF_CONFIG form),
+// over the variable service and shard store of trainer/ps:
 //   ps tasks       serve their shards of the variables (RunPsTask) until SIGTERM;
 //   chief/workers  train: pull the variables, compute gradients on their own shard of the data,
 //                  push them; the optimizer runs on the PS (RunPsTrainer). Asynchronous by
@@ -16,10 +17,9 @@
 
 #include <atomic>
 
-#include "trainer/ps/partition.h"
 #include "trainer/strategy/data_parallel.h"
 
-namespace lockstep::trainer::ps {
+namespace lockstep::trainer {
 
 absl::StatusOr<TrainResult> RunPsTask(const TrainerConfig& c, const std::atomic<bool>* stop);
 absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker* progress,
@@ -28,4 +28,4 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
 // Global steps of a ParameterServer run with `trainers` training tasks.
 int64_t PsTotalSteps(const TrainerConfig& c, int64_t train_size, int trainers);
 
-}  // namespace lockstep::trainer::ps
+}  // namespace lockstep::trainer

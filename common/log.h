@@ -1,6 +1,8 @@
 #pragma once
-// Minimal structured logging for the operator: one line per message on stderr,
-// "2026-11-21T17:05:00.123Z I watcher] message". Tests may install a sink to capture lines.
+// Minimal structured logging for the operator and the trainer, in one line format: one line
+// per message on stderr, "2026-11-21T17:05:00.123Z I watcher] message", or JSON objects.
+// Tests may install a sink to capture lines. The namespace is the operator's, where this
+// began; the code depends on nothing of it.
 // Nothing that is a secret (tokens, keys, Secret data) may be passed here.
 // Thread-safety: thread-safe.
 
@@ -8,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "operator/api/str_util.h"
+#include "common/str_util.h"
 
 namespace lockstep::kube {
 

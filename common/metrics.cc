@@ -1,4 +1,4 @@
-#include "operator/runtime/metrics.h"
+#include "common/metrics.h"
 
 #include <algorithm>
 #include <cmath>

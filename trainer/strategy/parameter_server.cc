@@ -1,17 +1,26 @@
-#include "trainer/ps/ps_training.h"
+#include "trainer/strategy/parameter_server.h"
 
-#include <iostream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "trainer/comm/ring.h"
 #include "trainer/data/batcher.h"
 #include "trainer/kernels/cpu/gemm.h"
+#include "trainer/ps/partition.h"
 #include "trainer/ps/ps_service.h"
 #include "trainer/strategy/multi_worker.h"
 
-namespace lockstep::trainer::ps {
+namespace lockstep::trainer {
 namespace {
+
+using ps::PlanShards;
+using ps::PsClient;
+using ps::PsServer;
+using ps::PushResult;
+using ps::ShardSpec;
+using ps::ShardValues;
+using ps::StoreConfig;
 
 absl::Status Lost(const absl::Status& s) {
   return absl::AbortedError(absl::StrCat("peer lost: ", s.message()));
@@ -51,8 +60,8 @@ absl::StatusOr<TrainResult> RunPsTask(const TrainerConfig& c, const std::atomic<
   absl::StatusOr<std::unique_ptr<PsServer>> server =
       PsServer::Start(c.bind_address, self->second, c.job_token);
   if (!server.ok()) return server.status();
-  std::cerr << "lockstep-trainer: parameter server " << c.tf_config->task_index << " serving on "
-            << c.bind_address << ":" << (*server)->port() << "\n";
+  kube::LogInfo("ps", "parameter server ", c.tf_config->task_index, " serving on ", c.bind_address,
+                ":", (*server)->port());
   while (!stop->load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   return absl::CancelledError(absl::StrCat("parameter server stopped by SIGTERM at version ",
                                            (*server)->store().version()));
@@ -68,7 +77,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
   const int trainers = static_cast<int>(world->addresses.size());
   const int rank = world->rank;
   const bool coordinator = rank == 0;
-  const bool sync = c.ps_mode == "sync";
+  const bool sync = c.ps_mode == PsMode::kSync;
   if (sync && c.backup_workers >= trainers) {
     return absl::InvalidArgumentError(absl::StrCat("--backup-workers ", c.backup_workers,
                                                    " leaves no gradient to aggregate from ",
@@ -154,7 +163,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
       }
       version = ck.step;
       result.resumed_from = ck.step;
-      std::cerr << "lockstep-trainer: resumed from step " << ck.step << "\n";
+      kube::LogInfo("checkpoint", "resumed from step ", ck.step);
     }
     for (int t = 0; t < nps; ++t) {
       ShardValues mine;
@@ -163,15 +172,14 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
       auto r = client.Init(t, Slice(specs, params, t), mine, sc, version);
       if (!r.ok()) return Lost(r.status());
       if (r->first) {
-        std::cerr << "lockstep-trainer: ps " << t << " already holds the variables (step "
-                  << r->second << ")\n";
+        kube::LogInfo("ps", "ps ", t, " already holds the variables (step ", r->second, ")");
       }
     }
   }
-  std::cerr << "lockstep-trainer: ParameterServer " << (sync ? "sync" : "async") << " training, "
-            << c.tf_config->task_type << " " << c.tf_config->task_index << " (trainer " << rank
-            << " of " << trainers << "), " << specs.size() << " variable shards on " << nps
-            << " ps tasks, " << total << " global steps\n";
+  kube::LogInfo("strategy", "ParameterServer ", PsModeName(c.ps_mode), " training, ",
+                c.tf_config->task_type, " ", c.tf_config->task_index, " (trainer ", rank, " of ",
+                trainers, "), ", specs.size(), " variable shards on ", nps, " ps tasks, ", total,
+                " global steps");
   if (progress) progress->SetTotalSteps(total);
 
   // Pulls every shard (waiting for `min_version`); returns the lowest version seen.
@@ -232,8 +240,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
     }
   }
   result.steps = version;
-  std::cerr << "lockstep-trainer: " << local_steps << " steps by this task, global step " << version
-            << "\n";
+  kube::LogInfo("strategy", local_steps, " steps by this task, global step ", version);
   if (progress) result.samples_per_second = progress->SteadySamplesPerSecond();
   if (coordinator) {
     if (absl::Status s = save(version); !s.ok()) return s;
@@ -244,4 +251,4 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
   return result;
 }
 
-}  // namespace lockstep::trainer::ps
+}  // namespace lockstep::trainer
