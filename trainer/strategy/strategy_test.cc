@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "trainer/comm/in_process.h"
 #include "trainer/comm/ring.h"
+#include "trainer/kernels/cpu/gemm.h"
 #include "trainer/kernels/cuda/gpu_available.h"
 #include "trainer/strategy/buckets.h"
 #include "trainer/strategy/data_parallel.h"
@@ -69,6 +70,7 @@ std::vector<absl::StatusOr<TrainResult>> RunGroup(
     std::vector<std::unique_ptr<comm::Collective>>& members, bool central = false,
     std::function<bool(int rank)> stop = nullptr) {
   const int n = static_cast<int>(members.size());
+  cpu::SetGemmThreads(ReplicaGemmThreads(c));  // as RunMirrored does
   std::vector<absl::StatusOr<TrainResult>> out(n, absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i) {
@@ -291,6 +293,20 @@ TEST(DataParallelTest, ABatchThatDoesNotDivideOverTheReplicasIsRefused) {
   for (auto& r : RunGroup(c, *data, members)) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
   }
+}
+
+// Several CPU replicas each call GEMM with one thread: OpenBLAS's own threads under
+// concurrent callers gave 4-replica SGD a 2e-3 error against one replica (see RunGroup).
+TEST(ReplicaGemmThreadsTest, CpuReplicasGetOneThreadEach) {
+  TrainerConfig c;
+  c.device = Device::kCpu;
+  c.threads = 4;
+  c.replicas = 1;
+  EXPECT_EQ(ReplicaGemmThreads(c), 4);
+  c.replicas = 2;
+  EXPECT_EQ(ReplicaGemmThreads(c), 1);
+  c.device = Device::kGpu;
+  EXPECT_EQ(ReplicaGemmThreads(c), 4);
 }
 
 }  // namespace
