@@ -46,6 +46,9 @@ struct Exchanger::Op {
   std::atomic<size_t> recvs_done{0};
   std::atomic<int64_t> last_progress{NowNs()};
   std::atomic<bool> failed{false};
+  // True while the sending thread is inside send(): the bytes may have reached the peer
+  // before sends_left says so.
+  std::atomic<bool> in_send{false};
   size_t si = 0, soff = 0;  // the sending thread's position
   size_t ri = 0, roff = 0;  // the receiving thread's position
   std::mutex mu;
@@ -174,9 +177,13 @@ void Exchanger::Pump(Op& op, bool send, bool recv) {
         waiting_on_recvs = true;
         break;
       }
+      op.in_send = true;
       const ssize_t k = u.bytes == op.soff ? 0
                                            : ::send(links_[u.peer]->fd(), u.ptr + op.soff,
                                                     u.bytes - op.soff, MSG_DONTWAIT | MSG_NOSIGNAL);
+      const int err = errno;
+      if (k < 0 || op.soff + static_cast<size_t>(k) < u.bytes) op.in_send = false;
+      errno = err;
       if (k < 0 && errno == EINTR) continue;
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
         fds.push_back({links_[u.peer]->fd(), POLLOUT | POLLRDHUP, 0});
@@ -189,6 +196,7 @@ void Exchanger::Pump(Op& op, bool send, bool recv) {
         op.soff = 0;
         ++op.si;
         --op.sends_left[u.peer];
+        op.in_send = false;
       }
     }
     while (recv && op.ri < op.recvs.size()) {
@@ -239,12 +247,13 @@ void Exchanger::Pump(Op& op, bool send, bool recv) {
     if (::poll(fds.data(), fds.size(), 100) <= 0) continue;
     for (size_t i = 0; i + 1 < fds.size(); ++i) {
       const bool ended = (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
-      if (ended && (i >= watched || (fds[i].events & POLLOUT) != 0)) {
-        for (size_t p = 0; p < links_.size(); ++p) {
-          if (links_[p] != nullptr && links_[p]->fd() == fds[i].fd) {
-            return Fail(op, Lost(static_cast<int>(p), true, "the peer closed it"));
-          }
-        }
+      if (!ended || (i < watched && (fds[i].events & POLLOUT) == 0)) continue;
+      for (size_t p = 0; p < links_.size(); ++p) {
+        if (links_[p] == nullptr || links_[p]->fd() != fds[i].fd) continue;
+        // A watched peer may have left because it got our last bytes the moment before the
+        // sending thread counted them: only bytes not yet handed to send() are owed.
+        if (i >= watched && (op.in_send || op.sends_left[p] == 0)) continue;
+        return Fail(op, Lost(static_cast<int>(p), true, "the peer closed it"));
       }
     }
   }
