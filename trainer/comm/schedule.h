@@ -71,7 +71,8 @@ struct AlgorithmEntry {
   // The ranks this rank exchanges data with (for setting up links once, at connect time).
   std::vector<int> (*peers)(int n, int rank);
   Schedule (*all_reduce)(int n, int rank, int64_t elems, int64_t unit_elems);
-  // Whether the automatic choice takes it for a buffer of `bytes` (first that fits wins).
+  // Whether the automatic choice takes it for a buffer of `bytes` among n ranks (the first
+  // that fits wins); `small_max_bytes` is the backend's option for small-message algorithms.
   bool (*fits)(int n, int64_t bytes, int64_t small_max_bytes);
 };
 

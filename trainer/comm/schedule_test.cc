@@ -204,9 +204,13 @@ TEST(ScheduleTest, TheSimulatorCatchesABrokenSchedule) {
 }
 
 TEST(ScheduleTest, TheRegistryPicksHalvingDoublingForSmallBuffersAndTheRingForLargeOnes) {
-  EXPECT_EQ(ChooseAllReduce(4, 4 << 10, 64 << 10, std::nullopt).id, Algorithm::kHalvingDoubling);
-  EXPECT_EQ(ChooseAllReduce(4, 1 << 20, 64 << 10, std::nullopt).id, Algorithm::kRing);
-  EXPECT_EQ(ChooseAllReduce(4, 4 << 10, 64 << 10, Algorithm::kRing).id, Algorithm::kRing);
+  const int64_t max = 1 << 20;
+  EXPECT_EQ(ChooseAllReduce(4, 1 << 20, max, std::nullopt).id, Algorithm::kHalvingDoubling);
+  EXPECT_EQ(ChooseAllReduce(4, 4 << 20, max, std::nullopt).id, Algorithm::kRing);
+  // Off a power of two only tiny buffers: the fold-in costs a whole extra buffer.
+  EXPECT_EQ(ChooseAllReduce(3, 16 << 10, max, std::nullopt).id, Algorithm::kHalvingDoubling);
+  EXPECT_EQ(ChooseAllReduce(3, 64 << 10, max, std::nullopt).id, Algorithm::kRing);
+  EXPECT_EQ(ChooseAllReduce(4, 4 << 10, max, Algorithm::kRing).id, Algorithm::kRing);
   EXPECT_EQ(ParseAlgorithm("halving-doubling"), Algorithm::kHalvingDoubling);
   EXPECT_EQ(ParseAlgorithm("ring"), Algorithm::kRing);
   EXPECT_EQ(ParseAlgorithm("tree"), std::nullopt);
