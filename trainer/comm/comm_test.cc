@@ -164,7 +164,7 @@ INSTANTIATE_TEST_SUITE_P(Sizes, CollectiveSweep,
                          SweepName);
 // 64 Mi elements (256 MiB per rank).
 INSTANTIATE_TEST_SUITE_P(Large, CollectiveSweep,
-                         ::testing::Combine(kAllBackends, ::testing::Values(2, 3),
+                         ::testing::Combine(kAllBackends, ::testing::Values(2, 3, 4),
                                             ::testing::Values(int64_t{64} << 20)),
                          SweepName);
 
