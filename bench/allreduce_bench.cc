@@ -1,12 +1,14 @@
-// All-reduce bus bandwidth of the ring backend, ranks as separate processes on loopback, and
+// All-reduce bus bandwidth of the TCP backend, ranks as separate processes on loopback, and
 // the loopback TCP ceiling measured the way a ring uses the links (every rank sending to the
 // next and receiving from the previous at once).
 //
-//   allreduce_bench RANKS [--ceiling]
+//   allreduce_bench RANKS [--ceiling | --algorithm ring|halving-doubling|auto] [--max-bytes B]
 //
-// Prints one line per size (4 KiB .. 256 MiB): bytes, seconds per all-reduce, algbw and busbw
-// in GB/s, busbw = algbw * 2(n-1)/n (the nccl-tests formula). --ceiling prints, per size, the
-// per-rank throughput of plain TCP sockets in the same ring pattern. Compared with
+// Prints one line per size (4 KiB .. 256 MiB, or up to B): bytes, seconds per all-reduce, algbw
+// and busbw in GB/s, busbw = algbw * 2(n-1)/n (the nccl-tests formula). --algorithm forces one
+// all-reduce algorithm for every size (default: auto, the backend's choice by size).
+// --ceiling prints, per size, the per-rank throughput of plain TCP sockets in the same ring
+// pattern. Any failure prints the rank and its status on stderr and exits 1. Compared with
 // torch.distributed/gloo by bench/allreduce_vs_gloo.sh.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -14,9 +16,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,10 +35,20 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+int64_t max_bytes = int64_t{256} << 20;
+
 std::vector<int64_t> Sizes() {
   std::vector<int64_t> s;
-  for (int64_t b = 4 << 10; b <= (int64_t{256} << 20); b *= 4) s.push_back(b);
+  for (int64_t b = 4 << 10; b <= max_bytes; b *= 4) s.push_back(b);
   return s;
+}
+
+absl::Status Errno() { return absl::UnavailableError(std::strerror(errno)); }
+
+[[noreturn]] void Die(int rank, const std::string& what, const absl::Status& s) {
+  std::fprintf(stderr, "allreduce_bench: rank %d: %s: %s\n", rank, what.c_str(),
+               s.ToString().c_str());
+  ::_exit(1);
 }
 
 int Iterations(int64_t bytes) {
@@ -59,32 +73,35 @@ std::vector<int> FreePorts(int n) {
   return ports;
 }
 
-void RingRank(int rank, const std::vector<std::string>& addrs, int out_fd) {
+void RingRank(int rank, const std::vector<std::string>& addrs, std::optional<Algorithm> algorithm,
+              int out_fd) {
   auto p = SplitHostPort(addrs[rank]);
   auto listener = RingListener::Bind(p->first, p->second);
-  if (!listener.ok()) {
-    std::fprintf(stderr, "rank %d: %s\n", rank, std::string(listener.status().message()).c_str());
-    ::_exit(1);
-  }
+  if (!listener.ok()) Die(rank, "listen", listener.status());
   RingOptions o;
   o.rank = rank;
   o.addresses = addrs;
   o.listener = std::move(*listener);
   o.token = "bench";
+  o.all_reduce = algorithm;
   auto ring = ConnectRing(std::move(o));
-  if (!ring.ok()) {
-    std::fprintf(stderr, "rank %d: %s\n", rank, std::string(ring.status().message()).c_str());
-    ::_exit(1);
-  }
+  if (!ring.ok()) Die(rank, "connect", ring.status());
   const int n = static_cast<int>(addrs.size());
   for (int64_t bytes : Sizes()) {
+    const std::string what = "all-reduce of " + std::to_string(bytes) + " bytes";
     std::vector<float> data(bytes / 4, 1.0f);
-    for (int w = 0; w < 2; ++w) (void)(*ring)->AllReduce(data.data(), bytes / 4)->Wait();
-    (void)(*ring)->Barrier()->Wait();
+    for (int w = 0; w < 2; ++w) {
+      if (absl::Status s = (*ring)->AllReduce(data.data(), bytes / 4)->Wait(); !s.ok()) {
+        Die(rank, what, s);
+      }
+    }
+    if (absl::Status s = (*ring)->Barrier()->Wait(); !s.ok()) Die(rank, "barrier", s);
     const int iters = Iterations(bytes);
     const double t0 = Now();
     for (int i = 0; i < iters; ++i) {
-      if (!(*ring)->AllReduce(data.data(), bytes / 4)->Wait().ok()) ::_exit(2);
+      if (absl::Status s = (*ring)->AllReduce(data.data(), bytes / 4)->Wait(); !s.ok()) {
+        Die(rank, what, s);
+      }
     }
     const double dt = (Now() - t0) / iters;
     if (rank == 0) {
@@ -108,7 +125,7 @@ void CeilingRank(int rank, const std::vector<int>& ports, int out_fd) {
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   a.sin_port = htons(static_cast<uint16_t>(ports[rank]));
-  if (::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) ::_exit(3);
+  if (::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) Die(rank, "bind", Errno());
   ::listen(lfd, 4);
   int out = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in b = a;
@@ -125,13 +142,13 @@ void CeilingRank(int rank, const std::vector<int>& ports, int out_fd) {
     std::thread sender([&] {
       for (int64_t left = bytes; left > 0;) {
         ssize_t k = ::send(out, sbuf.data(), std::min<int64_t>(left, sbuf.size()), 0);
-        if (k <= 0) ::_exit(4);
+        if (k <= 0) Die(rank, "send", Errno());
         left -= k;
       }
     });
     for (int64_t left = bytes; left > 0;) {
       ssize_t k = ::recv(in, rbuf.data(), std::min<int64_t>(left, rbuf.size()), 0);
-      if (k <= 0) ::_exit(5);
+      if (k <= 0) Die(rank, "recv", Errno());
       left -= k;
     }
     sender.join();
@@ -155,12 +172,30 @@ void CeilingRank(int rank, const std::vector<int>& ports, int out_fd) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: allreduce_bench RANKS [--ceiling]\n");
+  const char* usage =
+      "usage: allreduce_bench RANKS [--ceiling | --algorithm ring|halving-doubling|auto] "
+      "[--max-bytes B]\n";
+  int n = argc < 2 ? 0 : std::atoi(argv[1]);
+  bool ceiling = false;
+  std::optional<Algorithm> algorithm;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--ceiling") {
+      ceiling = true;
+    } else if (a == "--algorithm" && i + 1 < argc) {
+      const std::string name = argv[++i];
+      algorithm = ParseAlgorithm(name);
+      if (!algorithm.has_value() && name != "auto") n = 0;
+    } else if (a == "--max-bytes" && i + 1 < argc) {
+      max_bytes = std::atoll(argv[++i]);
+    } else {
+      n = 0;
+    }
+  }
+  if (n < 1) {
+    std::fprintf(stderr, "%s", usage);
     return 2;
   }
-  const int n = std::atoi(argv[1]);
-  const bool ceiling = argc > 2 && std::string(argv[2]) == "--ceiling";
   std::vector<int> ports = FreePorts(n);
   std::vector<std::string> addrs;
   for (int p : ports) addrs.push_back("127.0.0.1:" + std::to_string(p));
@@ -174,24 +209,35 @@ int main(int argc, char** argv) {
       if (ceiling) {
         CeilingRank(r, ports, pipefd[1]);
       } else {
-        RingRank(r, addrs, pipefd[1]);
+        RingRank(r, addrs, algorithm, pipefd[1]);
       }
       ::_exit(0);
     }
     kids.push_back(pid);
   }
   ::close(pipefd[1]);
-  std::printf(ceiling ? "# bytes seconds GB/s-per-link (loopback TCP ring, %d ranks)\n"
-                      : "# bytes seconds algbw-GB/s busbw-GB/s (ring all-reduce, %d ranks)\n",
-              n);
+  if (ceiling) {
+    std::printf("# bytes seconds GB/s-per-link (loopback TCP ring, %d ranks)\n", n);
+  } else {
+    std::printf("# bytes seconds algbw-GB/s busbw-GB/s (%s all-reduce, %d ranks)\n",
+                algorithm ? AlgorithmFor(*algorithm).name : "auto", n);
+  }
+  std::fflush(stdout);
   char buf[4096];
   ssize_t k;
   while ((k = ::read(pipefd[0], buf, sizeof(buf))) > 0) std::fwrite(buf, 1, k, stdout);
   int rc = 0;
-  for (pid_t p : kids) {
+  for (int r = 0; r < n; ++r) {
     int status = 0;
-    ::waitpid(p, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = 1;
+    ::waitpid(kids[r], &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+    if (WIFSIGNALED(status)) {
+      std::fprintf(stderr, "allreduce_bench: rank %d killed by signal %d\n", r, WTERMSIG(status));
+    } else {
+      std::fprintf(stderr, "allreduce_bench: rank %d exited with status %d\n", r,
+                   WEXITSTATUS(status));
+    }
+    rc = 1;
   }
   return rc;
 }

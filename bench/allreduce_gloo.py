@@ -2,6 +2,7 @@
 reference for bench/allreduce_bench (same sizes, same iteration counts, same output columns).
 Usage: /usr/bin/python3 allreduce_gloo.py RANKS"""
 import os
+import queue
 import sys
 import time
 
@@ -54,9 +55,20 @@ if __name__ == "__main__":
         p.start()
     print("# bytes seconds algbw-GB/s busbw-GB/s (gloo all-reduce, %d ranks)" % n)
     while True:
-        line = q.get()
+        try:
+            line = q.get(timeout=1)
+        except queue.Empty:
+            # A rank that died would leave the others (and this loop) waiting for ever.
+            dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+            if dead:
+                for p in procs:
+                    p.kill()
+                sys.exit("allreduce_gloo: rank %d exited with status %s" % dead[0])
+            continue
         if line is None:
             break
         print(line, flush=True)
-    for p in procs:
+    for r, p in enumerate(procs):
         p.join()
+        if p.exitcode != 0:
+            sys.exit("allreduce_gloo: rank %d exited with status %s" % (r, p.exitcode))

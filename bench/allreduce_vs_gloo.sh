@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# All-reduce bus bandwidth on loopback, side by side in one run: Lockstep's ring backend,
-# torch.distributed on gloo (Debian's python3-torch), and the loopback TCP ceiling (plain
-# sockets in the same ring pattern, both directions at once), for 2 and 4 ranks.
+# All-reduce bus bandwidth on loopback, side by side in one run: Lockstep's TCP backend with
+# the ring and with halving-doubling (each forced for every size; halving-doubling up to
+# 1 MiB, the sizes it is meant for), torch.distributed on gloo (Debian's python3-torch), and
+# the loopback TCP ceiling (plain sockets in the same ring pattern, both directions at once),
+# for 2 and 4 ranks.
 # Usage: bench/allreduce_vs_gloo.sh [BUILD_DIR]   (default build/release)
+# A run that fails, or a table missing a row, stops the script with the error and status 1.
 set -euo pipefail
 build=${1:-build/release}
 here=$(dirname "$0")
@@ -10,14 +13,41 @@ bench=$build/bench/allreduce_bench
 [[ -x $bench ]] || { echo "build $bench first" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+
+# run NAME CMD...: CMD's stdout to $tmp/NAME; on failure, its stderr and a loud exit.
+run() {
+  local name=$1
+  shift
+  if ! "$@" >"$tmp/$name" 2>"$tmp/$name.err"; then
+    echo "allreduce_vs_gloo: '$*' failed:" >&2
+    cat "$tmp/$name.err" >&2
+    exit 1
+  fi
+}
+
 for n in 2 4; do
-  "$bench" "$n" >"$tmp/ring$n"
-  "$bench" "$n" --ceiling >"$tmp/ceil$n"
-  /usr/bin/python3 "$here/allreduce_gloo.py" "$n" >"$tmp/gloo$n" 2>/dev/null
-  echo "== $n ranks: busbw GB/s (latency us), ring vs gloo, and ring as a share of the TCP ceiling"
-  printf '%10s %18s %18s %10s %9s %9s\n' bytes ring gloo ceiling ring/gloo ring/ceil
-  join <(grep -v '^#' "$tmp/ring$n") <(grep -v '^#' "$tmp/gloo$n") |
-    join - <(grep -v '^#' "$tmp/ceil$n") |
-    awk '{ printf "%10d %8.3f (%7.1f) %8.3f (%7.1f) %10.3f %8.2fx %8.0f%%\n",
-           $1, $4, $2 * 1e6, $7, $5 * 1e6, $9, $4 / $7, 100 * $4 / $9 }'
+  run ring "$bench" "$n" --algorithm ring
+  run hd "$bench" "$n" --algorithm halving-doubling --max-bytes $((1 << 20))
+  run ceil "$bench" "$n" --ceiling
+  run gloo /usr/bin/python3 "$here/allreduce_gloo.py" "$n"
+  echo "== $n ranks: busbw GB/s (latency us) of the ring, halving-doubling and gloo; the"
+  echo "   loopback TCP ceiling (GB/s per link); the ring as a share of it; each against gloo"
+  printf '%10s %18s %18s %18s %8s %9s %9s %9s\n' bytes ring halv-doub gloo ceiling \
+    ring/ceil ring/gloo hd/gloo
+  awk -v hdmax=$((1 << 20)) '
+    FNR == 1 { f++ } /^#/ { next }
+    f == 1 { ring_t[$1] = $2; ring_b[$1] = $4 } f == 2 { hd_t[$1] = $2; hd_b[$1] = $4 }
+    f == 3 { ceil_b[$1] = $3 } f == 4 { gloo_t[$1] = $2; gloo_b[$1] = $4 }
+    END {
+      for (b = 4096; b <= 256 * 1048576; b *= 4) {
+        if (!(b in ring_b) || !(b in ceil_b) || !(b in gloo_b) || (b <= hdmax && !(b in hd_b))) {
+          print "allreduce_vs_gloo: no result for " b " bytes" > "/dev/stderr"; exit 1
+        }
+        hd = b in hd_b ? sprintf("%8.3f (%7.1f)", hd_b[b], hd_t[b] * 1e6) : sprintf("%18s", "-")
+        hdg = b in hd_b ? sprintf("%.2fx", hd_b[b] / gloo_b[b]) : "-"
+        printf "%10d %8.3f (%7.1f) %s %8.3f (%7.1f) %8.3f %8.0f%% %8.2fx %9s\n", b, ring_b[b],
+          ring_t[b] * 1e6, hd, gloo_b[b], gloo_t[b] * 1e6, ceil_b[b], 100 * ring_b[b] / ceil_b[b],
+          ring_b[b] / gloo_b[b], hdg
+      }
+    }' "$tmp/ring" "$tmp/hd" "$tmp/ceil" "$tmp/gloo"
 done
