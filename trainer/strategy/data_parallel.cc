@@ -166,15 +166,6 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   return result;
 }
 
-int ReplicaGemmThreads(const TrainerConfig& c) {
-  if (c.device == Device::kGpu || c.replicas <= 1 || c.threads <= 1) return c.threads;
-  // OpenBLAS (0.3.21, Debian bookworm) returns wrong products when several threads call it at
-  // once while it runs threads of its own; on the CPU the replicas are the parallelism.
-  kube::LogWarning("strategy", "--threads=", c.threads, " ignored: ", c.replicas,
-                   " CPU replicas call GEMM at once, each with one thread");
-  return 1;
-}
-
 absl::StatusOr<TrainResult> RunOneDevice(const TrainerConfig& c, ProgressTracker* progress,
                                          const std::atomic<bool>* stop) {
   cpu::SetGemmThreads(c.threads);
@@ -190,7 +181,7 @@ absl::StatusOr<TrainResult> RunOneDevice(const TrainerConfig& c, ProgressTracker
 
 absl::StatusOr<TrainResult> RunMirrored(const TrainerConfig& c, ProgressTracker* progress,
                                         const std::atomic<bool>* stop) {
-  cpu::SetGemmThreads(ReplicaGemmThreads(c));
+  cpu::SetGemmThreads(c.threads);
   absl::StatusOr<Datasets> data = LoadDatasets(c);
   if (!data.ok()) return data.status();
   const bool central = c.strategy == Strategy::kCentralStorage;

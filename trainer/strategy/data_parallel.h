@@ -58,11 +58,6 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
 absl::StatusOr<TrainResult> RunOneDevice(const TrainerConfig& c, ProgressTracker* progress,
                                          const std::atomic<bool>* stop);
 
-// The GEMM threads each in-process replica may use: --threads, except that several CPU
-// replicas get one each (OpenBLAS computes wrong products when called from several threads
-// while it runs its own), with a warning.
-int ReplicaGemmThreads(const TrainerConfig& c);
-
 // Mirrored and CentralStorage: --replicas threads in this process.
 absl::StatusOr<TrainResult> RunMirrored(const TrainerConfig& c, ProgressTracker* progress,
                                         const std::atomic<bool>* stop);
