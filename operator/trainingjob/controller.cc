@@ -28,6 +28,7 @@ struct TrainingJobController::Impl {
         queue(clock),
         expectations(clock, options.expectation_timeout),
         events(client, clock),
+        poller(p == nullptr ? nullptr : NewPoller(p)),
         reconciler({.client = client,
                     .jobs = &jobs.cache(),
                     .pods = &pods.cache(),
@@ -35,10 +36,28 @@ struct TrainingJobController::Impl {
                     .secrets = &secrets.cache(),
                     .expectations = &expectations,
                     .events = &events,
-                    .progress = p,
+                    .progress = poller.get(),
                     .metrics = metrics,
                     .clock = clock},
                    options.reconciler) {}
+
+  std::unique_ptr<ProgressPoller> NewPoller(ProgressSource* source) {
+    return std::make_unique<ProgressPoller>(
+        source, clock, options.progress, [this] { return ProgressTargets(); },
+        [this](const std::string& key) { queue.Add(key); });
+  }
+
+  // What the poller polls, from the informer caches: each polled job's chief (else worker 0).
+  std::vector<ProgressTarget> ProgressTargets() const {
+    std::vector<ProgressTarget> out;
+    for (const auto& j : jobs.cache().List()) {
+      if (!IsPolled(j->job)) continue;
+      std::shared_ptr<const kube::Pod> pod =
+          pods.cache().Get(runtime::ObjectKey(j->metadata.namespace_, ProgressPodName(j->job)));
+      if (auto t = ProgressTargetOf(j->job, pod.get())) out.push_back(*std::move(t));
+    }
+    return out;
+  }
 
   runtime::WatcherOptions WatchOptions(std::string_view selector) const {
     runtime::WatcherOptions w = options.watch;
@@ -88,6 +107,7 @@ struct TrainingJobController::Impl {
   runtime::WorkQueue queue;
   Expectations expectations;
   runtime::EventRecorder events;
+  std::unique_ptr<ProgressPoller> poller;  // null without a progress source
   Reconciler reconciler;
 };
 
@@ -124,8 +144,11 @@ void TrainingJobController::Run(std::stop_token stop) {
             i.queue.Add(runtime::KeyOf(j->metadata));
           },
       .on_update =
-          [&i](const std::shared_ptr<const JobObject>&, const std::shared_ptr<const JobObject>& j) {
+          [&i](const std::shared_ptr<const JobObject>& old,
+               const std::shared_ptr<const JobObject>& j) {
             i.queue.Add(runtime::KeyOf(j->metadata));
+            // A job that starts running is polled at once rather than at the next round.
+            if (i.poller && IsPolled(j->job) && !IsPolled(old->job)) i.poller->Wake();
           },
       .on_delete =
           [&i](const std::shared_ptr<const JobObject>& j) {
@@ -153,6 +176,10 @@ void TrainingJobController::Run(std::stop_token stop) {
   }
   kube::LogInfo("trainingjob", "caches synced: ", i.jobs.cache().size(), " jobs, ",
                 i.pods.cache().size(), " pods; starting ", i.options.workers, " workers");
+  std::jthread t_progress;
+  if (i.poller && i.poller->enabled()) {
+    t_progress = std::jthread([&i, stop] { i.poller->Run(stop); });
+  }
   runtime::Controller controller(
       "trainingjob", &i.queue, [&i](const std::string& key) { return i.reconciler.Reconcile(key); },
       i.options.workers);

@@ -4,6 +4,8 @@
 // keys (watch -> cache -> queue -> reconcile -> API); N workers run the Reconciler. A child's
 // events enqueue the job named by its controller owner reference and settle the
 // expectations the reconciler registered for it.
+// A ProgressPoller beside the informers reads each running job's /progress on its own threads
+// and enqueues the job when its progress changed; the reconciler reads its cache.
 // Used by the lockstep-operator binary (under leader election) and in-process by
 // `lockstep local`.
 // Thread-safety: Run() on one thread; Ready() and metrics() from any.
@@ -18,6 +20,7 @@
 #include "operator/runtime/metrics.h"
 #include "operator/runtime/watcher.h"
 #include "operator/trainingjob/progress.h"
+#include "operator/trainingjob/progress_poller.h"
 #include "operator/trainingjob/reconciler.h"
 
 namespace lockstep::trainingjob {
@@ -26,6 +29,7 @@ struct ControllerOptions {
   std::string namespace_;  // empty: every namespace
   int workers = 2;
   ReconcilerOptions reconciler;
+  ProgressPollerOptions progress;
   absl::Duration expectation_timeout = absl::Minutes(5);
   runtime::WatcherOptions watch;  // namespace_ and label_selector are set from the above
 };

@@ -164,7 +164,7 @@ class ControllerIntegrationTest : public ::testing::Test {
     controller_ = std::make_unique<TrainingJobController>(
         operator_client_.get(), clock_.get(), &metrics_, &progress_,
         ControllerOptions{.workers = 2,
-                          .reconciler = {.progress_interval = absl::Milliseconds(200)}});
+                          .progress = {.interval = absl::Milliseconds(200)}});
     operator_ = std::jthread([this](std::stop_token stop) { controller_->Run(stop); });
   }
   void StopOperator() {

@@ -107,51 +107,11 @@ void Reconciler::Record(const api::TrainingJob& job, runtime::EventType type,
                     type, reason, message);
 }
 
-std::optional<api::Progress> Reconciler::PollProgress(const std::string& key, const Observed& o) {
-  if (d_.progress == nullptr || options_.progress_interval <= absl::ZeroDuration()) {
-    return std::nullopt;
-  }
-  const api::TrainingJobStatus& st = o.job.status.value_or(api::TrainingJobStatus{});
-  if (st.state != api::JobState::kRunning && st.state != api::JobState::kRestarting) {
-    return std::nullopt;
-  }
-  api::ReplicaType type = o.job.spec.replica_specs.contains(api::ReplicaType::kChief)
-                              ? api::ReplicaType::kChief
-                              : api::ReplicaType::kWorker;
-  std::string name = api::ReplicaName(o.job.metadata.name, type, 0);
-  const kube::Pod* chief = nullptr;
-  for (const auto& p : o.pods) {
-    if (p->metadata.name == name && p->phase == "Running" && !p->pod_ip.empty()) chief = p.get();
-  }
-  if (chief == nullptr) return std::nullopt;
-  {
-    std::lock_guard lock(mu_);
-    absl::Time now = d_.clock->Monotonic();
-    auto it = last_poll_.find(key);
-    if (it != last_poll_.end() && now - it->second < options_.progress_interval) {
-      return std::nullopt;
-    }
-    last_poll_[key] = now;
-  }
-  auto spec = o.job.spec.replica_specs.find(type);
-  int32_t port = spec == o.job.spec.replica_specs.end() ? api::kDefaultMetricsPort
-                                                        : spec->second.pod_template.MetricsPort();
-  absl::StatusOr<api::Progress> p = d_.progress->Fetch(chief->pod_ip, port);
-  if (!p.ok()) {
-    kube::LogDebug(kLog, key, ": no progress from ", chief->metadata.name, ": ",
-                   p.status().message());
-    return std::nullopt;
-  }
-  return *p;
-}
-
 absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string& key) {
   auto started = std::chrono::steady_clock::now();
   std::shared_ptr<const JobObject> cached = d_.jobs->Get(key);
   if (!cached) {
     d_.expectations->Forget(key);
-    std::lock_guard lock(mu_);
-    last_poll_.erase(key);
     return runtime::ReconcileResult{};
   }
   const api::TrainingJob& job = cached->job;
@@ -177,7 +137,8 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
     std::lock_guard lock(mu_);
     o.pod_group_exists = pod_groups_.contains(job.metadata.uid);
   }
-  o.progress = PollProgress(key, o);
+  // The poller's latest reading, for a job whose chief is expected to be training.
+  if (d_.progress != nullptr && IsPolled(job)) o.progress = d_.progress->Latest(key);
   o.now = d_.clock->Now();
 
   Plan plan = MakePlan(o, options_.planner);
@@ -217,14 +178,7 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
     if (d_.metrics) d_.metrics->Inc(kReconcileErrorsMetric);
     return first_error;
   }
-  runtime::ReconcileResult result{.requeue_after = plan.requeue_after};
-  bool polling = d_.progress != nullptr && options_.progress_interval > absl::ZeroDuration() &&
-                 (plan.status.state == api::JobState::kRunning ||
-                  plan.status.state == api::JobState::kRestarting);
-  if (polling && (!result.requeue_after || *result.requeue_after > options_.progress_interval)) {
-    result.requeue_after = options_.progress_interval;
-  }
-  return result;
+  return runtime::ReconcileResult{.requeue_after = plan.requeue_after};
 }
 
 absl::Status Reconciler::Execute(const std::string& key, const api::TrainingJob& job,

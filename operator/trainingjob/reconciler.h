@@ -33,7 +33,7 @@
 #include "operator/runtime/metrics.h"
 #include "operator/trainingjob/expectations.h"
 #include "operator/trainingjob/planner.h"
-#include "operator/trainingjob/progress.h"
+#include "operator/trainingjob/progress_poller.h"
 
 namespace lockstep::trainingjob {
 
@@ -66,8 +66,6 @@ void DeclareReconcilerMetrics(runtime::MetricsRegistry* metrics);
 
 struct ReconcilerOptions {
   PlannerOptions planner;
-  // How often a running job's chief is asked for /progress; zero turns polling off.
-  absl::Duration progress_interval = absl::Seconds(10);
 };
 
 struct ReconcilerDeps {
@@ -78,7 +76,7 @@ struct ReconcilerDeps {
   const runtime::Cache<ObjectHeader>* secrets = nullptr;
   Expectations* expectations = nullptr;
   runtime::EventRecorder* events = nullptr;
-  ProgressSource* progress = nullptr;  // null: no polling
+  const ProgressPoller* progress = nullptr;  // null: no progress is read
   runtime::MetricsRegistry* metrics = nullptr;
   kube::Clock* clock = nullptr;
 };
@@ -90,7 +88,6 @@ class Reconciler {
   absl::StatusOr<runtime::ReconcileResult> Reconcile(const std::string& key);
 
  private:
-  std::optional<api::Progress> PollProgress(const std::string& key, const Observed& o);
   absl::Status Execute(const std::string& key, const api::TrainingJob& job, const Action& a);
   void Record(const api::TrainingJob& job, runtime::EventType type, const std::string& reason,
               const std::string& message);
@@ -98,8 +95,7 @@ class Reconciler {
   ReconcilerDeps d_;
   ReconcilerOptions options_;
   std::mutex mu_;
-  std::map<std::string, absl::Time> last_poll_;  // job key -> monotonic time of last poll
-  std::set<std::string> pod_groups_;             // job UIDs whose PodGroup exists
+  std::set<std::string> pod_groups_;  // job UIDs whose PodGroup exists
 };
 
 }  // namespace lockstep::trainingjob
