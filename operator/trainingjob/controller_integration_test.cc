@@ -163,8 +163,7 @@ class ControllerIntegrationTest : public ::testing::Test {
   void StartOperator() {
     controller_ = std::make_unique<TrainingJobController>(
         operator_client_.get(), clock_.get(), &metrics_, &progress_,
-        ControllerOptions{.workers = 2,
-                          .progress = {.interval = absl::Milliseconds(200)}});
+        ControllerOptions{.workers = 2, .progress = {.interval = absl::Milliseconds(200)}});
     operator_ = std::jthread([this](std::stop_token stop) { controller_->Run(stop); });
   }
   void StopOperator() {
