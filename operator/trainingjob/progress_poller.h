@@ -30,17 +30,10 @@
 #include "absl/time/time.h"
 #include "operator/api/trainingjob_types.h"
 #include "operator/kube/clock.h"
-#include "operator/kube/pod.h"
 #include "operator/trainingjob/progress.h"
+#include "operator/trainingjob/progress_target.h"
 
 namespace lockstep::trainingjob {
-
-struct ProgressTarget {
-  std::string job_key;  // "ns/name" of the TrainingJob
-  std::string pod_uid;  // a replaced pod is a new target: it is polled at once
-  std::string pod_ip;
-  int32_t port = api::kDefaultMetricsPort;
-};
 
 struct ProgressReading {
   std::optional<api::Progress> progress;  // the last good answer
@@ -53,14 +46,6 @@ struct ProgressPollerOptions {
   absl::Duration interval = absl::Seconds(10);
   int threads = 4;
 };
-
-// Whether a job's progress is read: it is Running or Restarting (its chief may be training).
-bool IsPolled(const api::TrainingJob& job);
-// The pod whose /progress speaks for the job: the chief, else worker 0.
-std::string ProgressPodName(const api::TrainingJob& job);
-// The target for `job`, given its pod named ProgressPodName (null when absent): none unless
-// the job is polled and the pod is controlled by the job, Running and has an IP.
-std::optional<ProgressTarget> ProgressTargetOf(const api::TrainingJob& job, const kube::Pod* pod);
 
 class ProgressPoller {
  public:

@@ -207,7 +207,7 @@ TEST(ProgressTargetTest, TheChiefElseWorkerZeroWhileTheJobRuns) {
       testing::Job("ParameterServer", {{"Chief"}, {"Worker", 2}, {"PS"}}, metrics_port);
   job.status = api::TrainingJobStatus{.state = api::JobState::kRunning};
   EXPECT_EQ(ProgressPodName(job), "t-chief-0");
-  kube::Pod chief = MakePod(job, ReplicaType::kChief, 0, 0, "Running");
+  ObservedPod chief = MakePod(job, ReplicaType::kChief, 0, 0, PodPhase::kRunning);
   std::optional<ProgressTarget> t = ProgressTargetOf(job, &chief);
   ASSERT_TRUE(t.has_value());
   EXPECT_EQ(t->job_key, "ns/t");
@@ -218,16 +218,16 @@ TEST(ProgressTargetTest, TheChiefElseWorkerZeroWhileTheJobRuns) {
   api::TrainingJob no_chief = testing::Job("MultiWorkerMirrored", {{"Worker", 2}});
   no_chief.status = api::TrainingJobStatus{.state = api::JobState::kRestarting};
   EXPECT_EQ(ProgressPodName(no_chief), "t-worker-0");
-  kube::Pod w0 = MakePod(no_chief, ReplicaType::kWorker, 0, 0, "Running");
+  ObservedPod w0 = MakePod(no_chief, ReplicaType::kWorker, 0, 0, PodPhase::kRunning);
   ASSERT_TRUE(ProgressTargetOf(no_chief, &w0).has_value());
   EXPECT_EQ(ProgressTargetOf(no_chief, &w0)->port, api::kDefaultMetricsPort);
 
-  kube::Pod pending = MakePod(job, ReplicaType::kChief, 0, 0, "Pending");
-  kube::Pod no_ip = chief;
+  ObservedPod pending = MakePod(job, ReplicaType::kChief, 0, 0, PodPhase::kPending);
+  ObservedPod no_ip = chief;
   no_ip.pod_ip.clear();
-  kube::Pod not_ours = chief;
+  ObservedPod not_ours = chief;
   not_ours.metadata.owner_references.clear();
-  kube::Pod worker1 = MakePod(job, ReplicaType::kWorker, 1, 0, "Running");
+  ObservedPod worker1 = MakePod(job, ReplicaType::kWorker, 1, 0, PodPhase::kRunning);
   EXPECT_FALSE(ProgressTargetOf(job, nullptr).has_value());
   EXPECT_FALSE(ProgressTargetOf(job, &pending).has_value());
   EXPECT_FALSE(ProgressTargetOf(job, &no_ip).has_value());

@@ -9,20 +9,13 @@
 #include "operator/kube/api_error.h"
 #include "operator/kube/log.h"
 #include "operator/trainingjob/labels.h"
+#include "operator/trainingjob/observe.h"
 
 namespace lockstep::trainingjob {
 namespace {
 
 using nlohmann::json;
 constexpr char kLog[] = "trainingjob";
-
-const kube::Resource& ResourceOf(const std::string& name, GangScheduler gang) {
-  if (name == "pods") return kube::resources::kPods;
-  if (name == "services") return kube::resources::kServices;
-  if (name == "secrets") return kube::resources::kSecrets;
-  if (name == "podgroups") return PodGroupResource(gang);
-  return kube::resources::kTrainingJobs;
-}
 
 // 32 random bytes, hex: the job's peer token.
 std::string NewToken() {
@@ -133,9 +126,10 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
   o.token_secret_exists =
       d_.secrets->Get(runtime::ObjectKey(job.metadata.namespace_,
                                          TokenSecretName(job.metadata.name))) != nullptr;
-  {
-    std::lock_guard lock(mu_);
-    o.pod_group_exists = pod_groups_.contains(job.metadata.uid);
+  if (d_.pod_groups != nullptr) {
+    // The PodGroup is named after the job (DesiredPodGroup).
+    o.pod_group_exists = d_.pod_groups->Get(runtime::ObjectKey(job.metadata.namespace_,
+                                                               job.metadata.name)) != nullptr;
   }
   // The poller's latest reading, for a job whose chief is expected to be training.
   if (d_.progress != nullptr && IsPolled(job)) o.progress = d_.progress->Latest(key);
@@ -159,7 +153,12 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
       return r.status();
     }
   }
-  for (const PlannedEvent& e : plan.events) Record(job, e.type, e.reason, e.message);
+  for (const PlannedEvent& e : plan.events) {
+    Record(
+        job,
+        e.type == EventType::kWarning ? runtime::EventType::kWarning : runtime::EventType::kNormal,
+        e.reason, e.message);
+  }
   if (d_.metrics && plan.status.restart_count > old_status.restart_count) {
     d_.metrics->Inc(kRestartsMetric, {}, plan.status.restart_count - old_status.restart_count);
   }
@@ -184,23 +183,19 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
 absl::Status Reconciler::Execute(const std::string& key, const api::TrainingJob& job,
                                  const Action& a) {
   const std::string& ns = job.metadata.namespace_;
-  const kube::Resource& r = ResourceOf(a.resource, options_.planner.desired.gang);
+  const kube::Resource& r = ResourceOf(a.child, options_.planner.desired.gang);
+  const std::string_view plural = ChildKindPlural(a.child);
   switch (a.kind) {
     case Action::Kind::kCreate:
     case Action::Kind::kCreateTokenSecret: {
       json object = a.kind == Action::Kind::kCreateTokenSecret ? DesiredTokenSecret(job, NewToken())
                                                                : a.object;
-      bool watched = a.resource != "podgroups";
-      std::string item = StrCat(a.resource, "/", a.name);
-      if (watched) d_.expectations->Expect(key, item);
+      std::string item = StrCat(plural, "/", a.name);
+      d_.expectations->Expect(key, item);
       absl::StatusOr<json> res = d_.client->Create(r, ns, object);
       if (res.ok() || kube::IsApiAlreadyExists(res.status())) {
-        if (!res.ok() && watched) d_.expectations->Observe(key, item);
-        if (a.resource == "podgroups") {
-          std::lock_guard lock(mu_);
-          pod_groups_.insert(job.metadata.uid);
-        }
-        if (res.ok() && a.resource == "pods") {
+        if (!res.ok()) d_.expectations->Observe(key, item);
+        if (res.ok() && a.child == ChildKind::kPod) {
           if (d_.metrics) {
             d_.metrics->Inc(kPodsCreatedMetric,
                             {{"replica_type", a.object["metadata"]["labels"].value(
@@ -214,26 +209,26 @@ absl::Status Reconciler::Execute(const std::string& key, const api::TrainingJob&
                           " is set in the template and was kept; the operator's value was not "
                           "injected"));
           }
-        } else if (res.ok() && a.resource == "services") {
+        } else if (res.ok() && a.child == ChildKind::kService) {
           Record(job, runtime::EventType::kNormal, "SuccessfulCreateService",
                  StrCat("Created service ", a.name));
         }
         return absl::OkStatus();
       }
-      if (watched) d_.expectations->Observe(key, item);
+      d_.expectations->Observe(key, item);
       Record(job, runtime::EventType::kWarning, "FailedCreate",
-             StrCat("creating ", a.resource, " ", a.name, ": ", res.status().message()));
+             StrCat("creating ", plural, " ", a.name, ": ", res.status().message()));
       return res.status();
     }
     case Action::Kind::kDelete: {
-      std::string item = StrCat(a.resource, "-uid/", a.uid);
+      std::string item = StrCat(plural, "-uid/", a.uid);
       d_.expectations->Expect(key, item);
       absl::StatusOr<json> res = d_.client->Delete(r, ns, a.name, {.precondition_uid = a.uid});
       if (res.ok() || kube::IsApiNotFound(res.status()) || kube::IsApiConflict(res.status())) {
         // NotFound: already gone. Conflict: the UID precondition failed, so the name belongs
         // to a newer object that must not be touched. Either way nothing more will come.
         if (!res.ok()) d_.expectations->Observe(key, item);
-        if (res.ok() && a.resource == "pods") {
+        if (res.ok() && a.child == ChildKind::kPod) {
           if (d_.metrics) d_.metrics->Inc(kPodsDeletedMetric);
           Record(job, runtime::EventType::kNormal, "SuccessfulDeletePod",
                  StrCat("Deleted pod ", a.name, ": ", a.why));
@@ -242,7 +237,7 @@ absl::Status Reconciler::Execute(const std::string& key, const api::TrainingJob&
       }
       d_.expectations->Observe(key, item);
       Record(job, runtime::EventType::kWarning, "FailedDelete",
-             StrCat("deleting ", a.resource, " ", a.name, ": ", res.status().message()));
+             StrCat("deleting ", plural, " ", a.name, ": ", res.status().message()));
       return res.status();
     }
     case Action::Kind::kDeleteJob: {

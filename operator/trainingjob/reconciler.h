@@ -1,7 +1,9 @@
 #pragma once
 // Reconciler: the only part of the TrainingJob controller that does I/O. For one job key it
-// reads the caches, asks MakePlan what should be, writes the status (first, and only when it
-// changed), then carries out the plan's creates and deletes and records its events.
+// reads the caches (pods, Services, Secrets, PodGroups, and the progress poller's latest
+// reading; it never waits on a pod itself), asks MakePlan what should be, writes the status (first,
+// and only when it changed), then carries out the plan's creates and deletes and records its
+// events.
 //
 // Writes: the status goes through UpdateStatus with the cached resourceVersion, so a stale
 // cache gets 409 and the key is retried rather than overwriting newer status. Every create
@@ -15,8 +17,6 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
-#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -25,13 +25,13 @@
 #include "operator/api/field_errors.h"
 #include "operator/api/trainingjob_types.h"
 #include "operator/kube/clock.h"
-#include "operator/kube/pod.h"
 #include "operator/kube/rest_client.h"
 #include "operator/runtime/cache.h"
 #include "operator/runtime/controller.h"
 #include "operator/runtime/event_recorder.h"
 #include "operator/runtime/metrics.h"
 #include "operator/trainingjob/expectations.h"
+#include "operator/trainingjob/observed.h"
 #include "operator/trainingjob/planner.h"
 #include "operator/trainingjob/progress_poller.h"
 
@@ -71,9 +71,10 @@ struct ReconcilerOptions {
 struct ReconcilerDeps {
   kube::RestClient* client = nullptr;
   const runtime::Cache<JobObject>* jobs = nullptr;
-  const runtime::Cache<kube::Pod>* pods = nullptr;
+  const runtime::Cache<ObservedPod>* pods = nullptr;
   const runtime::Cache<ObjectHeader>* services = nullptr;
   const runtime::Cache<ObjectHeader>* secrets = nullptr;
+  const runtime::Cache<ObjectHeader>* pod_groups = nullptr;  // null: gang scheduling off
   Expectations* expectations = nullptr;
   runtime::EventRecorder* events = nullptr;
   const ProgressPoller* progress = nullptr;  // null: no progress is read
@@ -94,8 +95,6 @@ class Reconciler {
 
   ReconcilerDeps d_;
   ReconcilerOptions options_;
-  std::mutex mu_;
-  std::set<std::string> pod_groups_;  // job UIDs whose PodGroup exists
 };
 
 }  // namespace lockstep::trainingjob
