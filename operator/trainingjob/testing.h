@@ -1,6 +1,7 @@
 #pragma once
 // Builders for the controller's tests: jobs from a compact description, pods in any phase
-// with the labels and owner reference the operator gives them.
+// with the labels and owner reference the operator gives them. Test-only
+// (lockstep_planner_testing). Thread-safety: plain functions.
 
 #include <functional>
 #include <memory>
