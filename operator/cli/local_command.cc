@@ -180,7 +180,7 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
       &operator_client, clock.get(), &metrics, progress.get(),
       // Loopback polls are cheap and local jobs short:
       // progress every 2 s rather than 10.
-      {.workers = 2, .reconciler = {.progress_interval = absl::Seconds(2)}});
+      {.workers = 2, .progress = {.interval = absl::Seconds(2)}});
   std::jthread operator_thread([&controller, &stop, &o](std::stop_token) {
     if (o.controller) controller.Run(stop.get_token());
   });

@@ -81,9 +81,9 @@ int main(int argc, char** argv) {
       &client, clock.get(), &metrics, progress.get(),
       {.namespace_ = flags->namespace_,
        .workers = flags->workers,
-       .reconciler = {
-           .planner = {.desired = {.cluster_domain = flags->cluster_domain, .gang = flags->gang}},
-           .progress_interval = flags->progress_interval}});
+       .reconciler = {.planner = {.desired = {.cluster_domain = flags->cluster_domain,
+                                              .gang = flags->gang}}},
+       .progress = {.interval = flags->progress_interval}});
 
   std::string lease_ns = flags->leader_election_namespace;
   if (lease_ns.empty()) {

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "operator/kube/fake_clock.h"
-#include "operator/runtime/fake_lease_server.h"
+#include "operator/runtime/testing/fake_object_server.h"
 
 namespace lockstep::runtime {
 namespace {

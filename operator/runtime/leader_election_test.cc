@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "operator/kube/fake_clock.h"
-#include "operator/runtime/fake_lease_server.h"
+#include "operator/runtime/testing/fake_object_server.h"
 
 namespace lockstep::runtime {
 namespace {

@@ -9,6 +9,7 @@
 #include "operator/runtime/informer.h"
 #include "operator/runtime/work_queue.h"
 #include "operator/trainingjob/labels.h"
+#include "operator/trainingjob/observe.h"
 
 namespace lockstep::trainingjob {
 
@@ -20,25 +21,54 @@ struct TrainingJobController::Impl {
         metrics(m),
         options(std::move(o)),
         jobs(client, kube::resources::kTrainingJobs, DecodeJobObject, WatchOptions(""), clock),
-        pods(client, kube::resources::kPods, kube::DecodePod, WatchOptions(kJobNameLabel), clock),
+        pods(client, kube::resources::kPods, DecodeObservedPod, WatchOptions(kJobNameLabel), clock),
         services(client, kube::resources::kServices, DecodeObjectHeader,
                  WatchOptions(kJobNameLabel), clock),
         secrets(client, kube::resources::kSecrets, DecodeObjectHeader, WatchOptions(kJobNameLabel),
                 clock),
+        pod_groups(NewPodGroupInformer()),
         queue(clock),
         expectations(clock, options.expectation_timeout),
         events(client, clock),
+        poller(p == nullptr ? nullptr : NewPoller(p)),
         reconciler({.client = client,
                     .jobs = &jobs.cache(),
                     .pods = &pods.cache(),
                     .services = &services.cache(),
                     .secrets = &secrets.cache(),
+                    .pod_groups = pod_groups ? &pod_groups->cache() : nullptr,
                     .expectations = &expectations,
                     .events = &events,
-                    .progress = p,
+                    .progress = poller.get(),
                     .metrics = metrics,
                     .clock = clock},
                    options.reconciler) {}
+
+  std::unique_ptr<runtime::Informer<ObjectHeader>> NewPodGroupInformer() {
+    GangScheduler gang = options.reconciler.planner.desired.gang;
+    if (gang == GangScheduler::kNone) return nullptr;
+    return std::make_unique<runtime::Informer<ObjectHeader>>(
+        client, ResourceOf(ChildKind::kPodGroup, gang), DecodeObjectHeader,
+        WatchOptions(kJobNameLabel), clock);
+  }
+
+  std::unique_ptr<ProgressPoller> NewPoller(ProgressSource* source) {
+    return std::make_unique<ProgressPoller>(
+        source, clock, options.progress, [this] { return ProgressTargets(); },
+        [this](const std::string& key) { queue.Add(key); });
+  }
+
+  // What the poller polls, from the informer caches: each polled job's chief (else worker 0).
+  std::vector<ProgressTarget> ProgressTargets() const {
+    std::vector<ProgressTarget> out;
+    for (const auto& j : jobs.cache().List()) {
+      if (!IsPolled(j->job)) continue;
+      std::shared_ptr<const ObservedPod> pod =
+          pods.cache().Get(runtime::ObjectKey(j->metadata.namespace_, ProgressPodName(j->job)));
+      if (auto t = ProgressTargetOf(j->job, pod.get())) out.push_back(*std::move(t));
+    }
+    return out;
+  }
 
   runtime::WatcherOptions WatchOptions(std::string_view selector) const {
     runtime::WatcherOptions w = options.watch;
@@ -49,7 +79,9 @@ struct TrainingJobController::Impl {
 
   // Child events: enqueue the controlling job, settle the expectation.
   template <typename T>
-  void WatchChildren(runtime::Informer<T>* informer, const std::string& resource) {
+  void WatchChildren(runtime::Informer<T>* informer, ChildKind kind) {
+    // The same item names the reconciler registers (see Reconciler::Execute).
+    const std::string resource(ChildKindPlural(kind));
     informer->AddHandlers({
         .on_add =
             [this, resource](const std::shared_ptr<const T>& o) {
@@ -82,12 +114,15 @@ struct TrainingJobController::Impl {
   runtime::MetricsRegistry* metrics;
   ControllerOptions options;
   runtime::Informer<JobObject> jobs;
-  runtime::Informer<kube::Pod> pods;
+  runtime::Informer<ObservedPod> pods;
   runtime::Informer<ObjectHeader> services;
   runtime::Informer<ObjectHeader> secrets;
+  // Only with gang scheduling: without it the API may not serve PodGroups at all.
+  std::unique_ptr<runtime::Informer<ObjectHeader>> pod_groups;
   runtime::WorkQueue queue;
   Expectations expectations;
   runtime::EventRecorder events;
+  std::unique_ptr<ProgressPoller> poller;  // null without a progress source
   Reconciler reconciler;
 };
 
@@ -124,35 +159,46 @@ void TrainingJobController::Run(std::stop_token stop) {
             i.queue.Add(runtime::KeyOf(j->metadata));
           },
       .on_update =
-          [&i](const std::shared_ptr<const JobObject>&, const std::shared_ptr<const JobObject>& j) {
+          [&i](const std::shared_ptr<const JobObject>& old,
+               const std::shared_ptr<const JobObject>& j) {
             i.queue.Add(runtime::KeyOf(j->metadata));
+            // A job that starts running is polled at once rather than at the next round.
+            if (i.poller && IsPolled(j->job) && !IsPolled(old->job)) i.poller->Wake();
           },
       .on_delete =
           [&i](const std::shared_ptr<const JobObject>& j) {
             i.queue.Add(runtime::KeyOf(j->metadata));
           },
   });
-  i.WatchChildren(&i.pods, "pods");
-  i.WatchChildren(&i.services, "services");
-  i.WatchChildren(&i.secrets, "secrets");
+  i.WatchChildren(&i.pods, ChildKind::kPod);
+  i.WatchChildren(&i.services, ChildKind::kService);
+  i.WatchChildren(&i.secrets, ChildKind::kSecret);
+  if (i.pod_groups) i.WatchChildren(i.pod_groups.get(), ChildKind::kPodGroup);
 
   std::jthread t_jobs([&i](std::stop_token s) { i.jobs.Run(s); });
   std::jthread t_pods([&i](std::stop_token s) { i.pods.Run(s); });
   std::jthread t_services([&i](std::stop_token s) { i.services.Run(s); });
   std::jthread t_secrets([&i](std::stop_token s) { i.secrets.Run(s); });
+  std::jthread t_pod_groups;
+  if (i.pod_groups) t_pod_groups = std::jthread([&i](std::stop_token s) { i.pod_groups->Run(s); });
   std::stop_callback stop_informers(stop, [&] {
     t_jobs.request_stop();
     t_pods.request_stop();
     t_services.request_stop();
     t_secrets.request_stop();
+    t_pod_groups.request_stop();
   });
   kube::LogInfo("trainingjob", "waiting for caches to sync");
   if (!i.jobs.WaitForSync(stop) || !i.pods.WaitForSync(stop) || !i.services.WaitForSync(stop) ||
-      !i.secrets.WaitForSync(stop)) {
+      !i.secrets.WaitForSync(stop) || (i.pod_groups && !i.pod_groups->WaitForSync(stop))) {
     return;
   }
   kube::LogInfo("trainingjob", "caches synced: ", i.jobs.cache().size(), " jobs, ",
                 i.pods.cache().size(), " pods; starting ", i.options.workers, " workers");
+  std::jthread t_progress;
+  if (i.poller && i.poller->enabled()) {
+    t_progress = std::jthread([&i, stop] { i.poller->Run(stop); });
+  }
   runtime::Controller controller(
       "trainingjob", &i.queue, [&i](const std::string& key) { return i.reconciler.Reconcile(key); },
       i.options.workers);

@@ -1,12 +1,13 @@
 #pragma once
 // TrainingJobController: the controller assembled. Informers on TrainingJobs and on the pods,
-// Services and Secrets that carry the lockstep.io/job-name label feed one work queue of job
-// keys (watch -> cache -> queue -> reconcile -> API); N workers run the Reconciler. A child's
-// events enqueue the job named by its controller owner reference and settle the
-// expectations the reconciler registered for it.
-// Used by the lockstep-operator binary (under leader election) and in-process by
-// `lockstep local`.
-// Thread-safety: Run() on one thread; Ready() and metrics() from any.
+// Services and Secrets (and, with gang scheduling, PodGroups) that carry the lockstep.io/job-name
+// label feed one work queue of job keys (watch -> cache -> queue -> reconcile -> API); N workers
+// run the Reconciler. A child's events enqueue the job named by its controller owner reference and
+// settle the expectations the reconciler registered for it. A ProgressPoller beside the informers
+// reads each running job's /progress on its own threads and enqueues the job when its progress
+// changed; the reconciler reads its cache. Used by the lockstep-operator binary (under leader
+// election) and in-process by `lockstep local`. Thread-safety: Run() on one thread; Ready() and
+// metrics() from any.
 
 #include <atomic>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "operator/kube/rest_client.h"
 #include "operator/runtime/watcher.h"
 #include "operator/trainingjob/progress.h"
+#include "operator/trainingjob/progress_poller.h"
 #include "operator/trainingjob/reconciler.h"
 
 namespace lockstep::trainingjob {
@@ -26,6 +28,7 @@ struct ControllerOptions {
   std::string namespace_;  // empty: every namespace
   int workers = 2;
   ReconcilerOptions reconciler;
+  ProgressPollerOptions progress;
   absl::Duration expectation_timeout = absl::Minutes(5);
   runtime::WatcherOptions watch;  // namespace_ and label_selector are set from the above
 };

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <future>
 #include <thread>
 
@@ -17,6 +18,7 @@
 #include "operator/local/builtin_crds.h"
 #include "operator/local/local_transport.h"
 #include "operator/trainingjob/controller.h"
+#include "operator/trainingjob/observe.h"
 #include "operator/trainingjob/testing.h"
 
 namespace lockstep::trainingjob {
@@ -119,9 +121,21 @@ json Field(const json& j, const std::string& pointer) {
 class FixedProgress final : public ProgressSource {
  public:
   absl::StatusOr<api::Progress> Fetch(const std::string& ip, int32_t port) override {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     last_address_ = StrCat(ip, ":", port);
+    ++fetches_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return !hung_; });  // a chief that never answers
     return progress_;
+  }
+  void Hang(bool hung) {
+    std::lock_guard lock(mu_);
+    hung_ = hung;
+    cv_.notify_all();
+  }
+  void WaitForFetch() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return fetches_ > 0; });
   }
   void Set(api::Progress p) {
     std::lock_guard lock(mu_);
@@ -134,8 +148,11 @@ class FixedProgress final : public ProgressSource {
 
  private:
   std::mutex mu_;
+  std::condition_variable cv_;
   api::Progress progress_;
   std::string last_address_;
+  int fetches_ = 0;
+  bool hung_ = false;
 };
 
 class ControllerIntegrationTest : public ::testing::Test {
@@ -160,14 +177,16 @@ class ControllerIntegrationTest : public ::testing::Test {
 
   void TearDown() override { StopOperator(); }
 
-  void StartOperator() {
+  void StartOperator(GangScheduler gang = GangScheduler::kNone) {
     controller_ = std::make_unique<TrainingJobController>(
         operator_client_.get(), clock_.get(), &metrics_, &progress_,
         ControllerOptions{.workers = 2,
-                          .reconciler = {.progress_interval = absl::Milliseconds(200)}});
+                          .reconciler = {.planner = {.desired = {.gang = gang}}},
+                          .progress = {.interval = absl::Milliseconds(200)}});
     operator_ = std::jthread([this](std::stop_token stop) { controller_->Run(stop); });
   }
   void StopOperator() {
+    progress_.Hang(false);  // lets a poller thread blocked in a fetch see the stop
     if (operator_.joinable()) {
       operator_.request_stop();
       operator_.join();
@@ -316,6 +335,63 @@ TEST_F(ControllerIntegrationTest, CreatesPodsServicesAndSecretWithTheEnvironment
   EXPECT_EQ(progress_.last_address(), "127.0.9.1:9464");
   EXPECT_GE(metrics_.Value(kPodsCreatedMetric, {{"replica_type", "worker"}}), 2);
   EXPECT_THAT(metrics_.Render(), HasSubstr("lockstep_trainingjobs{state=\"Running\"} 1"));
+}
+
+TEST_F(ControllerIntegrationTest, AHungChiefDoesNotHoldUpFailureHandling) {
+  progress_.Hang(true);
+  StartOperator();
+  Create(MwmJob("t", 2));
+  RunAll("t", 0, 2);
+  ASSERT_TRUE(WaitState("t", "Running"));
+  progress_.WaitForFetch();  // the poller is now stuck on the chief
+  SetPod("t-worker-1", "Failed", 137);
+  ASSERT_TRUE(WaitFor([&] { return Field(Job("t"), "/status/attempt") == 1; }, "attempt 1"));
+  RunAll("t", 1, 2);
+  EXPECT_TRUE(WaitState("t", "Running"));
+}
+
+TEST_F(ControllerIntegrationTest, GangSchedulingObservesThePodGroup) {
+  json crd = {
+      {"apiVersion", "apiextensions.k8s.io/v1"},
+      {"kind", "CustomResourceDefinition"},
+      {"metadata", {{"name", "podgroups.scheduling.volcano.sh"}}},
+      {"spec",
+       {{"group", "scheduling.volcano.sh"},
+        {"scope", "Namespaced"},
+        {"names", {{"plural", "podgroups"}, {"singular", "podgroup"}, {"kind", "PodGroup"}}},
+        {"versions", json::array({{{"name", "v1beta1"},
+                                   {"served", true},
+                                   {"storage", true},
+                                   {"schema",
+                                    {{"openAPIV3Schema",
+                                      {{"type", "object"},
+                                       {"x-kubernetes-preserve-unknown-fields", true}}}}}}})}}}};
+  ASSERT_EQ(api_->Handle({.method = "POST",
+                          .path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                          .content_type = "application/json",
+                          .body = crd.dump()})
+                .status,
+            201);
+  const kube::Resource& pg = ResourceOf(ChildKind::kPodGroup, GangScheduler::kVolcano);
+  StartOperator(GangScheduler::kVolcano);
+  Create(MwmJob("t", 2));
+  std::string uid;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        absl::StatusOr<json> g = client_->Get(pg, "ns", "t");
+        if (g.ok()) uid = (*g)["metadata"]["uid"];
+        return g.ok();
+      },
+      "the PodGroup"));
+  EXPECT_EQ(client_->Get(pg, "ns", "t")->at("spec")["minMember"], 2);
+  // Deleted behind the operator's back, it is created again: its existence is observed.
+  ASSERT_TRUE(client_->Delete(pg, "ns", "t").ok());
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        absl::StatusOr<json> g = client_->Get(pg, "ns", "t");
+        return g.ok() && (*g)["metadata"]["uid"] != uid;
+      },
+      "the PodGroup created again"));
 }
 
 TEST_F(ControllerIntegrationTest, RetryableFailureRestartsTheGroupThenRunsAgain) {

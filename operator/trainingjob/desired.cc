@@ -12,11 +12,6 @@ namespace {
 
 using nlohmann::json;
 
-const kube::Resource kVolcanoPodGroups{"scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup",
-                                       true};
-const kube::Resource kPluginsPodGroups{"scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup",
-                                       true};
-
 json OwnerRefJson(const api::TrainingJob& job) {
   api::OwnerReference r = ControllerRef(job);
   return json::array({{{"apiVersion", r.api_version},
@@ -182,8 +177,9 @@ json DesiredTokenSecret(const api::TrainingJob& job, const std::string& token) {
   return secret;
 }
 
-const kube::Resource& PodGroupResource(GangScheduler gang) {
-  return gang == GangScheduler::kVolcano ? kVolcanoPodGroups : kPluginsPodGroups;
+GroupVersion PodGroupVersion(GangScheduler gang) {
+  if (gang == GangScheduler::kVolcano) return {"scheduling.volcano.sh", "v1beta1"};
+  return {"scheduling.x-k8s.io", "v1alpha1"};
 }
 
 json DesiredPodGroup(const api::TrainingJob& job, GangScheduler gang) {
@@ -191,8 +187,8 @@ json DesiredPodGroup(const api::TrainingJob& job, GangScheduler gang) {
   for (const auto& [t, spec] : job.spec.replica_specs) total += spec.replicas;
   const std::optional<api::SchedulingPolicy>& sched = job.spec.run_policy.scheduling_policy;
   int32_t min_member = sched && sched->min_available ? *sched->min_available : total;
-  const kube::Resource& r = PodGroupResource(gang);
-  json pg = {{"apiVersion", r.ApiVersion()}, {"kind", "PodGroup"}};
+  GroupVersion gv = PodGroupVersion(gang);
+  json pg = {{"apiVersion", StrCat(gv.group, "/", gv.version)}, {"kind", "PodGroup"}};
   pg["metadata"] =
       Metadata(job, job.metadata.name, {{std::string(kJobNameLabel), job.metadata.name}});
   json spec = {{"minMember", min_member}};

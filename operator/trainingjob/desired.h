@@ -16,7 +16,6 @@
 #include <nlohmann/json.hpp>
 
 #include "operator/api/trainingjob_types.h"
-#include "operator/kube/rest_client.h"
 
 namespace lockstep::trainingjob {
 
@@ -39,7 +38,13 @@ nlohmann::json DesiredTokenSecret(const api::TrainingJob& job, const std::string
 // The PodGroup of the configured gang scheduler; minMember is schedulingPolicy.minAvailable,
 // else every replica. Not meaningful for GangScheduler::kNone.
 nlohmann::json DesiredPodGroup(const api::TrainingJob& job, GangScheduler gang);
-const kube::Resource& PodGroupResource(GangScheduler gang);
+// The PodGroup API of the configured gang scheduler (the reconciler builds its REST resource
+// from these): "scheduling.volcano.sh"/"v1beta1" or "scheduling.x-k8s.io"/"v1alpha1".
+struct GroupVersion {
+  std::string_view group;
+  std::string_view version;
+};
+GroupVersion PodGroupVersion(GangScheduler gang);
 
 // The restart policy the pod itself gets.
 std::string_view PodRestartPolicy(api::RestartPolicy policy);

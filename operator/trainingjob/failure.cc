@@ -19,13 +19,11 @@ bool IsDisruptionReason(std::string_view r) {
 
 // The training container's status: the one whose name the pod's first container has, which is
 // what a single-container training pod has; otherwise the first terminated one.
-const kube::ContainerStatus* FailedContainer(const kube::Pod& pod) {
-  const kube::ContainerStatus* best = nullptr;
-  for (const kube::ContainerStatus& c : pod.container_statuses) {
-    bool terminated =
-        c.state.kind == kube::ContainerState::Kind::kTerminated && c.state.exit_code != 0;
-    bool restarted =
-        c.restart_count > 0 && c.last_state.kind == kube::ContainerState::Kind::kTerminated;
+const ContainerStatus* FailedContainer(const ObservedPod& pod) {
+  const ContainerStatus* best = nullptr;
+  for (const ContainerStatus& c : pod.container_statuses) {
+    bool terminated = c.state.kind == ContainerState::Kind::kTerminated && c.state.exit_code != 0;
+    bool restarted = c.restart_count > 0 && c.last_state.kind == ContainerState::Kind::kTerminated;
     if (terminated || restarted) {
       if (best == nullptr || c.restart_count > best->restart_count || terminated) best = &c;
     }
@@ -82,27 +80,26 @@ bool Retryable(const PodFailure& f, api::RestartPolicy policy) {
 
 }  // namespace
 
-int32_t FailureCount(const kube::Pod& pod) {
-  int32_t n = pod.phase == "Failed" ? 1 : 0;
-  for (const kube::ContainerStatus& c : pod.container_statuses) n += c.restart_count;
+int32_t FailureCount(const ObservedPod& pod) {
+  int32_t n = pod.phase == PodPhase::kFailed ? 1 : 0;
+  for (const ContainerStatus& c : pod.container_statuses) n += c.restart_count;
   return n;
 }
 
-PodFailure DescribeFailure(const kube::Pod& pod, ReplicaType type, int32_t index) {
+PodFailure DescribeFailure(const ObservedPod& pod, ReplicaType type, int32_t index) {
   PodFailure f;
   f.pod_name = pod.metadata.name;
   f.pod_uid = pod.metadata.uid;
   f.type = type;
   f.index = index;
-  f.restarted_in_place = pod.phase != "Failed";
-  const kube::PodCondition* dt = pod.Condition("DisruptionTarget");
-  f.disruption = IsDisruptionReason(pod.reason) || (dt != nullptr && dt->status == "True");
+  f.restarted_in_place = pod.phase != PodPhase::kFailed;
+  f.disruption = IsDisruptionReason(pod.reason) || pod.ConditionTrue("DisruptionTarget");
 
   std::string container_reason;
   std::string termination;
-  if (const kube::ContainerStatus* c = FailedContainer(pod)) {
-    const kube::ContainerState& s =
-        c->state.kind == kube::ContainerState::Kind::kTerminated ? c->state : c->last_state;
+  if (const ContainerStatus* c = FailedContainer(pod)) {
+    const ContainerState& s =
+        c->state.kind == ContainerState::Kind::kTerminated ? c->state : c->last_state;
     f.exit_code = s.exit_code;
     container_reason = s.reason;
     termination = s.message;

@@ -25,7 +25,7 @@
 #include <string>
 
 #include "operator/api/trainingjob_types.h"
-#include "operator/kube/pod.h"
+#include "operator/trainingjob/observed.h"
 
 namespace lockstep::trainingjob {
 
@@ -43,10 +43,10 @@ struct PodFailure {
   int32_t new_failures = 1;         // failures not counted before
 };
 
-PodFailure DescribeFailure(const kube::Pod& pod, api::ReplicaType type, int32_t index);
+PodFailure DescribeFailure(const ObservedPod& pod, api::ReplicaType type, int32_t index);
 
 // A pod's failures so far: container restarts plus one when the pod itself failed.
-int32_t FailureCount(const kube::Pod& pod);
+int32_t FailureCount(const ObservedPod& pod);
 
 enum class Remedy { kFailJob, kRestartGroup, kRestartPod, kLeaveFailed };
 

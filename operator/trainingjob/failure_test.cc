@@ -13,12 +13,12 @@ using testing::Exited;
 using testing::Job;
 using testing::MakePod;
 
-PodFailure Fail(const kube::Pod& pod, ReplicaType t) { return DescribeFailure(pod, t, 0); }
+PodFailure Fail(const ObservedPod& pod, ReplicaType t) { return DescribeFailure(pod, t, 0); }
 
 TEST(FailureTest, DescribesExitCodeAndTerminationMessage) {
   api::TrainingJob job = Job("MultiWorkerMirrored", {{"Worker", 2, "ExitCode"}});
-  kube::Pod pod = Exited(MakePod(job, ReplicaType::kWorker, 0, 0, "Running"), 1,
-                         R"({"reason":"PeerLost","retryable":true,"message":"rank 1 gone"})");
+  ObservedPod pod = Exited(MakePod(job, ReplicaType::kWorker, 0, 0, PodPhase::kRunning), 1,
+                           R"({"reason":"PeerLost","retryable":true,"message":"rank 1 gone"})");
   PodFailure f = Fail(pod, ReplicaType::kWorker);
   EXPECT_EQ(f.exit_code, 1);
   EXPECT_EQ(f.reason, "PeerLost");
@@ -37,7 +37,7 @@ struct DecisionRow {
   std::vector<testing::ReplicaDesc> replicas;
   json extra;
   ReplicaType type;
-  std::function<kube::Pod(kube::Pod)> fail;
+  std::function<ObservedPod(ObservedPod)> fail;
   Remedy remedy;
   bool counted;
 };
@@ -47,19 +47,19 @@ class DecisionTest : public ::testing::TestWithParam<DecisionRow> {};
 TEST_P(DecisionTest, Decides) {
   const DecisionRow& row = GetParam();
   api::TrainingJob job = Job(row.strategy, row.replicas, row.extra);
-  kube::Pod pod = row.fail(MakePod(job, row.type, 0, 0, "Running"));
+  ObservedPod pod = row.fail(MakePod(job, row.type, 0, 0, PodPhase::kRunning));
   FailureDecision d = DecideFailure(DescribeFailure(pod, row.type, 0), job.spec);
   EXPECT_EQ(d.remedy, row.remedy) << d.source;
   EXPECT_EQ(d.counted, row.counted) << d.source;
 }
 
-kube::Pod Code(kube::Pod p, int code) { return Exited(std::move(p), code); }
-kube::Pod Evicted(kube::Pod p) {
+ObservedPod Code(ObservedPod p, int code) { return Exited(std::move(p), code); }
+ObservedPod Evicted(ObservedPod p) {
   p = Exited(std::move(p), 137);
   p.reason = "Evicted";
   return p;
 }
-kube::Pod DisruptionTarget(kube::Pod p) {
+ObservedPod DisruptionTarget(ObservedPod p) {
   p = Exited(std::move(p), 143);
   p.conditions.push_back({"DisruptionTarget", "True", "PreemptionByScheduler", ""});
   return p;
@@ -81,7 +81,7 @@ INSTANTIATE_TEST_SUITE_P(
                     kMwmExitCode,
                     {},
                     ReplicaType::kWorker,
-                    [](kube::Pod p) { return Code(p, 137); },
+                    [](ObservedPod p) { return Code(p, 137); },
                     Remedy::kRestartGroup,
                     true},
         DecisionRow{"ExitCodePermanentFails",
@@ -89,7 +89,7 @@ INSTANTIATE_TEST_SUITE_P(
                     kMwmExitCode,
                     {},
                     ReplicaType::kWorker,
-                    [](kube::Pod p) { return Code(p, 1); },
+                    [](ObservedPod p) { return Code(p, 1); },
                     Remedy::kFailJob,
                     true},
         DecisionRow{"Exit128IsRetryable",
@@ -97,7 +97,7 @@ INSTANTIATE_TEST_SUITE_P(
                     kMwmExitCode,
                     {},
                     ReplicaType::kWorker,
-                    [](kube::Pod p) { return Code(p, 128); },
+                    [](ObservedPod p) { return Code(p, 128); },
                     Remedy::kRestartGroup,
                     true},
         DecisionRow{"Exit127IsPermanent",
@@ -105,7 +105,7 @@ INSTANTIATE_TEST_SUITE_P(
                     kMwmExitCode,
                     {},
                     ReplicaType::kWorker,
-                    [](kube::Pod p) { return Code(p, 127); },
+                    [](ObservedPod p) { return Code(p, 127); },
                     Remedy::kFailJob,
                     true},
         DecisionRow{"NeverFailsOnAnyCode",
@@ -113,7 +113,7 @@ INSTANTIATE_TEST_SUITE_P(
                     {{"Worker", 2, "Never"}},
                     {},
                     ReplicaType::kWorker,
-                    [](kube::Pod p) { return Code(p, 137); },
+                    [](ObservedPod p) { return Code(p, 137); },
                     Remedy::kFailJob,
                     true},
         DecisionRow{"OnFailureRestartsInPlaceThenGroup",
@@ -121,7 +121,7 @@ INSTANTIATE_TEST_SUITE_P(
                     {{"Worker", 2, "OnFailure"}},
                     {},
                     ReplicaType::kWorker,
-                    [](kube::Pod p) { return testing::RestartedInPlace(p, 1); },
+                    [](ObservedPod p) { return testing::RestartedInPlace(p, 1); },
                     Remedy::kRestartGroup,
                     true},
         DecisionRow{"PsStrategyWorkerRestartsAlone",
@@ -129,7 +129,7 @@ INSTANTIATE_TEST_SUITE_P(
                     kPs,
                     {},
                     ReplicaType::kWorker,
-                    [](kube::Pod p) { return Code(p, 137); },
+                    [](ObservedPod p) { return Code(p, 137); },
                     Remedy::kRestartPod,
                     true},
         DecisionRow{"PsStrategyPsRestartsGroup",
@@ -137,7 +137,7 @@ INSTANTIATE_TEST_SUITE_P(
                     kPs,
                     {},
                     ReplicaType::kPS,
-                    [](kube::Pod p) { return Code(p, 137); },
+                    [](ObservedPod p) { return Code(p, 137); },
                     Remedy::kRestartGroup,
                     true},
         DecisionRow{"PsStrategyChiefRestartsGroup",
@@ -145,7 +145,7 @@ INSTANTIATE_TEST_SUITE_P(
                     kPs,
                     {},
                     ReplicaType::kChief,
-                    [](kube::Pod p) { return Code(p, 143); },
+                    [](ObservedPod p) { return Code(p, 143); },
                     Remedy::kRestartGroup,
                     true},
         DecisionRow{"EvaluatorRetryableRestartsAlone",
@@ -153,7 +153,7 @@ INSTANTIATE_TEST_SUITE_P(
                     kPs,
                     {},
                     ReplicaType::kEvaluator,
-                    [](kube::Pod p) { return Code(p, 137); },
+                    [](ObservedPod p) { return Code(p, 137); },
                     Remedy::kRestartPod,
                     true},
         DecisionRow{"EvaluatorPermanentIsLeftNotFatal",
@@ -161,7 +161,7 @@ INSTANTIATE_TEST_SUITE_P(
                     kPs,
                     {},
                     ReplicaType::kEvaluator,
-                    [](kube::Pod p) { return Code(p, 2); },
+                    [](ObservedPod p) { return Code(p, 2); },
                     Remedy::kLeaveFailed,
                     true},
         DecisionRow{"EvictionIsNotCounted",
@@ -184,45 +184,46 @@ INSTANTIATE_TEST_SUITE_P(
             "RuleFailJobOnCode", "MultiWorkerMirrored", kMwmExitCode,
             Rules(json::parse(
                 R"([{"action":"FailJob","onExitCodes":{"operator":"In","values":[137]}}])")),
-            ReplicaType::kWorker, [](kube::Pod p) { return Code(p, 137); }, Remedy::kFailJob, true},
+            ReplicaType::kWorker, [](ObservedPod p) { return Code(p, 137); }, Remedy::kFailJob,
+            true},
         DecisionRow{
             "RuleNotInMatchesOtherCodes", "MultiWorkerMirrored", kMwmExitCode,
             Rules(json::parse(
                 R"([{"action":"RestartJob","onExitCodes":{"operator":"NotIn","values":[1]}}])")),
-            ReplicaType::kWorker, [](kube::Pod p) { return Code(p, 3); }, Remedy::kRestartGroup,
+            ReplicaType::kWorker, [](ObservedPod p) { return Code(p, 3); }, Remedy::kRestartGroup,
             true},
         DecisionRow{
             "RuleNotInSkipsListedCode", "MultiWorkerMirrored", kMwmExitCode,
             Rules(json::parse(
                 R"([{"action":"RestartJob","onExitCodes":{"operator":"NotIn","values":[1]}}])")),
-            ReplicaType::kWorker, [](kube::Pod p) { return Code(p, 1); }, Remedy::kFailJob, true},
+            ReplicaType::kWorker, [](ObservedPod p) { return Code(p, 1); }, Remedy::kFailJob, true},
         DecisionRow{"RuleIgnoreOnReason", "MultiWorkerMirrored", kMwmExitCode,
                     Rules(json::parse(R"([{"action":"Ignore","onReasons":["PeerLost"]}])")),
                     ReplicaType::kWorker,
-                    [](kube::Pod p) { return Exited(p, 1, R"({"reason":"PeerLost"})"); },
+                    [](ObservedPod p) { return Exited(p, 1, R"({"reason":"PeerLost"})"); },
                     Remedy::kRestartGroup, false},
         DecisionRow{"RuleRestartPodInMwm", "MultiWorkerMirrored", kMwmExitCode,
                     Rules(json::parse(R"([{"action":"RestartPod","replicaTypes":["Worker"]}])")),
-                    ReplicaType::kWorker, [](kube::Pod p) { return Code(p, 1); },
+                    ReplicaType::kWorker, [](ObservedPod p) { return Code(p, 1); },
                     Remedy::kRestartPod, true},
         DecisionRow{
             "FirstMatchingRuleWins", "MultiWorkerMirrored", kMwmExitCode,
             Rules(json::parse(
                 R"([{"action":"RestartPod","onExitCodes":{"operator":"In","values":[3]}},{"action":"FailJob"}])")),
-            ReplicaType::kWorker, [](kube::Pod p) { return Code(p, 3); }, Remedy::kRestartPod,
+            ReplicaType::kWorker, [](ObservedPod p) { return Code(p, 3); }, Remedy::kRestartPod,
             true},
         DecisionRow{"RuleForOtherTypeDoesNotMatch", "MultiWorkerMirrored", kMwmExitCode,
                     Rules(json::parse(R"([{"action":"FailJob","replicaTypes":["Chief"]}])")),
-                    ReplicaType::kWorker, [](kube::Pod p) { return Code(p, 137); },
+                    ReplicaType::kWorker, [](ObservedPod p) { return Code(p, 137); },
                     Remedy::kRestartGroup, true},
         DecisionRow{"UntypedRuleSkipsEvaluator", "ParameterServer", kPs,
                     Rules(json::parse(R"([{"action":"FailJob"}])")), ReplicaType::kEvaluator,
-                    [](kube::Pod p) { return Code(p, 137); }, Remedy::kRestartPod, true}),
+                    [](ObservedPod p) { return Code(p, 137); }, Remedy::kRestartPod, true}),
     [](const ::testing::TestParamInfo<DecisionRow>& row) { return row.param.name; });
 
 TEST(FailureTest, FailureCountAddsContainerRestarts) {
   api::TrainingJob job = Job("MultiWorkerMirrored", {{"Worker", 2}});
-  kube::Pod pod = MakePod(job, ReplicaType::kWorker, 0, 0, "Running");
+  ObservedPod pod = MakePod(job, ReplicaType::kWorker, 0, 0, PodPhase::kRunning);
   EXPECT_EQ(FailureCount(pod), 0);
   EXPECT_EQ(FailureCount(testing::RestartedInPlace(pod, 137, 2)), 2);
   EXPECT_EQ(FailureCount(Exited(testing::RestartedInPlace(pod, 137, 2), 1)), 3);
@@ -230,9 +231,10 @@ TEST(FailureTest, FailureCountAddsContainerRestarts) {
 
 TEST(FailureTest, PlainTextTerminationMessageIsKept) {
   api::TrainingJob job = Job("MultiWorkerMirrored", {{"Worker", 2}});
-  PodFailure f = DescribeFailure(
-      Exited(MakePod(job, ReplicaType::kWorker, 1, 0, "Running"), 2, "no such file: /data"),
-      ReplicaType::kWorker, 1);
+  PodFailure f =
+      DescribeFailure(Exited(MakePod(job, ReplicaType::kWorker, 1, 0, PodPhase::kRunning), 2,
+                             "no such file: /data"),
+                      ReplicaType::kWorker, 1);
   EXPECT_EQ(f.message, "no such file: /data");
   EXPECT_EQ(f.reason, "Error");
 }

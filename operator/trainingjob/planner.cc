@@ -17,7 +17,6 @@ namespace {
 
 using api::JobState;
 using api::ReplicaType;
-using runtime::EventType;
 
 std::optional<ReplicaType> TypeFromLabel(const std::map<std::string, std::string>& labels) {
   auto it = labels.find(std::string(kReplicaTypeLabel));
@@ -56,8 +55,8 @@ class Planner {
 
  private:
   struct Slot {
-    std::shared_ptr<const kube::Pod> pod;  // live (not being deleted)
-    bool blocked = false;                  // a pod of this name still exists or is going
+    std::shared_ptr<const ObservedPod> pod;  // live (not being deleted)
+    bool blocked = false;                    // a pod of this name still exists or is going
   };
 
   void Decide() {
@@ -109,7 +108,7 @@ class Planner {
     for (const auto& [type, spec] : job_.spec.replica_specs) {
       completed_[type] = ParseIndexes(st_.replica_statuses[type].completed_indexes);
     }
-    for (const std::shared_ptr<const kube::Pod>& pod : o_.pods) {
+    for (const std::shared_ptr<const ObservedPod>& pod : o_.pods) {
       std::optional<ReplicaType> type = TypeFromLabel(pod->metadata.labels);
       int32_t index = LabelInt(pod->metadata.labels, kReplicaIndexLabel);
       if (!type || index < 0) {
@@ -122,7 +121,7 @@ class Planner {
       if (pod->metadata.deletion_timestamp) continue;
       slot.pod = pod;
       pods_.push_back({*type, index, pod});
-      if (pod->phase == "Succeeded" && job_.spec.replica_specs.contains(*type)) {
+      if (pod->phase == PodPhase::kSucceeded && job_.spec.replica_specs.contains(*type)) {
         completed_[*type].insert(index);
       }
     }
@@ -137,7 +136,8 @@ class Planner {
       if (index >= api::ReplicaCount(job_.spec, type)) {
         DeletePod(*slot.pod, "the replica count was lowered");
         slot.pod = nullptr;
-      } else if (InGroup(type) && attempt < st_.attempt && slot.pod->phase != "Succeeded") {
+      } else if (InGroup(type) && attempt < st_.attempt &&
+                 slot.pod->phase != PodPhase::kSucceeded) {
         DeletePod(*slot.pod, StrCat("attempt ", st_.attempt, " replaces attempt ", attempt));
         slot.pod = nullptr;
       }
@@ -147,7 +147,7 @@ class Planner {
       std::optional<ReplicaType> type = TypeFromLabel(svc.labels);
       int32_t index = LabelInt(svc.labels, kReplicaIndexLabel);
       if (!type || index >= api::ReplicaCount(job_.spec, *type) || index < 0) {
-        Delete("services", svc.name, svc.uid, "the replica count was lowered");
+        Delete(ChildKind::kService, svc.name, svc.uid, "the replica count was lowered");
       }
     }
   }
@@ -155,14 +155,14 @@ class Planner {
   void SupportObjects() {
     if (!o_.token_secret_exists) {
       Action a{.kind = Action::Kind::kCreateTokenSecret,
-               .resource = "secrets",
+               .child = ChildKind::kSecret,
                .name = TokenSecretName(job_.metadata.name),
                .why = "the job's peer token"};
       plan_.actions.push_back(std::move(a));
     }
     if (opt_.desired.gang != GangScheduler::kNone && !o_.pod_group_exists) {
       plan_.actions.push_back({.kind = Action::Kind::kCreate,
-                               .resource = "podgroups",
+                               .child = ChildKind::kPodGroup,
                                .name = job_.metadata.name,
                                .object = DesiredPodGroup(job_, opt_.desired.gang),
                                .why = "gang scheduling"});
@@ -212,7 +212,7 @@ class Planner {
       int32_t before = it == st_.counted_failures.end() ? 0 : it->second;
       if (n <= before || slots_[{type, index}].pod != pod) continue;
       if (InGroup(type) && LabelInt(pod->metadata.labels, kAttemptLabel) < st_.attempt) continue;
-      if (pod->phase == "Succeeded") continue;
+      if (pod->phase == PodPhase::kSucceeded) continue;
       PodFailure f = DescribeFailure(*pod, type, index);
       f.new_failures = n - before;
       failures.push_back(std::move(f));
@@ -275,7 +275,7 @@ class Planner {
     if (group_cause != nullptr) {
       st_.attempt += 1;
       for (auto& [key, slot] : slots_) {
-        if (!slot.pod || !InGroup(key.first) || slot.pod->phase == "Succeeded") continue;
+        if (!slot.pod || !InGroup(key.first) || slot.pod->phase == PodPhase::kSucceeded) continue;
         DeletePod(*slot.pod, StrCat("group restart to attempt ", st_.attempt));
         slot.pod = nullptr;
       }
@@ -302,13 +302,13 @@ class Planner {
         std::string name = api::ReplicaName(job_.metadata.name, type, i);
         if (!services.contains(name)) {
           plan_.actions.push_back({.kind = Action::Kind::kCreate,
-                                   .resource = "services",
+                                   .child = ChildKind::kService,
                                    .name = name,
                                    .object = DesiredService(job_, type, i),
                                    .why = "peer discovery"});
         }
         if (slots_[{type, i}].blocked) continue;
-        Action a{.kind = Action::Kind::kCreate, .resource = "pods", .name = name};
+        Action a{.kind = Action::Kind::kCreate, .child = ChildKind::kPod, .name = name};
         a.object = DesiredPod(job_, type, i, st_.attempt, opt_.desired, &a.kept_env);
         a.why = StrCat("attempt ", st_.attempt);
         plan_.actions.push_back(std::move(a));
@@ -338,7 +338,7 @@ class Planner {
     const absl::Duration pending_limit =
         absl::Seconds(job_.spec.run_policy.pending_timeout_seconds);
     for (const auto& [type, index, pod] : pods_) {
-      if (pod->phase != "Pending" || !pod->metadata.creation_timestamp) continue;
+      if (pod->phase != PodPhase::kPending || !pod->metadata.creation_timestamp) continue;
       absl::Duration age = now_ - *pod->metadata.creation_timestamp;
       if (age >= pending_limit) {
         stalled_reason = "PodPending";
@@ -398,7 +398,7 @@ class Planner {
       if (slot.pod) DeletePod(*slot.pod, "the job is suspended");
     }
     for (const ChildRef& s : o_.services) {
-      if (!s.deleting) Delete("services", s.name, s.uid, "the job is suspended");
+      if (!s.deleting) Delete(ChildKind::kService, s.name, s.uid, "the job is suspended");
     }
     if (st_.state != JobState::kSuspended) {
       Move(JobState::kSuspended, "Suspended",
@@ -413,7 +413,8 @@ class Planner {
     if (policy != api::CleanPodPolicy::kNone) {
       for (auto& [key, slot] : slots_) {
         if (!slot.pod) continue;
-        bool finished = slot.pod->phase == "Succeeded" || slot.pod->phase == "Failed";
+        bool finished =
+            slot.pod->phase == PodPhase::kSucceeded || slot.pod->phase == PodPhase::kFailed;
         if (policy == api::CleanPodPolicy::kAll || !finished) {
           DeletePod(*slot.pod, StrCat("cleanPodPolicy ", api::NameOf<api::CleanPodPolicy>(
                                                              api::kCleanPodPolicyNames, policy)));
@@ -421,7 +422,7 @@ class Planner {
         }
       }
       for (const ChildRef& s : o_.services) {
-        if (!s.deleting) Delete("services", s.name, s.uid, "the job finished");
+        if (!s.deleting) Delete(ChildKind::kService, s.name, s.uid, "the job finished");
       }
     }
     if (job_.spec.run_policy.ttl_seconds_after_finished) {
@@ -430,7 +431,7 @@ class Planner {
       if (now_ >= expiry) {
         plan_.actions.push_back(
             {.kind = Action::Kind::kDeleteJob,
-             .resource = "trainingjobs",
+             .child = ChildKind::kTrainingJob,
              .name = job_.metadata.name,
              .uid = job_.metadata.uid,
              .why = StrCat("runPolicy.ttlSecondsAfterFinished (",
@@ -466,17 +467,16 @@ class Planner {
     if (!plan_.requeue_after || d < *plan_.requeue_after) plan_.requeue_after = d;
   }
 
-  void DeletePod(const kube::Pod& pod, std::string why) {
-    Delete("pods", pod.metadata.name, pod.metadata.uid, std::move(why));
+  void DeletePod(const ObservedPod& pod, std::string why) {
+    Delete(ChildKind::kPod, pod.metadata.name, pod.metadata.uid, std::move(why));
   }
 
-  void Delete(std::string resource, const std::string& name, const std::string& uid,
-              std::string why) {
+  void Delete(ChildKind child, const std::string& name, const std::string& uid, std::string why) {
     for (const Action& a : plan_.actions) {
-      if (a.kind == Action::Kind::kDelete && a.resource == resource && a.name == name) return;
+      if (a.kind == Action::Kind::kDelete && a.child == child && a.name == name) return;
     }
     plan_.actions.push_back({.kind = Action::Kind::kDelete,
-                             .resource = std::move(resource),
+                             .child = child,
                              .name = name,
                              .uid = uid,
                              .why = std::move(why)});

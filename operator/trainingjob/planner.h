@@ -10,9 +10,12 @@
 // progress watchdogs). The reconciler writes the status first and then carries out the
 // actions, so a crash between the two repeats actions rather than losing what the status
 // remembers (restart count, attempt, completed replicas).
+// Everything the planner reads is a field of Observed, typed at the edge (observed.h): it
+// calls nothing, and its library (lockstep_planner) links only the API types.
 // Thread-safety: pure function over values.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -24,9 +27,8 @@
 #include "absl/time/time.h"
 #include "operator/api/field_errors.h"
 #include "operator/api/trainingjob_types.h"
-#include "operator/kube/pod.h"
-#include "operator/runtime/event_recorder.h"
 #include "operator/trainingjob/desired.h"
+#include "operator/trainingjob/observed.h"
 
 namespace lockstep::trainingjob {
 
@@ -40,12 +42,12 @@ struct ChildRef {
 
 struct Observed {
   api::TrainingJob job;
-  api::FieldErrors decode_errors;                      // problems found decoding the job
-  std::vector<std::shared_ptr<const kube::Pod>> pods;  // controlled by the job
-  std::vector<ChildRef> services;                      // controlled by the job
+  api::FieldErrors decode_errors;                        // problems found decoding the job
+  std::vector<std::shared_ptr<const ObservedPod>> pods;  // controlled by the job
+  std::vector<ChildRef> services;                        // controlled by the job
   bool token_secret_exists = false;
-  bool pod_group_exists = false;
-  std::optional<api::Progress> progress;  // fresh from the chief's /progress, when polled
+  bool pod_group_exists = false;          // in the PodGroup informer's cache (gang scheduling)
+  std::optional<api::Progress> progress;  // the progress poller's latest, while running
   absl::Time now = absl::UnixEpoch();
 };
 
@@ -56,7 +58,7 @@ struct PlannerOptions {
 struct Action {
   enum class Kind { kCreate, kCreateTokenSecret, kDelete, kDeleteJob };
   Kind kind = Kind::kCreate;
-  std::string resource;  // "pods", "services", "secrets", "podgroups", "trainingjobs"
+  ChildKind child = ChildKind::kPod;
   std::string name;
   std::string uid;                    // delete precondition
   nlohmann::json object;              // what to create
@@ -64,8 +66,10 @@ struct Action {
   std::vector<std::string> kept_env;  // user variables kept over injected ones (pods)
 };
 
+enum class EventType { kNormal, kWarning };
+
 struct PlannedEvent {
-  runtime::EventType type = runtime::EventType::kNormal;
+  EventType type = EventType::kNormal;
   std::string reason;
   std::string message;
 };

@@ -27,9 +27,10 @@ using testing::RestartedInPlace;
 // The world the planner sees: a job, its pods, and whether its services and secret exist.
 struct World {
   api::TrainingJob job;
-  std::vector<kube::Pod> pods;
+  std::vector<ObservedPod> pods;
   bool services = true;
   bool secret = true;
+  bool pod_group = false;                // in the PodGroup informer's cache
   std::vector<ChildRef> extra_services;  // beyond one per replica of the spec
   std::optional<api::Progress> progress;
   absl::Time now = kT0 + absl::Seconds(10);
@@ -38,7 +39,7 @@ struct World {
   Plan Step() {
     Observed o;
     o.job = job;
-    for (const kube::Pod& p : pods) o.pods.push_back(testing::Share(p));
+    for (const ObservedPod& p : pods) o.pods.push_back(testing::Share(p));
     if (services) {
       for (const auto& [type, spec] : job.spec.replica_specs) {
         for (int i = 0; i < spec.replicas; ++i) {
@@ -55,6 +56,7 @@ struct World {
     }
     for (const ChildRef& s : extra_services) o.services.push_back(s);
     o.token_secret_exists = secret;
+    o.pod_group_exists = pod_group;
     o.progress = progress;
     o.now = now;
     Plan plan = MakePlan(o, options);
@@ -86,16 +88,20 @@ struct World {
   }
 };
 
-std::vector<std::string> Names(const Plan& p, Action::Kind kind, const std::string& resource) {
+std::vector<std::string> Names(const Plan& p, Action::Kind kind, ChildKind child) {
   std::vector<std::string> out;
   for (const Action& a : p.actions) {
-    if (a.kind == kind && a.resource == resource) out.push_back(a.name);
+    if (a.kind == kind && a.child == child) out.push_back(a.name);
   }
   std::sort(out.begin(), out.end());
   return out;
 }
-std::vector<std::string> Created(const Plan& p) { return Names(p, Action::Kind::kCreate, "pods"); }
-std::vector<std::string> Deleted(const Plan& p) { return Names(p, Action::Kind::kDelete, "pods"); }
+std::vector<std::string> Created(const Plan& p) {
+  return Names(p, Action::Kind::kCreate, ChildKind::kPod);
+}
+std::vector<std::string> Deleted(const Plan& p) {
+  return Names(p, Action::Kind::kDelete, ChildKind::kPod);
+}
 using V = std::vector<std::string>;
 
 World Mwm(int workers = 2, const std::string& policy = "ExitCode", json extra = json::object()) {
@@ -105,7 +111,7 @@ void AllRunning(World& w, int attempt = 0) {
   w.pods.clear();
   for (const auto& [type, spec] : w.job.spec.replica_specs) {
     for (int i = 0; i < spec.replicas; ++i)
-      w.pods.push_back(MakePod(w.job, type, i, attempt, "Running"));
+      w.pods.push_back(MakePod(w.job, type, i, attempt, PodPhase::kRunning));
   }
 }
 
@@ -129,17 +135,17 @@ std::vector<Row> Rows() {
        [](World& w) { AllRunning(w); }},
       {JobState::kCreated, JobState::kRestarting, "WorkerExitedWithCode137",
        [](World& w) {
-         w.pods = {MakePod(w.job, ReplicaType::kWorker, 0, 0, "Pending"),
-                   Exited(MakePod(w.job, ReplicaType::kWorker, 1, 0, "Running"), 137)};
+         w.pods = {MakePod(w.job, ReplicaType::kWorker, 0, 0, PodPhase::kPending),
+                   Exited(MakePod(w.job, ReplicaType::kWorker, 1, 0, PodPhase::kRunning), 137)};
        }},
       {JobState::kCreated, JobState::kSucceeded, "Worker0Succeeded",
        [](World& w) {
-         w.pods = {MakePod(w.job, ReplicaType::kWorker, 0, 0, "Succeeded"),
-                   MakePod(w.job, ReplicaType::kWorker, 1, 0, "Pending")};
+         w.pods = {MakePod(w.job, ReplicaType::kWorker, 0, 0, PodPhase::kSucceeded),
+                   MakePod(w.job, ReplicaType::kWorker, 1, 0, PodPhase::kPending)};
        }},
       {JobState::kCreated, JobState::kFailed, "WorkerExitedWithCode2",
        [](World& w) {
-         w.pods = {Exited(MakePod(w.job, ReplicaType::kWorker, 0, 0, "Running"), 2)};
+         w.pods = {Exited(MakePod(w.job, ReplicaType::kWorker, 0, 0, PodPhase::kRunning), 2)};
        }},
       {JobState::kCreated, JobState::kSuspended, "Suspended",
        [](World& w) { w.job.spec.run_policy.suspend = true; }},
@@ -151,7 +157,7 @@ std::vector<Row> Rows() {
       {JobState::kRunning, JobState::kSucceeded, "Worker0Succeeded",
        [](World& w) {
          AllRunning(w);
-         w.pods[0] = MakePod(w.job, ReplicaType::kWorker, 0, 0, "Succeeded");
+         w.pods[0] = MakePod(w.job, ReplicaType::kWorker, 0, 0, PodPhase::kSucceeded);
        }},
       {JobState::kRunning, JobState::kFailed, "DeadlineExceeded",
        [](World& w) {
@@ -169,12 +175,14 @@ std::vector<Row> Rows() {
          AllRunning(w, 1);
        }},
       {JobState::kRestarting, JobState::kSucceeded, "Worker0Succeeded",
-       [](World& w) { w.pods = {MakePod(w.job, ReplicaType::kWorker, 0, 0, "Succeeded")}; }},
+       [](World& w) {
+         w.pods = {MakePod(w.job, ReplicaType::kWorker, 0, 0, PodPhase::kSucceeded)};
+       }},
       {JobState::kRestarting, JobState::kFailed, "BackoffLimitExceeded",
        [](World& w) {
          w.job.spec.run_policy.backoff_limit = 1;
          w.job.status->restart_count = 1;
-         w.pods = {Exited(MakePod(w.job, ReplicaType::kWorker, 0, 0, "Running"), 137)};
+         w.pods = {Exited(MakePod(w.job, ReplicaType::kWorker, 0, 0, PodPhase::kRunning), 137)};
        }},
       {JobState::kRestarting, JobState::kSuspended, "Suspended",
        [](World& w) { w.job.spec.run_policy.suspend = true; }},
@@ -222,8 +230,8 @@ TEST(PlannerTest, NewJobCreatesSecretServicesAndPods) {
   Plan p = w.Step();
   EXPECT_EQ(w.state(), JobState::kCreated);
   EXPECT_EQ(Created(p), (V{"t-worker-0", "t-worker-1"}));
-  EXPECT_EQ(Names(p, Action::Kind::kCreate, "services"), (V{"t-worker-0", "t-worker-1"}));
-  EXPECT_EQ(Names(p, Action::Kind::kCreateTokenSecret, "secrets"), (V{"t-token"}));
+  EXPECT_EQ(Names(p, Action::Kind::kCreate, ChildKind::kService), (V{"t-worker-0", "t-worker-1"}));
+  EXPECT_EQ(Names(p, Action::Kind::kCreateTokenSecret, ChildKind::kSecret), (V{"t-token"}));
   EXPECT_EQ(w.job.status->start_time, w.now);
   EXPECT_EQ(w.job.status->replica_statuses[ReplicaType::kWorker].selector,
             "lockstep.io/job-name=t,lockstep.io/replica-type=worker");
@@ -247,7 +255,23 @@ TEST(PlannerTest, GangSchedulingCreatesPodGroup) {
   World w = Mwm();
   w.options.desired.gang = GangScheduler::kVolcano;
   Plan p = w.Step();
-  EXPECT_EQ(Names(p, Action::Kind::kCreate, "podgroups"), (V{"t"}));
+  EXPECT_EQ(Names(p, Action::Kind::kCreate, ChildKind::kPodGroup), (V{"t"}));
+  for (const Action& a : p.actions) {
+    if (a.child == ChildKind::kPodGroup) {
+      EXPECT_EQ(a.object["apiVersion"], "scheduling.volcano.sh/v1beta1");
+    }
+  }
+
+  // Observed (not remembered): once the informer has it, it is not created again; when it
+  // goes, it is created again.
+  w.pod_group = true;
+  EXPECT_TRUE(Names(w.Step(), Action::Kind::kCreate, ChildKind::kPodGroup).empty());
+  w.pod_group = false;
+  EXPECT_EQ(Names(w.Step(), Action::Kind::kCreate, ChildKind::kPodGroup), (V{"t"}));
+
+  // Without gang scheduling no PodGroup is planned.
+  World plain = Mwm();
+  EXPECT_TRUE(Names(plain.Step(), Action::Kind::kCreate, ChildKind::kPodGroup).empty());
 }
 
 TEST(PlannerTest, ScaleDownDeletesSurplusPodAndService) {
@@ -263,7 +287,7 @@ TEST(PlannerTest, ScaleDownDeletesSurplusPodAndService) {
                        false}};
   Plan p = w.Step();
   EXPECT_EQ(Deleted(p), (V{"t-worker-2"}));
-  EXPECT_EQ(Names(p, Action::Kind::kDelete, "services"), (V{"t-worker-2"}));
+  EXPECT_EQ(Names(p, Action::Kind::kDelete, ChildKind::kService), (V{"t-worker-2"}));
   EXPECT_TRUE(Created(p).empty());
 }
 
@@ -390,7 +414,7 @@ TEST(PlannerRestartTest, EvaluatorFailuresAreIsolated) {
   EXPECT_EQ(w.job.status->replica_statuses[ReplicaType::kEvaluator].restarts, 1);
   EXPECT_NE(w.state(), JobState::kFailed);
   // A permanent evaluator failure leaves it failed; the job goes on.
-  w.pods[0] = Exited(MakePod(w.job, ReplicaType::kEvaluator, 0, 0, "Running"), 2);
+  w.pods[0] = Exited(MakePod(w.job, ReplicaType::kEvaluator, 0, 0, PodPhase::kRunning), 2);
   w.pods[0].metadata.uid = "eval-2";
   p = w.Step();
   EXPECT_TRUE(Deleted(p).empty());
@@ -446,7 +470,7 @@ TEST(PlannerSuccessTest, SucceededReplicaIsNeverRecreated) {
   w.job.spec.success_policy = api::SuccessPolicy::kAllWorkers;
   AllRunning(w);
   w.Step();
-  w.pods[1] = MakePod(w.job, ReplicaType::kWorker, 1, 0, "Succeeded");
+  w.pods[1] = MakePod(w.job, ReplicaType::kWorker, 1, 0, PodPhase::kSucceeded);
   w.Step();
   EXPECT_EQ(w.job.status->replica_statuses[ReplicaType::kWorker].completed_indexes, "1");
   w.pods.erase(w.pods.begin() + 1);  // its pod was garbage-collected
@@ -465,12 +489,12 @@ TEST(PlannerSuccessTest, ChiefDecidesUnderDefaultAndCleanPodPolicyRunning) {
   World w = {.job = Job("ParameterServer", {{"Chief", 1}, {"PS", 1}, {"Worker", 1}})};
   AllRunning(w);
   w.Step();
-  w.pods[0] = MakePod(w.job, ReplicaType::kChief, 0, 0, "Succeeded");
+  w.pods[0] = MakePod(w.job, ReplicaType::kChief, 0, 0, PodPhase::kSucceeded);
   Plan p = w.Step();
   EXPECT_EQ(w.state(), JobState::kSucceeded);
   EXPECT_EQ(w.Cond(api::ConditionType::kSucceeded).reason, "ChiefSucceeded");
   EXPECT_EQ(Deleted(p), (V{"t-ps-0", "t-worker-0"}));  // nothing lingers
-  EXPECT_EQ(Names(p, Action::Kind::kDelete, "services").size(), 3u);
+  EXPECT_EQ(Names(p, Action::Kind::kDelete, ChildKind::kService).size(), 3u);
 }
 
 TEST(PlannerSuccessTest, CleanPodPolicyAllAndNone) {
@@ -478,7 +502,7 @@ TEST(PlannerSuccessTest, CleanPodPolicyAllAndNone) {
     World w = Mwm(2, "ExitCode", {{"runPolicy", {{"cleanPodPolicy", policy}}}});
     AllRunning(w);
     w.Step();
-    w.pods[0] = MakePod(w.job, ReplicaType::kWorker, 0, 0, "Succeeded");
+    w.pods[0] = MakePod(w.job, ReplicaType::kWorker, 0, 0, PodPhase::kSucceeded);
     Plan p = w.Step();
     EXPECT_EQ(w.state(), JobState::kSucceeded);
     EXPECT_EQ(Deleted(p), policy == "All" ? (V{"t-worker-0", "t-worker-1"}) : V{}) << policy;
@@ -489,10 +513,10 @@ TEST(PlannerSuccessTest, AllWorkersWaitsForEveryWorker) {
   World w = Mwm(2, "ExitCode", {{"successPolicy", "AllWorkers"}});
   AllRunning(w);
   w.Step();
-  w.pods[0] = MakePod(w.job, ReplicaType::kWorker, 0, 0, "Succeeded");
+  w.pods[0] = MakePod(w.job, ReplicaType::kWorker, 0, 0, PodPhase::kSucceeded);
   w.Step();
   EXPECT_EQ(w.state(), JobState::kRunning);
-  w.pods[1] = MakePod(w.job, ReplicaType::kWorker, 1, 0, "Succeeded");
+  w.pods[1] = MakePod(w.job, ReplicaType::kWorker, 1, 0, PodPhase::kSucceeded);
   w.Step();
   EXPECT_EQ(w.state(), JobState::kSucceeded);
   EXPECT_EQ(w.Cond(api::ConditionType::kSucceeded).reason, "AllWorkersSucceeded");
@@ -520,12 +544,12 @@ TEST(PlannerTimerTest, TtlDeletesTheJobWhenDue) {
   World w = Mwm(2, "ExitCode", {{"runPolicy", {{"ttlSecondsAfterFinished", 100}}}});
   AllRunning(w);
   w.Step();
-  w.pods[0] = MakePod(w.job, ReplicaType::kWorker, 0, 0, "Succeeded");
+  w.pods[0] = MakePod(w.job, ReplicaType::kWorker, 0, 0, PodPhase::kSucceeded);
   Plan p = w.Step();
   EXPECT_EQ(p.requeue_after, absl::Seconds(100));
   w.now += absl::Seconds(100);
   p = w.Step();
-  EXPECT_EQ(Names(p, Action::Kind::kDeleteJob, "trainingjobs"), (V{"t"}));
+  EXPECT_EQ(Names(p, Action::Kind::kDeleteJob, ChildKind::kTrainingJob), (V{"t"}));
 }
 
 TEST(PlannerTimerTest, SuspendDeletesEverythingAndResumeResetsStartTime) {
@@ -537,7 +561,7 @@ TEST(PlannerTimerTest, SuspendDeletesEverythingAndResumeResetsStartTime) {
   Plan p = w.Step();
   EXPECT_EQ(w.state(), JobState::kSuspended);
   EXPECT_EQ(Deleted(p), (V{"t-worker-0", "t-worker-1"}));
-  EXPECT_EQ(Names(p, Action::Kind::kDelete, "services").size(), 2u);
+  EXPECT_EQ(Names(p, Action::Kind::kDelete, ChildKind::kService).size(), 2u);
   EXPECT_EQ(w.job.status->restart_count, 2);  // status kept
   w.pods.clear();
   w.services = false;
@@ -551,8 +575,8 @@ TEST(PlannerTimerTest, SuspendDeletesEverythingAndResumeResetsStartTime) {
 
 TEST(PlannerTimerTest, PendingTooLongIsStalledThenClears) {
   World w = Mwm(2, "ExitCode", {{"runPolicy", {{"pendingTimeoutSeconds", 60}}}});
-  w.pods = {MakePod(w.job, ReplicaType::kWorker, 0, 0, "Running"),
-            MakePod(w.job, ReplicaType::kWorker, 1, 0, "Pending")};
+  w.pods = {MakePod(w.job, ReplicaType::kWorker, 0, 0, PodPhase::kRunning),
+            MakePod(w.job, ReplicaType::kWorker, 1, 0, PodPhase::kPending)};
   w.pods[1].container_statuses[0].state.reason = "ErrImagePull";
   w.now = kT0 + absl::Seconds(30);
   Plan p = w.Step();

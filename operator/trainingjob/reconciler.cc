@@ -9,20 +9,13 @@
 #include "operator/api/validation.h"
 #include "operator/kube/api_error.h"
 #include "operator/trainingjob/labels.h"
+#include "operator/trainingjob/observe.h"
 
 namespace lockstep::trainingjob {
 namespace {
 
 using nlohmann::json;
 constexpr char kLog[] = "trainingjob";
-
-const kube::Resource& ResourceOf(const std::string& name, GangScheduler gang) {
-  if (name == "pods") return kube::resources::kPods;
-  if (name == "services") return kube::resources::kServices;
-  if (name == "secrets") return kube::resources::kSecrets;
-  if (name == "podgroups") return PodGroupResource(gang);
-  return kube::resources::kTrainingJobs;
-}
 
 // 32 random bytes, hex: the job's peer token.
 std::string NewToken() {
@@ -107,51 +100,11 @@ void Reconciler::Record(const api::TrainingJob& job, runtime::EventType type,
                     type, reason, message);
 }
 
-std::optional<api::Progress> Reconciler::PollProgress(const std::string& key, const Observed& o) {
-  if (d_.progress == nullptr || options_.progress_interval <= absl::ZeroDuration()) {
-    return std::nullopt;
-  }
-  const api::TrainingJobStatus& st = o.job.status.value_or(api::TrainingJobStatus{});
-  if (st.state != api::JobState::kRunning && st.state != api::JobState::kRestarting) {
-    return std::nullopt;
-  }
-  api::ReplicaType type = o.job.spec.replica_specs.contains(api::ReplicaType::kChief)
-                              ? api::ReplicaType::kChief
-                              : api::ReplicaType::kWorker;
-  std::string name = api::ReplicaName(o.job.metadata.name, type, 0);
-  const kube::Pod* chief = nullptr;
-  for (const auto& p : o.pods) {
-    if (p->metadata.name == name && p->phase == "Running" && !p->pod_ip.empty()) chief = p.get();
-  }
-  if (chief == nullptr) return std::nullopt;
-  {
-    std::lock_guard lock(mu_);
-    absl::Time now = d_.clock->Monotonic();
-    auto it = last_poll_.find(key);
-    if (it != last_poll_.end() && now - it->second < options_.progress_interval) {
-      return std::nullopt;
-    }
-    last_poll_[key] = now;
-  }
-  auto spec = o.job.spec.replica_specs.find(type);
-  int32_t port = spec == o.job.spec.replica_specs.end() ? api::kDefaultMetricsPort
-                                                        : spec->second.pod_template.MetricsPort();
-  absl::StatusOr<api::Progress> p = d_.progress->Fetch(chief->pod_ip, port);
-  if (!p.ok()) {
-    kube::LogDebug(kLog, key, ": no progress from ", chief->metadata.name, ": ",
-                   p.status().message());
-    return std::nullopt;
-  }
-  return *p;
-}
-
 absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string& key) {
   auto started = std::chrono::steady_clock::now();
   std::shared_ptr<const JobObject> cached = d_.jobs->Get(key);
   if (!cached) {
     d_.expectations->Forget(key);
-    std::lock_guard lock(mu_);
-    last_poll_.erase(key);
     return runtime::ReconcileResult{};
   }
   const api::TrainingJob& job = cached->job;
@@ -173,11 +126,13 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
   o.token_secret_exists =
       d_.secrets->Get(runtime::ObjectKey(job.metadata.namespace_,
                                          TokenSecretName(job.metadata.name))) != nullptr;
-  {
-    std::lock_guard lock(mu_);
-    o.pod_group_exists = pod_groups_.contains(job.metadata.uid);
+  if (d_.pod_groups != nullptr) {
+    // The PodGroup is named after the job (DesiredPodGroup).
+    o.pod_group_exists = d_.pod_groups->Get(runtime::ObjectKey(job.metadata.namespace_,
+                                                               job.metadata.name)) != nullptr;
   }
-  o.progress = PollProgress(key, o);
+  // The poller's latest reading, for a job whose chief is expected to be training.
+  if (d_.progress != nullptr && IsPolled(job)) o.progress = d_.progress->Latest(key);
   o.now = d_.clock->Now();
 
   Plan plan = MakePlan(o, options_.planner);
@@ -198,7 +153,12 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
       return r.status();
     }
   }
-  for (const PlannedEvent& e : plan.events) Record(job, e.type, e.reason, e.message);
+  for (const PlannedEvent& e : plan.events) {
+    Record(
+        job,
+        e.type == EventType::kWarning ? runtime::EventType::kWarning : runtime::EventType::kNormal,
+        e.reason, e.message);
+  }
   if (d_.metrics && plan.status.restart_count > old_status.restart_count) {
     d_.metrics->Inc(kRestartsMetric, {}, plan.status.restart_count - old_status.restart_count);
   }
@@ -217,36 +177,25 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
     if (d_.metrics) d_.metrics->Inc(kReconcileErrorsMetric);
     return first_error;
   }
-  runtime::ReconcileResult result{.requeue_after = plan.requeue_after};
-  bool polling = d_.progress != nullptr && options_.progress_interval > absl::ZeroDuration() &&
-                 (plan.status.state == api::JobState::kRunning ||
-                  plan.status.state == api::JobState::kRestarting);
-  if (polling && (!result.requeue_after || *result.requeue_after > options_.progress_interval)) {
-    result.requeue_after = options_.progress_interval;
-  }
-  return result;
+  return runtime::ReconcileResult{.requeue_after = plan.requeue_after};
 }
 
 absl::Status Reconciler::Execute(const std::string& key, const api::TrainingJob& job,
                                  const Action& a) {
   const std::string& ns = job.metadata.namespace_;
-  const kube::Resource& r = ResourceOf(a.resource, options_.planner.desired.gang);
+  const kube::Resource& r = ResourceOf(a.child, options_.planner.desired.gang);
+  const std::string_view plural = ChildKindPlural(a.child);
   switch (a.kind) {
     case Action::Kind::kCreate:
     case Action::Kind::kCreateTokenSecret: {
       json object = a.kind == Action::Kind::kCreateTokenSecret ? DesiredTokenSecret(job, NewToken())
                                                                : a.object;
-      bool watched = a.resource != "podgroups";
-      std::string item = StrCat(a.resource, "/", a.name);
-      if (watched) d_.expectations->Expect(key, item);
+      std::string item = StrCat(plural, "/", a.name);
+      d_.expectations->Expect(key, item);
       absl::StatusOr<json> res = d_.client->Create(r, ns, object);
       if (res.ok() || kube::IsApiAlreadyExists(res.status())) {
-        if (!res.ok() && watched) d_.expectations->Observe(key, item);
-        if (a.resource == "podgroups") {
-          std::lock_guard lock(mu_);
-          pod_groups_.insert(job.metadata.uid);
-        }
-        if (res.ok() && a.resource == "pods") {
+        if (!res.ok()) d_.expectations->Observe(key, item);
+        if (res.ok() && a.child == ChildKind::kPod) {
           if (d_.metrics) {
             d_.metrics->Inc(kPodsCreatedMetric,
                             {{"replica_type", a.object["metadata"]["labels"].value(
@@ -260,26 +209,26 @@ absl::Status Reconciler::Execute(const std::string& key, const api::TrainingJob&
                           " is set in the template and was kept; the operator's value was not "
                           "injected"));
           }
-        } else if (res.ok() && a.resource == "services") {
+        } else if (res.ok() && a.child == ChildKind::kService) {
           Record(job, runtime::EventType::kNormal, "SuccessfulCreateService",
                  StrCat("Created service ", a.name));
         }
         return absl::OkStatus();
       }
-      if (watched) d_.expectations->Observe(key, item);
+      d_.expectations->Observe(key, item);
       Record(job, runtime::EventType::kWarning, "FailedCreate",
-             StrCat("creating ", a.resource, " ", a.name, ": ", res.status().message()));
+             StrCat("creating ", plural, " ", a.name, ": ", res.status().message()));
       return res.status();
     }
     case Action::Kind::kDelete: {
-      std::string item = StrCat(a.resource, "-uid/", a.uid);
+      std::string item = StrCat(plural, "-uid/", a.uid);
       d_.expectations->Expect(key, item);
       absl::StatusOr<json> res = d_.client->Delete(r, ns, a.name, {.precondition_uid = a.uid});
       if (res.ok() || kube::IsApiNotFound(res.status()) || kube::IsApiConflict(res.status())) {
         // NotFound: already gone. Conflict: the UID precondition failed, so the name belongs
         // to a newer object that must not be touched. Either way nothing more will come.
         if (!res.ok()) d_.expectations->Observe(key, item);
-        if (res.ok() && a.resource == "pods") {
+        if (res.ok() && a.child == ChildKind::kPod) {
           if (d_.metrics) d_.metrics->Inc(kPodsDeletedMetric);
           Record(job, runtime::EventType::kNormal, "SuccessfulDeletePod",
                  StrCat("Deleted pod ", a.name, ": ", a.why));
@@ -288,7 +237,7 @@ absl::Status Reconciler::Execute(const std::string& key, const api::TrainingJob&
       }
       d_.expectations->Observe(key, item);
       Record(job, runtime::EventType::kWarning, "FailedDelete",
-             StrCat("deleting ", a.resource, " ", a.name, ": ", res.status().message()));
+             StrCat("deleting ", plural, " ", a.name, ": ", res.status().message()));
       return res.status();
     }
     case Action::Kind::kDeleteJob: {

@@ -1,7 +1,9 @@
 #pragma once
 // Reconciler: the only part of the TrainingJob controller that does I/O. For one job key it
-// reads the caches, asks MakePlan what should be, writes the status (first, and only when it
-// changed), then carries out the plan's creates and deletes and records its events.
+// reads the caches (pods, Services, Secrets, PodGroups, and the progress poller's latest
+// reading; it never waits on a pod itself), asks MakePlan what should be, writes the status (first,
+// and only when it changed), then carries out the plan's creates and deletes and records its
+// events.
 //
 // Writes: the status goes through UpdateStatus with the cached resourceVersion, so a stale
 // cache gets 409 and the key is retried rather than overwriting newer status. Every create
@@ -15,8 +17,6 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
-#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -26,14 +26,14 @@
 #include "operator/api/field_errors.h"
 #include "operator/api/trainingjob_types.h"
 #include "operator/kube/clock.h"
-#include "operator/kube/pod.h"
 #include "operator/kube/rest_client.h"
 #include "operator/runtime/cache.h"
 #include "operator/runtime/controller.h"
 #include "operator/runtime/event_recorder.h"
 #include "operator/trainingjob/expectations.h"
+#include "operator/trainingjob/observed.h"
 #include "operator/trainingjob/planner.h"
-#include "operator/trainingjob/progress.h"
+#include "operator/trainingjob/progress_poller.h"
 
 namespace lockstep::trainingjob {
 
@@ -66,19 +66,18 @@ void DeclareReconcilerMetrics(runtime::MetricsRegistry* metrics);
 
 struct ReconcilerOptions {
   PlannerOptions planner;
-  // How often a running job's chief is asked for /progress; zero turns polling off.
-  absl::Duration progress_interval = absl::Seconds(10);
 };
 
 struct ReconcilerDeps {
   kube::RestClient* client = nullptr;
   const runtime::Cache<JobObject>* jobs = nullptr;
-  const runtime::Cache<kube::Pod>* pods = nullptr;
+  const runtime::Cache<ObservedPod>* pods = nullptr;
   const runtime::Cache<ObjectHeader>* services = nullptr;
   const runtime::Cache<ObjectHeader>* secrets = nullptr;
+  const runtime::Cache<ObjectHeader>* pod_groups = nullptr;  // null: gang scheduling off
   Expectations* expectations = nullptr;
   runtime::EventRecorder* events = nullptr;
-  ProgressSource* progress = nullptr;  // null: no polling
+  const ProgressPoller* progress = nullptr;  // null: no progress is read
   runtime::MetricsRegistry* metrics = nullptr;
   kube::Clock* clock = nullptr;
 };
@@ -90,16 +89,12 @@ class Reconciler {
   absl::StatusOr<runtime::ReconcileResult> Reconcile(const std::string& key);
 
  private:
-  std::optional<api::Progress> PollProgress(const std::string& key, const Observed& o);
   absl::Status Execute(const std::string& key, const api::TrainingJob& job, const Action& a);
   void Record(const api::TrainingJob& job, runtime::EventType type, const std::string& reason,
               const std::string& message);
 
   ReconcilerDeps d_;
   ReconcilerOptions options_;
-  std::mutex mu_;
-  std::map<std::string, absl::Time> last_poll_;  // job key -> monotonic time of last poll
-  std::set<std::string> pod_groups_;             // job UIDs whose PodGroup exists
 };
 
 }  // namespace lockstep::trainingjob

@@ -60,11 +60,10 @@ std::map<api::ReplicaType, api::ReplicaStatus> ReplicaStatuses(
   for (const ReplicaPod& rp : pods) {
     auto it = out.find(rp.type);
     if (it == out.end()) continue;
-    const kube::Pod& pod = *rp.pod;
-    if (pod.phase == "Pending" || pod.phase == "Running") it->second.active += 1;
-    if (pod.phase == "Failed") it->second.failed += 1;
-    const kube::PodCondition* ready = pod.Condition("Ready");
-    if (ready != nullptr && ready->status == "True" && pod.phase == "Running") {
+    const ObservedPod& pod = *rp.pod;
+    if (pod.phase == PodPhase::kPending || pod.phase == PodPhase::kRunning) it->second.active += 1;
+    if (pod.phase == PodPhase::kFailed) it->second.failed += 1;
+    if (pod.ConditionTrue("Ready") && pod.phase == PodPhase::kRunning) {
       it->second.ready += 1;
     }
   }
@@ -80,21 +79,21 @@ std::string ReadyString(const api::TrainingJobSpec& spec,
   return StrCat(ready, "/", total);
 }
 
-bool PodRunning(const kube::Pod& pod) {
-  if (pod.phase != "Running") return false;
-  for (const kube::ContainerStatus& c : pod.container_statuses) {
-    if (c.state.kind != kube::ContainerState::Kind::kRunning) return false;
+bool PodRunning(const ObservedPod& pod) {
+  if (pod.phase != PodPhase::kRunning) return false;
+  for (const ContainerStatus& c : pod.container_statuses) {
+    if (c.state.kind != ContainerState::Kind::kRunning) return false;
   }
   return true;
 }
 
-std::string PendingDetail(const kube::Pod& pod) {
-  for (const kube::ContainerStatus& c : pod.container_statuses) {
-    if (c.state.kind == kube::ContainerState::Kind::kWaiting && !c.state.reason.empty()) {
+std::string PendingDetail(const ObservedPod& pod) {
+  for (const ContainerStatus& c : pod.container_statuses) {
+    if (c.state.kind == ContainerState::Kind::kWaiting && !c.state.reason.empty()) {
       return StrCat(": ", c.state.reason, c.state.message.empty() ? "" : ": ", c.state.message);
     }
   }
-  if (const kube::PodCondition* s = pod.Condition("PodScheduled"); s && s->status == "False") {
+  if (const PodCondition* s = pod.Condition("PodScheduled"); s && s->status == "False") {
     return StrCat(": unschedulable: ", s->message);
   }
   return "";

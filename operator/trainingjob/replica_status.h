@@ -11,14 +11,14 @@
 #include <vector>
 
 #include "operator/api/trainingjob_types.h"
-#include "operator/kube/pod.h"
+#include "operator/trainingjob/observed.h"
 
 namespace lockstep::trainingjob {
 
 struct ReplicaPod {
   api::ReplicaType type;
   int32_t index;
-  std::shared_ptr<const kube::Pod> pod;
+  std::shared_ptr<const ObservedPod> pod;
 };
 
 // Per replica type of the spec: active (Pending or Running), ready, succeeded (completed
@@ -34,10 +34,10 @@ std::string ReadyString(const api::TrainingJobSpec& spec,
 
 // Running phase with every container running (a container waiting to be restarted in place
 // does not count).
-bool PodRunning(const kube::Pod& pod);
+bool PodRunning(const ObservedPod& pod);
 
 // ": ErrImagePull: image x not found" from the first waiting container, or "".
-std::string PendingDetail(const kube::Pod& pod);
+std::string PendingDetail(const ObservedPod& pod);
 
 // "45% (450/1000)" with a total, "step 450" without.
 std::string ProgressSummary(const api::Progress& p);

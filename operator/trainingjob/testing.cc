@@ -44,9 +44,9 @@ api::TrainingJob Job(const std::string& strategy, const std::vector<ReplicaDesc>
   return job;
 }
 
-kube::Pod MakePod(const api::TrainingJob& job, api::ReplicaType type, int index, int attempt,
-                  const std::string& phase) {
-  kube::Pod p;
+ObservedPod MakePod(const api::TrainingJob& job, api::ReplicaType type, int index, int attempt,
+                    PodPhase phase) {
+  ObservedPod p;
   p.metadata.name = api::ReplicaName(job.metadata.name, type, index);
   p.metadata.namespace_ = job.metadata.namespace_;
   p.metadata.uid = p.metadata.name + "-a" + std::to_string(attempt);
@@ -58,27 +58,27 @@ kube::Pod MakePod(const api::TrainingJob& job, api::ReplicaType type, int index,
   p.metadata.owner_references = {ControllerRef(job)};
   p.phase = phase;
   p.pod_ip = "127.0.1." + std::to_string(index + 1);
-  kube::ContainerStatus c;
+  ContainerStatus c;
   c.name = "tensorflow";
-  if (phase == "Running") {
-    c.state.kind = kube::ContainerState::Kind::kRunning;
+  if (phase == PodPhase::kRunning) {
+    c.state.kind = ContainerState::Kind::kRunning;
     c.ready = true;
     p.conditions.push_back({"Ready", "True", "", ""});
-  } else if (phase == "Succeeded") {
-    c.state.kind = kube::ContainerState::Kind::kTerminated;
+  } else if (phase == PodPhase::kSucceeded) {
+    c.state.kind = ContainerState::Kind::kTerminated;
     c.state.reason = "Completed";
   } else {
-    c.state.kind = kube::ContainerState::Kind::kWaiting;
+    c.state.kind = ContainerState::Kind::kWaiting;
     c.state.reason = "ContainerCreating";
   }
   p.container_statuses.push_back(c);
   return p;
 }
 
-kube::Pod Exited(kube::Pod pod, int code, const std::string& termination_message) {
-  pod.phase = "Failed";
-  kube::ContainerState& s = pod.container_statuses.at(0).state;
-  s.kind = kube::ContainerState::Kind::kTerminated;
+ObservedPod Exited(ObservedPod pod, int code, const std::string& termination_message) {
+  pod.phase = PodPhase::kFailed;
+  ContainerState& s = pod.container_statuses.at(0).state;
+  s.kind = ContainerState::Kind::kTerminated;
   s.exit_code = code;
   s.reason = "Error";
   s.message = termination_message;
@@ -86,17 +86,17 @@ kube::Pod Exited(kube::Pod pod, int code, const std::string& termination_message
   return pod;
 }
 
-kube::Pod RestartedInPlace(kube::Pod pod, int code, int times) {
-  kube::ContainerStatus& c = pod.container_statuses.at(0);
+ObservedPod RestartedInPlace(ObservedPod pod, int code, int times) {
+  ContainerStatus& c = pod.container_statuses.at(0);
   c.restart_count += times;
-  c.last_state.kind = kube::ContainerState::Kind::kTerminated;
+  c.last_state.kind = ContainerState::Kind::kTerminated;
   c.last_state.exit_code = code;
   c.last_state.reason = "Error";
   return pod;
 }
 
-std::shared_ptr<const kube::Pod> Share(kube::Pod p) {
-  return std::make_shared<const kube::Pod>(std::move(p));
+std::shared_ptr<const ObservedPod> Share(ObservedPod p) {
+  return std::make_shared<const ObservedPod>(std::move(p));
 }
 
 }  // namespace lockstep::trainingjob::testing

@@ -1,6 +1,7 @@
 #pragma once
 // Builders for the controller's tests: jobs from a compact description, pods in any phase
-// with the labels and owner reference the operator gives them.
+// with the labels and owner reference the operator gives them. Test-only
+// (lockstep_planner_testing). Thread-safety: plain functions.
 
 #include <functional>
 #include <memory>
@@ -10,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "operator/api/trainingjob_types.h"
-#include "operator/kube/pod.h"
+#include "operator/trainingjob/observed.h"
 
 namespace lockstep::trainingjob::testing {
 
@@ -30,13 +31,13 @@ extern const absl::Time kT0;  // creation time of every test pod
 
 // A pod of the job in `phase`; uid "<name>-a<attempt>". Running and Succeeded pods have a
 // running or exited-0 container.
-kube::Pod MakePod(const api::TrainingJob& job, api::ReplicaType type, int index, int attempt,
-                  const std::string& phase);
+ObservedPod MakePod(const api::TrainingJob& job, api::ReplicaType type, int index, int attempt,
+                    PodPhase phase);
 // The container exited with `code` and the pod failed (restartPolicy Never).
-kube::Pod Exited(kube::Pod pod, int code, const std::string& termination_message = "");
+ObservedPod Exited(ObservedPod pod, int code, const std::string& termination_message = "");
 // The kubelet restarted the container in place `times` times, the last run exiting `code`.
-kube::Pod RestartedInPlace(kube::Pod pod, int code, int times = 1);
+ObservedPod RestartedInPlace(ObservedPod pod, int code, int times = 1);
 
-std::shared_ptr<const kube::Pod> Share(kube::Pod p);
+std::shared_ptr<const ObservedPod> Share(ObservedPod p);
 
 }  // namespace lockstep::trainingjob::testing

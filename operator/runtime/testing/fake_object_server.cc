@@ -1,4 +1,4 @@
-#include "operator/runtime/fake_lease_server.h"
+#include "operator/runtime/testing/fake_object_server.h"
 
 namespace lockstep::runtime::testing {
 namespace {

@@ -1,6 +1,8 @@
 #pragma once
-// An in-memory Lease and Event store behind FakeTransport, for leader-election and event tests:
+// FakeObjectServer (test-only, target lockstep_runtime_testing): an in-memory Lease and Event
+// store behind FakeTransport, for leader-election and event tests:
 // GET/POST/PUT/PATCH with resourceVersion checks (409 Conflict on a stale PUT).
+// Thread-safety: thread-safe (the transport may call it from any thread).
 
 #include <functional>
 #include <map>
