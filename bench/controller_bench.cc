@@ -117,7 +117,7 @@ double Converge(lk::kube::RestClient& c, int jobs, int attempt, SteadyClock::tim
 
 int main(int argc, char** argv) {
   int jobs = argc > 1 ? std::atoi(argv[1]) : 200;
-  lk::kube::SetMinSeverity(lk::kube::Severity::kWarning);
+  lk::common::SetMinSeverity(lk::common::Severity::kWarning);
   std::unique_ptr<lk::local::ApiServer> api = *lk::local::ApiServer::Create({});
   json crd = (*lk::api::ParseYamlDocuments(lk::local::TrainingJobCrdYaml()))[0];
   api->Handle({.method = "POST",
@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
       res::kNamespaces, "",
       {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "bench"}}}});
   std::unique_ptr<lk::kube::Clock> clock = lk::kube::NewRealClock();
-  lk::runtime::MetricsRegistry metrics;
+  lk::common::MetricsRegistry metrics;
   lk::trainingjob::TrainingJobController controller(&operator_client, clock.get(), &metrics,
                                                     nullptr, {.workers = 4});
   std::jthread op([&](std::stop_token s) { controller.Run(s); });

@@ -12,7 +12,7 @@
 #include "common/log.h"
 #include "common/str_util.h"
 
-namespace lockstep::runtime {
+namespace lockstep::common {
 
 namespace asio = boost::asio;
 namespace http = boost::beast::http;
@@ -119,4 +119,4 @@ EndpointServer::~EndpointServer() {
 
 uint16_t EndpointServer::port() const { return impl_->port; }
 
-}  // namespace lockstep::runtime
+}  // namespace lockstep::common

@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace lockstep::runtime {
+namespace lockstep::common {
 
 struct EndpointResponse {
   int status = 200;
@@ -37,4 +37,4 @@ class EndpointServer {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace lockstep::runtime
+}  // namespace lockstep::common

@@ -11,7 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
-namespace lockstep::kube {
+namespace lockstep::common {
 namespace {
 
 Severity InitialSeverity() {
@@ -59,4 +59,4 @@ void Log(Severity severity, std::string_view component, std::string_view message
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
-}  // namespace lockstep::kube
+}  // namespace lockstep::common

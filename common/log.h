@@ -1,8 +1,7 @@
 #pragma once
 // Minimal structured logging for the operator and the trainer, in one line format: one line
 // per message on stderr, "2026-11-21T17:05:00.123Z I watcher] message", or JSON objects.
-// Tests may install a sink to capture lines. The namespace is the operator's, where this
-// began; the code depends on nothing of it.
+// Tests may install a sink to capture lines.
 // Nothing that is a secret (tokens, keys, Secret data) may be passed here.
 // Thread-safety: thread-safe.
 
@@ -12,7 +11,7 @@
 
 #include "common/str_util.h"
 
-namespace lockstep::kube {
+namespace lockstep::common {
 
 enum class Severity { kDebug, kInfo, kWarning, kError };
 
@@ -44,4 +43,4 @@ void LogDebug(std::string_view component, const Args&... args) {
   Log(Severity::kDebug, component, StrCat(args...));
 }
 
-}  // namespace lockstep::kube
+}  // namespace lockstep::common

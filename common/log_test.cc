@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace lockstep::kube {
+namespace lockstep::common {
 namespace {
 
 using ::testing::MatchesRegex;
@@ -63,4 +63,4 @@ TEST_F(LogTest, MessagesBelowTheMinimumAreDropped) {
 }
 
 }  // namespace
-}  // namespace lockstep::kube
+}  // namespace lockstep::common

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <sstream>
 
-namespace lockstep::runtime {
+namespace lockstep::common {
 namespace {
 
 std::string Escape(const std::string& v) {
@@ -160,4 +160,4 @@ double MetricsRegistry::Sum(const std::string& name, const MetricLabels& labels)
   return h == it->second.histograms.end() ? 0 : h->second.sum;
 }
 
-}  // namespace lockstep::runtime
+}  // namespace lockstep::common

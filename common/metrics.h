@@ -2,7 +2,7 @@
 // Metrics: a small Prometheus registry (counters, gauges, histograms with labels) and its text
 // exposition format, version 0.0.4. Collectors run at scrape time, for gauges that are a view
 // of a cache (jobs by state). Debian packages no Prometheus client library for C++, and the
-// operator and the trainer need only these three types. (Namespace kept from the operator.)
+// operator and the trainer need only these three types.
 // Thread-safety: thread-safe.
 
 #include <functional>
@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-namespace lockstep::runtime {
+namespace lockstep::common {
 
 using MetricLabels = std::vector<std::pair<std::string, std::string>>;
 
@@ -62,4 +62,4 @@ class MetricsRegistry {
 // Latency buckets in seconds, 1 ms to 60 s.
 std::vector<double> LatencyBuckets();
 
-}  // namespace lockstep::runtime
+}  // namespace lockstep::common

@@ -9,7 +9,7 @@
 
 #include "common/http_endpoints.h"
 
-namespace lockstep::runtime {
+namespace lockstep::common {
 namespace {
 
 using ::testing::HasSubstr;
@@ -86,4 +86,4 @@ TEST(EndpointServerTest, BadAddressesAreErrors) {
 }
 
 }  // namespace
-}  // namespace lockstep::runtime
+}  // namespace lockstep::common

@@ -174,7 +174,7 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
   // The operator, in-process: the same controller lockstep-operator runs.
   kube::RestClient operator_client(std::make_shared<local::LocalTransport>(api->get()),
                                    {.user_agent = "lockstep-operator (local)"});
-  runtime::MetricsRegistry metrics;
+  common::MetricsRegistry metrics;
   std::unique_ptr<trainingjob::ProgressSource> progress = trainingjob::NewHttpProgressSource();
   trainingjob::TrainingJobController controller(
       &operator_client, clock.get(), &metrics, progress.get(),
@@ -190,11 +190,11 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
       {"url", (*http)->url()}}.dump();
   fs::rename(info + ".tmp", info);
   WriteKubeconfig(o.state_dir, (*http)->url());
-  kube::LogInfo("local", "serving on ", (*http)->url(), ", state in ", o.state_dir);
+  common::LogInfo("local", "serving on ", (*http)->url(), ", state in ", o.state_dir);
   out << (*http)->url() << std::endl;
   while (!g_signalled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   stop.request_stop();
-  kube::LogInfo("local", "stopping");
+  common::LogInfo("local", "stopping");
   operator_thread.join();
   deployment_thread.join();
   kubelet.join();  // stops every pod's processes

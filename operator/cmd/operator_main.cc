@@ -54,22 +54,22 @@ int main(int argc, char** argv) {
     std::cout << "lockstep-operator " << LOCKSTEP_VERSION << "\n";
     return 0;
   }
-  if (flags->json_logs) kube::SetLogFormat(kube::LogFormat::kJson);
+  if (flags->json_logs) common::SetLogFormat(common::LogFormat::kJson);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
 
   absl::StatusOr<kube::RestConfig> config = kube::DefaultConfig(flags->kubeconfig, flags->context);
   if (!config.ok()) {
-    kube::LogError("operator", "cannot configure the API client: ", config.status().message());
+    common::LogError("operator", "cannot configure the API client: ", config.status().message());
     return 1;
   }
   std::unique_ptr<kube::Clock> clock = kube::NewRealClock();
   absl::StatusOr<std::shared_ptr<kube::Transport>> transport = kube::Connect(*config, clock.get());
   if (!transport.ok()) {
-    kube::LogError("operator", "cannot connect: ", transport.status().message());
+    common::LogError("operator", "cannot connect: ", transport.status().message());
     return 1;
   }
-  runtime::MetricsRegistry metrics;
+  common::MetricsRegistry metrics;
   auto instrumented = std::make_shared<runtime::InstrumentedTransport>(*transport, &metrics);
   kube::RestClient client(
       instrumented,
@@ -94,14 +94,14 @@ int main(int argc, char** argv) {
       &client, {.namespace_ = lease_ns, .name = flags->leader_election_id, .identity = Identity()},
       clock.get());
   metrics.AddGauge("lockstep_leader", "1 while this replica leads.");
-  metrics.AddCollector([&](runtime::MetricsRegistry& m) {
+  metrics.AddCollector([&](common::MetricsRegistry& m) {
     m.Set("lockstep_leader", {}, !flags->leader_elect || elector.IsLeader() ? 1 : 0);
   });
 
-  std::unique_ptr<runtime::EndpointServer> endpoints;
+  std::unique_ptr<common::EndpointServer> endpoints;
   if (!flags->metrics_addr.empty()) {
-    absl::StatusOr<std::unique_ptr<runtime::EndpointServer>> s = runtime::EndpointServer::Start(
-        flags->metrics_addr, [&](const std::string& path) -> runtime::EndpointResponse {
+    absl::StatusOr<std::unique_ptr<common::EndpointServer>> s = common::EndpointServer::Start(
+        flags->metrics_addr, [&](const std::string& path) -> common::EndpointResponse {
           if (path == "/metrics") {
             return {200, "text/plain; version=0.0.4; charset=utf-8", metrics.Render()};
           }
@@ -117,11 +117,12 @@ int main(int argc, char** argv) {
           return {404, "text/plain; charset=utf-8", "not found\n"};
         });
     if (!s.ok()) {
-      kube::LogError("operator", "metrics endpoint: ", s.status().message());
+      common::LogError("operator", "metrics endpoint: ", s.status().message());
       return 1;
     }
     endpoints = std::move(*s);
-    kube::LogInfo("operator", "serving /metrics, /healthz and /readyz on port ", endpoints->port());
+    common::LogInfo("operator", "serving /metrics, /healthz and /readyz on port ",
+                    endpoints->port());
   }
 
   std::stop_source stop;
@@ -131,21 +132,21 @@ int main(int argc, char** argv) {
     }
     stop.request_stop();
   });
-  kube::LogInfo("operator", "lockstep-operator ", LOCKSTEP_VERSION, " starting; namespace ",
-                flags->namespace_.empty() ? "(all)" : flags->namespace_);
+  common::LogInfo("operator", "lockstep-operator ", LOCKSTEP_VERSION, " starting; namespace ",
+                  flags->namespace_.empty() ? "(all)" : flags->namespace_);
   if (flags->leader_elect) {
     elector.Run(stop.get_token(), [&](std::stop_token lead) { controller.Run(lead); });
     if (!stop.stop_requested()) {
       // Leadership lost without being asked to stop: exit so that the Deployment restarts
       // this replica as a fresh candidate (the caches it held may be behind the new leader's).
-      kube::LogError("operator", "lost the leader Lease; exiting");
+      common::LogError("operator", "lost the leader Lease; exiting");
       watch_signals.request_stop();
       return 1;
     }
   } else {
     controller.Run(stop.get_token());
   }
-  kube::LogInfo("operator", "stopped");
+  common::LogInfo("operator", "stopped");
   watch_signals.request_stop();
   return 0;
 }

@@ -77,14 +77,14 @@ void DeploymentController::Run(std::stop_token stop) {
 void DeploymentController::Sync() {
   absl::StatusOr<json> deployments = client_->List(kDeployments, "");
   if (!deployments.ok()) {
-    kube::LogWarning(kLog, "listing deployments: ", deployments.status().message());
+    common::LogWarning(kLog, "listing deployments: ", deployments.status().message());
     return;
   }
   const json& items = (*deployments)["items"];
   if (!items.is_array() || items.empty()) return;
   absl::StatusOr<json> pods = client_->List(kube::resources::kPods, "");
   if (!pods.ok()) {
-    kube::LogWarning(kLog, "listing pods: ", pods.status().message());
+    common::LogWarning(kLog, "listing pods: ", pods.status().message());
     return;
   }
   for (const json& d : items) {
@@ -140,10 +140,11 @@ void DeploymentController::SyncOne(const json& d, const json& pods) {
                 {"spec", tmpl->value("spec", json::object())}};
     absl::StatusOr<json> created = client_->Create(kube::resources::kPods, ns, pod);
     if (!created.ok()) {
-      kube::LogWarning(kLog, "creating a pod of ", ns, "/", name, ": ", created.status().message());
+      common::LogWarning(kLog, "creating a pod of ", ns, "/", name, ": ",
+                         created.status().message());
       break;
     }
-    kube::LogInfo(kLog, ns, "/", name, ": created pod ", MetaOf(*created, "name"));
+    common::LogInfo(kLog, ns, "/", name, ": created pod ", MetaOf(*created, "name"));
   }
 
   // Available when at most a quarter of the replicas (rounded down, as maxUnavailable 25%)
@@ -185,7 +186,7 @@ void DeploymentController::SyncOne(const json& d, const json& pods) {
   updated["status"] = std::move(status);
   absl::StatusOr<json> r = client_->UpdateStatus(kDeployments, ns, updated);
   if (!r.ok() && !kube::IsApiConflict(r.status()) && !kube::IsApiNotFound(r.status())) {
-    kube::LogWarning(kLog, "status of ", ns, "/", name, ": ", r.status().message());
+    common::LogWarning(kLog, "status of ", ns, "/", name, ": ", r.status().message());
   }
 }
 

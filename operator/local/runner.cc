@@ -216,8 +216,8 @@ struct Runner::Impl {
     c.started = clock->Now();
     c.waiting_reason.clear();
     c.waiting_message.clear();
-    kube::LogInfo(kLog, "started ", run.ns, "/", run.name, "/", c.name, " as pid ", *pid, " (",
-                  spec.argv[0], ")");
+    common::LogInfo(kLog, "started ", run.ns, "/", run.name, "/", c.name, " as pid ", *pid, " (",
+                    spec.argv[0], ")");
   }
 
   void Reap(PodRun& run) {
@@ -238,7 +238,7 @@ struct Runner::Impl {
                           {"finishedAt", api::FormatKubeTime(clock->Now())}};
       if (!message.str().empty()) (*c.terminated)["message"] = message.str().substr(0, 4096);
       c.pid = 0;
-      kube::LogInfo(kLog, run.ns, "/", run.name, "/", c.name, " exited with ", code);
+      common::LogInfo(kLog, run.ns, "/", run.name, "/", c.name, " exited with ", code);
       bool restart =
           !run.terminating && (policy == "Always" || (policy == "OnFailure" && code != 0));
       if (!restart) {
@@ -314,7 +314,7 @@ struct Runner::Impl {
       run.last_status = text;
       run.pod = *r;
     } else if (!kube::IsApiNotFound(r.status())) {
-      kube::LogWarning(kLog, "status of ", run.ns, "/", run.name, ": ", r.status().message());
+      common::LogWarning(kLog, "status of ", run.ns, "/", run.name, ": ", r.status().message());
     }
   }
 

@@ -12,10 +12,10 @@ double Since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 InstrumentedTransport::InstrumentedTransport(std::shared_ptr<kube::Transport> inner,
-                                             MetricsRegistry* metrics)
+                                             common::MetricsRegistry* metrics)
     : inner_(std::move(inner)), metrics_(metrics) {
   metrics_->AddHistogram(kApiLatencyMetric, "Latency of Kubernetes API requests, by verb and code.",
-                         LatencyBuckets());
+                         common::LatencyBuckets());
 }
 
 void InstrumentedTransport::Record(const std::string& verb, int code, double seconds) {

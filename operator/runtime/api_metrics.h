@@ -16,14 +16,14 @@ inline constexpr char kApiLatencyMetric[] = "lockstep_api_request_duration_secon
 class InstrumentedTransport final : public kube::Transport {
  public:
   // Declares the histogram in `metrics`, which must outlive the transport.
-  InstrumentedTransport(std::shared_ptr<kube::Transport> inner, MetricsRegistry* metrics);
+  InstrumentedTransport(std::shared_ptr<kube::Transport> inner, common::MetricsRegistry* metrics);
   absl::StatusOr<kube::HttpResponse> Send(const kube::HttpRequest& request) override;
   absl::StatusOr<kube::StreamedResponse> Open(const kube::HttpRequest& request) override;
 
  private:
   void Record(const std::string& verb, int code, double seconds);
   std::shared_ptr<kube::Transport> inner_;
-  MetricsRegistry* metrics_;
+  common::MetricsRegistry* metrics_;
 };
 
 }  // namespace lockstep::runtime

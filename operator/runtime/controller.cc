@@ -38,20 +38,20 @@ void Controller::ProcessOne(const std::string& key) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kPermissionDenied:
     case absl::StatusCode::kUnimplemented:
-      kube::LogError(name_, key, ": ", error.message(), " (not retried)");
+      common::LogError(name_, key, ": ", error.message(), " (not retried)");
       queue_->Forget(key);
       return;
     default:
       break;
   }
   if (std::optional<absl::Duration> after = kube::RetryAfter(error)) {
-    kube::LogWarning(name_, key, ": ", error.message(), " (retry in ", absl::FormatDuration(*after),
-                     ")");
+    common::LogWarning(name_, key, ": ", error.message(), " (retry in ",
+                       absl::FormatDuration(*after), ")");
     queue_->AddAfter(key, *after);
     return;
   }
-  kube::LogWarning(name_, key, ": ", error.message(), " (retry ", queue_->NumRequeues(key) + 1,
-                   ")");
+  common::LogWarning(name_, key, ": ", error.message(), " (retry ", queue_->NumRequeues(key) + 1,
+                     ")");
   queue_->AddRateLimited(key);
 }
 
@@ -65,7 +65,7 @@ void Controller::Run(std::stop_token stop) {
       }
     });
   }
-  kube::LogInfo(name_, "started ", workers_, " workers");
+  common::LogInfo(name_, "started ", workers_, " workers");
   {
     std::mutex mu;
     std::condition_variable_any cv;
@@ -74,7 +74,7 @@ void Controller::Run(std::stop_token stop) {
   }
   queue_->ShutDown();
   pool.join();
-  kube::LogInfo(name_, "stopped");
+  common::LogInfo(name_, "stopped");
 }
 
 }  // namespace lockstep::runtime

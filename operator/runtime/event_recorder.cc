@@ -40,8 +40,8 @@ void EventRecorder::Record(const ObjectReference& object, EventType type, const 
         client_->Patch(kube::resources::kEvents, ns, name, kube::PatchType::kMerge, patch);
     if (r.ok()) return;
     if (!kube::IsApiNotFound(r.status())) {
-      kube::LogWarning("events", "could not update event ", ns, "/", name, ": ",
-                       r.status().message());
+      common::LogWarning("events", "could not update event ", ns, "/", name, ": ",
+                         r.status().message());
       return;  // best effort: no duplicate for a transient failure
     }
     // The server expired the event (events live an hour): record it afresh.
@@ -87,8 +87,8 @@ void EventRecorder::Record(const ObjectReference& object, EventType type, const 
       lru_.erase(failed->second.lru);
       seen_.erase(failed);  // the next repeat creates the event instead of patching nothing
     }
-    kube::LogWarning("events", "could not record ", reason, " for ", object.kind, " ",
-                     object.namespace_, "/", object.name, ": ", r.status().message());
+    common::LogWarning("events", "could not record ", reason, " for ", object.kind, " ",
+                       object.namespace_, "/", object.name, ": ", r.status().message());
   }
 }
 

@@ -125,8 +125,8 @@ class Informer final : public WatchSink {
     absl::StatusOr<T> obj = decode_(j);
     if (obj.ok()) return std::make_shared<const T>(std::move(*obj));
     ++decode_errors_;
-    kube::LogWarning(component_,
-                     "skipping an object that does not decode: ", obj.status().message());
+    common::LogWarning(component_,
+                       "skipping an object that does not decode: ", obj.status().message());
     if (decode_error_) decode_error_(obj.status());
     return nullptr;
   }
@@ -138,9 +138,9 @@ class Informer final : public WatchSink {
       try {
         f(h);
       } catch (const std::exception& e) {
-        kube::LogError(component_, "event handler threw: ", e.what());
+        common::LogError(component_, "event handler threw: ", e.what());
       } catch (...) {
-        kube::LogError(component_, "event handler threw");
+        common::LogError(component_, "event handler threw");
       }
     }
   }

@@ -52,8 +52,8 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
         client_->Create(leases, config_.namespace_, LeaseObject(config_.identity, 0, ""));
     if (kube::IsApiAlreadyExists(created.status())) return leading_ = false;
     if (!created.ok()) return created.status();
-    kube::LogInfo(kComponent, config_.identity, " acquired lease ", config_.namespace_, "/",
-                  config_.name, " (created it)");
+    common::LogInfo(kComponent, config_.identity, " acquired lease ", config_.namespace_, "/",
+                    config_.name, " (created it)");
     observed_holder_ = config_.identity;
     observed_at_ = clock_->Monotonic();
     return leading_ = true;
@@ -85,8 +85,8 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
   if (kube::IsApiConflict(updated.status())) return leading_ = false;
   if (!updated.ok()) return updated.status();
   if (!mine) {
-    kube::LogInfo(kComponent, config_.identity, " acquired lease ", config_.namespace_, "/",
-                  config_.name, holder.empty() ? "" : " from " + holder);
+    common::LogInfo(kComponent, config_.identity, " acquired lease ", config_.namespace_, "/",
+                    config_.name, holder.empty() ? "" : " from " + holder);
   }
   observed_holder_ = config_.identity;
   observed_record_.clear();
@@ -109,8 +109,8 @@ absl::Status LeaderElector::Release() {
   lease["metadata"] = got->value("metadata", nlohmann::json::object());
   absl::StatusOr<nlohmann::json> updated = client_->Update(leases, config_.namespace_, lease);
   if (!updated.ok()) return updated.status();
-  kube::LogInfo(kComponent, config_.identity, " released lease ", config_.namespace_, "/",
-                config_.name);
+  common::LogInfo(kComponent, config_.identity, " released lease ", config_.namespace_, "/",
+                  config_.name);
   return absl::OkStatus();
 }
 
@@ -119,7 +119,7 @@ bool LeaderElector::Run(std::stop_token stop, std::function<void(std::stop_token
   while (true) {
     if (stop.stop_requested()) return false;
     absl::StatusOr<bool> acquired = TryAcquireOrRenew();
-    if (!acquired.ok()) kube::LogWarning(kComponent, acquired.status().message());
+    if (!acquired.ok()) common::LogWarning(kComponent, acquired.status().message());
     if (acquired.ok() && *acquired) break;
     if (!clock_->SleepFor(config_.retry_period, stop)) return false;
   }
@@ -129,9 +129,9 @@ bool LeaderElector::Run(std::stop_token stop, std::function<void(std::stop_token
     try {
       lead(leader.get_token());
     } catch (const std::exception& e) {
-      kube::LogError(kComponent, "the leader's work threw: ", e.what());
+      common::LogError(kComponent, "the leader's work threw: ", e.what());
     } catch (...) {
-      kube::LogError(kComponent, "the leader's work threw");
+      common::LogError(kComponent, "the leader's work threw");
     }
     leader.request_stop();  // nothing left to lead for: stop renewing and release
   });
@@ -144,15 +144,15 @@ bool LeaderElector::Run(std::stop_token stop, std::function<void(std::stop_token
       last_renew = clock_->Monotonic();
       continue;
     }
-    if (!renewed.ok()) kube::LogWarning(kComponent, "renew: ", renewed.status().message());
+    if (!renewed.ok()) common::LogWarning(kComponent, "renew: ", renewed.status().message());
     if (clock_->Monotonic() - last_renew >= config_.renew_deadline || (renewed.ok() && !*renewed)) {
-      kube::LogError(kComponent, config_.identity, " lost the lease");
+      common::LogError(kComponent, config_.identity, " lost the lease");
       leading_ = false;
       leader.request_stop();
     }
   }
   worker.join();
-  if (absl::Status s = Release(); !s.ok()) kube::LogWarning(kComponent, "release: ", s.message());
+  if (absl::Status s = Release(); !s.ok()) common::LogWarning(kComponent, "release: ", s.message());
   return true;
 }
 

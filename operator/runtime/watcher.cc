@@ -131,7 +131,7 @@ void Watcher::Run(std::stop_token stop) {
                               .limit = options_.page_size});
         if (stop.stop_requested()) return;
         if (!list.ok()) {
-          kube::LogWarning(component, "list failed: ", list.status().message());
+          common::LogWarning(component, "list failed: ", list.status().message());
           action = machine_.OnListFailed(list.status());
           break;
         }
@@ -142,17 +142,17 @@ void Watcher::Run(std::stop_token stop) {
         }
         std::string rv = ResourceVersionOf(*list);
         if (rv.empty()) {
-          kube::LogWarning(component, "list answered without metadata.resourceVersion");
+          common::LogWarning(component, "list answered without metadata.resourceVersion");
           action = machine_.OnListed(rv);
           break;
         }
-        kube::LogDebug(component, "listed ", items.size(), " at resourceVersion ", rv);
+        common::LogDebug(component, "listed ", items.size(), " at resourceVersion ", rv);
         sink_->Replace(std::move(items), rv);
         action = machine_.OnListed(rv);
         break;
       }
       case WatcherAction::Kind::kWait:
-        kube::LogDebug(component, "retrying in ", absl::FormatDuration(action.wait));
+        common::LogDebug(component, "retrying in ", absl::FormatDuration(action.wait));
         if (!clock_->SleepFor(action.wait, stop)) return;
         action = machine_.OnWaitOver();
         break;
@@ -180,7 +180,7 @@ WatcherAction Watcher::Watch(const std::string& resource_version, std::stop_toke
                       .timeout_seconds = timeout});
   if (stop.stop_requested()) return machine_.OnWatchEnded();
   if (!opened.ok()) {
-    kube::LogWarning(component, "watch failed: ", opened.status().message());
+    common::LogWarning(component, "watch failed: ", opened.status().message());
     return machine_.OnWatchFailed(opened.status());
   }
   std::shared_ptr<kube::WatchStream> stream = std::move(*opened);
@@ -198,7 +198,7 @@ WatcherAction Watcher::Watch(const std::string& resource_version, std::stop_toke
       if (stop.stop_requested() || rotated->load()) {
         next = machine_.OnWatchEnded();
       } else {
-        kube::LogWarning(component, "watch broke: ", event.status().message());
+        common::LogWarning(component, "watch broke: ", event.status().message());
         next = machine_.OnWatchFailed(event.status());
       }
       break;
@@ -212,7 +212,7 @@ WatcherAction Watcher::Watch(const std::string& resource_version, std::stop_toke
       sink_->Apply(std::move(**event));
     } else if (a.kind != WatcherAction::Kind::kIgnore) {
       if ((*event)->type == WatchEvent::Type::kError) {
-        kube::LogWarning(component, "watch error event: ", kube::DumpJson((*event)->object));
+        common::LogWarning(component, "watch error event: ", kube::DumpJson((*event)->object));
       }
       next = a;
       break;

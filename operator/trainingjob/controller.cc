@@ -14,7 +14,7 @@
 namespace lockstep::trainingjob {
 
 struct TrainingJobController::Impl {
-  Impl(kube::RestClient* c, kube::Clock* clk, runtime::MetricsRegistry* m, ProgressSource* p,
+  Impl(kube::RestClient* c, kube::Clock* clk, common::MetricsRegistry* m, ProgressSource* p,
        ControllerOptions o)
       : client(c),
         clock(clk),
@@ -111,7 +111,7 @@ struct TrainingJobController::Impl {
 
   kube::RestClient* client;
   kube::Clock* clock;
-  runtime::MetricsRegistry* metrics;
+  common::MetricsRegistry* metrics;
   ControllerOptions options;
   runtime::Informer<JobObject> jobs;
   runtime::Informer<ObservedPod> pods;
@@ -127,14 +127,14 @@ struct TrainingJobController::Impl {
 };
 
 TrainingJobController::TrainingJobController(kube::RestClient* client, kube::Clock* clock,
-                                             runtime::MetricsRegistry* metrics,
+                                             common::MetricsRegistry* metrics,
                                              ProgressSource* progress, ControllerOptions options)
     : impl_(std::make_unique<Impl>(client, clock, metrics, progress, std::move(options))) {
   DeclareReconcilerMetrics(metrics);
   metrics->AddGauge("lockstep_trainingjobs", "TrainingJobs in the cache, by state.");
   metrics->AddGauge("lockstep_workqueue_depth", "Job keys ready to be reconciled.");
   Impl* impl = impl_.get();
-  metrics->AddCollector([impl](runtime::MetricsRegistry& m) {
+  metrics->AddCollector([impl](common::MetricsRegistry& m) {
     m.ClearGauge("lockstep_trainingjobs");
     std::map<api::JobState, int> counts;
     for (const api::EnumName<api::JobState>& e : api::kJobStateNames) counts[e.value] = 0;
@@ -188,13 +188,13 @@ void TrainingJobController::Run(std::stop_token stop) {
     t_secrets.request_stop();
     t_pod_groups.request_stop();
   });
-  kube::LogInfo("trainingjob", "waiting for caches to sync");
+  common::LogInfo("trainingjob", "waiting for caches to sync");
   if (!i.jobs.WaitForSync(stop) || !i.pods.WaitForSync(stop) || !i.services.WaitForSync(stop) ||
       !i.secrets.WaitForSync(stop) || (i.pod_groups && !i.pod_groups->WaitForSync(stop))) {
     return;
   }
-  kube::LogInfo("trainingjob", "caches synced: ", i.jobs.cache().size(), " jobs, ",
-                i.pods.cache().size(), " pods; starting ", i.options.workers, " workers");
+  common::LogInfo("trainingjob", "caches synced: ", i.jobs.cache().size(), " jobs, ",
+                  i.pods.cache().size(), " pods; starting ", i.options.workers, " workers");
   std::jthread t_progress;
   if (i.poller && i.poller->enabled()) {
     t_progress = std::jthread([&i, stop] { i.poller->Run(stop); });

@@ -37,7 +37,7 @@ class TrainingJobController {
  public:
   // Pointers must outlive the controller. `progress` may be null (no polling).
   TrainingJobController(kube::RestClient* client, kube::Clock* clock,
-                        runtime::MetricsRegistry* metrics, ProgressSource* progress,
+                        common::MetricsRegistry* metrics, ProgressSource* progress,
                         ControllerOptions options);
   ~TrainingJobController();
 

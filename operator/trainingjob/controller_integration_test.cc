@@ -286,7 +286,7 @@ class ControllerIntegrationTest : public ::testing::Test {
   std::unique_ptr<kube::RestClient> operator_client_;
   std::unique_ptr<kube::RestClient> client_;
   std::unique_ptr<kube::Clock> clock_;
-  runtime::MetricsRegistry metrics_;
+  common::MetricsRegistry metrics_;
   FixedProgress progress_;
   std::unique_ptr<TrainingJobController> controller_;
   std::jthread operator_;

@@ -24,9 +24,9 @@ bool Expectations::Satisfied(const std::string& job_key) {
   auto it = entries_.find(job_key);
   if (it == entries_.end()) return true;
   if (clock_->Monotonic() - it->second.since < timeout_) return false;
-  kube::LogWarning("expectations", job_key, ": ", it->second.items.size(),
-                   " expected watch events did not arrive within ", absl::FormatDuration(timeout_),
-                   "; planning from the cache as it is");
+  common::LogWarning("expectations", job_key, ": ", it->second.items.size(),
+                     " expected watch events did not arrive within ",
+                     absl::FormatDuration(timeout_), "; planning from the cache as it is");
   entries_.erase(it);
   return true;
 }

@@ -94,8 +94,8 @@ void ProgressPoller::Poll(const ProgressTarget& target) {
     }
   }
   if (!p.ok()) {
-    kube::LogDebug("progress", target.job_key, ": no progress from ", target.pod_ip, ":",
-                   target.port, ": ", p.status().message());
+    common::LogDebug("progress", target.job_key, ": no progress from ", target.pod_ip, ":",
+                     target.port, ": ", p.status().message());
   }
   if (changed) on_change_(target.job_key);
 }

@@ -36,8 +36,8 @@ TEST(ProgressTest, BadBodiesNameTheProblem) {
 }
 
 TEST(ProgressTest, FetchesOverHttp) {
-  auto server = runtime::EndpointServer::Start(
-      "127.0.0.1:0", [](const std::string& path) -> runtime::EndpointResponse {
+  auto server = common::EndpointServer::Start(
+      "127.0.0.1:0", [](const std::string& path) -> common::EndpointResponse {
         if (path == "/progress") return {200, "application/json", R"({"step":7,"totalSteps":70})"};
         return {404, "text/plain", ""};
       });
@@ -50,10 +50,10 @@ TEST(ProgressTest, FetchesOverHttp) {
 }
 
 TEST(ProgressTest, ErrorStatusIsUnavailable) {
-  auto server = runtime::EndpointServer::Start("127.0.0.1:0",
-                                               [](const std::string&) -> runtime::EndpointResponse {
-                                                 return {503, "text/plain", ""};
-                                               });
+  auto server = common::EndpointServer::Start("127.0.0.1:0",
+                                              [](const std::string&) -> common::EndpointResponse {
+                                                return {503, "text/plain", ""};
+                                              });
   ASSERT_TRUE(server.ok());
   absl::StatusOr<api::Progress> p = NewHttpProgressSource()->Fetch("127.0.0.1", (*server)->port());
   EXPECT_EQ(p.status().code(), absl::StatusCode::kUnavailable);

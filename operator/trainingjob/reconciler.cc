@@ -77,13 +77,13 @@ std::string ControllerKey(const api::ObjectMeta& m) {
   return "";
 }
 
-void DeclareReconcilerMetrics(runtime::MetricsRegistry* m) {
+void DeclareReconcilerMetrics(common::MetricsRegistry* m) {
   m->AddCounter(kPodsCreatedMetric, "Pods created, by replica type.");
   m->AddCounter(kPodsDeletedMetric, "Pods deleted, by reason kind.");
   m->AddCounter(kRestartsMetric, "Restarts counted against backoffLimit.");
   m->AddCounter(kReconcileErrorsMetric, "Reconciles that ended in an error.");
   m->AddHistogram(kReconcileLatencyMetric, "Time one reconcile of a TrainingJob took.",
-                  runtime::LatencyBuckets());
+                  common::LatencyBuckets());
 }
 
 Reconciler::Reconciler(ReconcilerDeps deps, ReconcilerOptions options)
@@ -110,8 +110,8 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
   const api::TrainingJob& job = cached->job;
   if (job.metadata.deletion_timestamp) return runtime::ReconcileResult{};
   if (!d_.expectations->Satisfied(key)) {
-    kube::LogDebug(kLog, key, ": waiting for ", d_.expectations->Outstanding(key),
-                   " of its own writes to come back through the watch");
+    common::LogDebug(kLog, key, ": waiting for ", d_.expectations->Outstanding(key),
+                     " of its own writes to come back through the watch");
     return runtime::ReconcileResult{.requeue_after = absl::Minutes(5)};
   }
 
@@ -147,7 +147,7 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
       if (kube::IsApiNotFound(r.status())) return runtime::ReconcileResult{};
       if (d_.metrics) d_.metrics->Inc(kReconcileErrorsMetric);
       if (kube::IsApiConflict(r.status())) {
-        kube::LogDebug(kLog, key, ": status write conflicted; the cache is behind, retrying");
+        common::LogDebug(kLog, key, ": status write conflicted; the cache is behind, retrying");
         return runtime::ReconcileResult{.requeue = true};
       }
       return r.status();

@@ -62,7 +62,7 @@ inline constexpr char kPodsDeletedMetric[] = "lockstep_pods_deleted_total";
 inline constexpr char kRestartsMetric[] = "lockstep_job_restarts_total";
 inline constexpr char kReconcileLatencyMetric[] = "lockstep_reconcile_duration_seconds";
 inline constexpr char kReconcileErrorsMetric[] = "lockstep_reconcile_errors_total";
-void DeclareReconcilerMetrics(runtime::MetricsRegistry* metrics);
+void DeclareReconcilerMetrics(common::MetricsRegistry* metrics);
 
 struct ReconcilerOptions {
   PlannerOptions planner;
@@ -78,7 +78,7 @@ struct ReconcilerDeps {
   Expectations* expectations = nullptr;
   runtime::EventRecorder* events = nullptr;
   const ProgressPoller* progress = nullptr;  // null: no progress is read
-  runtime::MetricsRegistry* metrics = nullptr;
+  common::MetricsRegistry* metrics = nullptr;
   kube::Clock* clock = nullptr;
 };
 

@@ -11,7 +11,7 @@ void WriteTerminationMessage(const std::string& path, const std::string& reason,
                              const std::string& message) {
   nlohmann::json j = {{"reason", reason}, {"retryable", retryable}, {"message", message}};
   std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  kube::LogError("trainer", reason, ": ", message);
+  common::LogError("trainer", reason, ": ", message);
   if (path.empty()) return;
   std::ofstream out(path, std::ios::trunc);
   if (out) out << text;

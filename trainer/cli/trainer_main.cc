@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
                             std::string(config.status().message()));
     return kExitBadConfig;
   }
-  if (config->json_logs) lockstep::kube::SetLogFormat(lockstep::kube::LogFormat::kJson);
+  if (config->json_logs) lockstep::common::SetLogFormat(lockstep::common::LogFormat::kJson);
   if (config->help) {
     std::cout << TrainerUsage();
     return kExitOk;
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnTerm);
 
   ProgressTracker progress(0);
-  std::unique_ptr<lockstep::runtime::EndpointServer> server;
+  std::unique_ptr<lockstep::common::EndpointServer> server;
   if (config->metrics_port > 0) {
     auto s = ServeProgress(&progress, config->bind_address, config->metrics_port);
     if (!s.ok()) {
@@ -72,8 +72,8 @@ int main(int argc, char** argv) {
       return kExitRetryable;
     }
     server = std::move(*s);
-    lockstep::kube::LogInfo("trainer", "/progress and /metrics on ", config->bind_address, ":",
-                            server->port());
+    lockstep::common::LogInfo("trainer", "/progress and /metrics on ", config->bind_address, ":",
+                              server->port());
   }
 
   absl::StatusOr<TrainResult> r = absl::UnknownError("no strategy ran");

@@ -65,7 +65,7 @@ nlohmann::json ProgressTracker::ProgressJson() const {
 }
 
 std::string ProgressTracker::MetricsText() const {
-  runtime::MetricsRegistry m;
+  common::MetricsRegistry m;
   m.AddGauge("lockstep_trainer_step", "Optimizer steps taken.");
   m.AddGauge("lockstep_trainer_total_steps", "Steps this run will take.");
   m.AddGauge("lockstep_trainer_epoch", "Current epoch.");
@@ -88,11 +88,11 @@ std::string ProgressTracker::MetricsText() const {
   return m.Render();
 }
 
-absl::StatusOr<std::unique_ptr<runtime::EndpointServer>> ServeProgress(
+absl::StatusOr<std::unique_ptr<common::EndpointServer>> ServeProgress(
     const ProgressTracker* tracker, const std::string& address, int port) {
-  return runtime::EndpointServer::Start(
+  return common::EndpointServer::Start(
       address + ":" + std::to_string(port),
-      [tracker](const std::string& path) -> runtime::EndpointResponse {
+      [tracker](const std::string& path) -> common::EndpointResponse {
         if (path == "/progress") {
           return {200, "application/json", tracker->ProgressJson().dump() + "\n"};
         }

@@ -51,7 +51,7 @@ class ProgressTracker {
 };
 
 // Serves /progress and /metrics of `tracker` on address:port (port 0 picks one).
-absl::StatusOr<std::unique_ptr<runtime::EndpointServer>> ServeProgress(
+absl::StatusOr<std::unique_ptr<common::EndpointServer>> ServeProgress(
     const ProgressTracker* tracker, const std::string& address, int port);
 
 }  // namespace lockstep::trainer

@@ -122,7 +122,7 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
     result.resumed_from = pos.step;
     if (r.progress) r.progress->Checkpointed(pos.step);
     if (rank == 0) {
-      kube::LogInfo("checkpoint", "resumed from step ", pos.step, " (epoch ", pos.epoch, ")");
+      common::LogInfo("checkpoint", "resumed from step ", pos.step, " (epoch ", pos.epoch, ")");
     }
   }
 
@@ -136,11 +136,11 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   const int64_t every = c.checkpoint_every ? *c.checkpoint_every : per_epoch;
   if (r.progress) r.progress->SetTotalSteps(total);
   if (rank == 0) {
-    kube::LogInfo("trainer", c.model, " (", engine.model().NumParams(), " parameters), ",
-                  data.train.size(), " training examples, ", per_epoch, " steps per epoch, ", total,
-                  " steps, global batch ", c.batch_size, " over ", size, " replica(s), ",
-                  c.optimizer, " lr ", c.learning_rate, "; ", engine.Describe(),
-                  r.comm != nullptr ? ", collectives over " + r.comm->name() : "");
+    common::LogInfo("trainer", c.model, " (", engine.model().NumParams(), " parameters), ",
+                    data.train.size(), " training examples, ", per_epoch, " steps per epoch, ",
+                    total, " steps, global batch ", c.batch_size, " over ", size, " replica(s), ",
+                    c.optimizer, " lr ", c.learning_rate, "; ", engine.Describe(),
+                    r.comm != nullptr ? ", collectives over " + r.comm->name() : "");
   }
 
   // 3. The steps, with the variables updated on every replica or centrally.
@@ -152,8 +152,8 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   result.steps = pos.step;
   if (r.progress) result.samples_per_second = r.progress->SteadySamplesPerSecond();
   if (engine.skipped_steps() > 0 && rank == 0) {
-    kube::LogInfo("strategy", engine.skipped_steps(),
-                  " step(s) skipped on fp16 overflow; loss scale now ", engine.loss_scale());
+    common::LogInfo("strategy", engine.skipped_steps(),
+                    " step(s) skipped on fp16 overflow; loss scale now ", engine.loss_scale());
   }
 
   // 4. The test set.
@@ -212,8 +212,8 @@ absl::StatusOr<TrainResult> RunMirrored(const TrainerConfig& c, ProgressTracker*
                   : CrossDeviceOpsName(c.cross_device_ops);
     if (place->gpu) how += ", staged through the host";
   }
-  kube::LogInfo("strategy", StrategyName(c.strategy), " with ", replicas, " replica(s) on ",
-                place->gpu ? "GPUs" : "CPU threads", ", gradients reduced by ", how);
+  common::LogInfo("strategy", StrategyName(c.strategy), " with ", replicas, " replica(s) on ",
+                  place->gpu ? "GPUs" : "CPU threads", ", gradients reduced by ", how);
   std::vector<absl::StatusOr<TrainResult>> results(replicas, absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   for (int i = 0; i < replicas; ++i) {

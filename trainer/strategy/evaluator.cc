@@ -28,7 +28,7 @@ absl::StatusOr<TrainResult> RunEvaluator(const TrainerConfig& c, ProgressTracker
     total = c.steps ? *c.steps : c.epochs * per_epoch;
   }
   if (progress) progress->SetTotalSteps(total);
-  kube::LogInfo("evaluator", "watching ", c.checkpoint_dir, " until step ", total);
+  common::LogInfo("evaluator", "watching ", c.checkpoint_dir, " until step ", total);
   TrainResult result;
   int64_t last = -1;
   while (!stop->load()) {

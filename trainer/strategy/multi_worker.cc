@@ -37,7 +37,7 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
                                                    ProgressTracker* progress,
                                                    const std::atomic<bool>* stop) {
   if (!c.tf_config) {
-    kube::LogInfo("strategy", "MultiWorkerMirrored without TF_CONFIG: one worker");
+    common::LogInfo("strategy", "MultiWorkerMirrored without TF_CONFIG: one worker");
     return RunOneDevice(c, progress, stop);
   }
   absl::StatusOr<World> world = TrainingWorld(*c.tf_config);
@@ -87,8 +87,8 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
                                .setup_timeout = setup,
                                .collective_timeout = absl::Seconds(c.collective_timeout_seconds)});
   if (!ring.ok()) return ring.status();
-  kube::LogInfo("collective", "MultiWorkerMirrored rank ", rank, " of ", n, " (", task,
-                "); collectives: ", choice->Describe(), place->gpu ? "" : " (CPU tensors)");
+  common::LogInfo("collective", "MultiWorkerMirrored rank ", rank, " of ", n, " (", task,
+                  "); collectives: ", choice->Describe(), place->gpu ? "" : " (CPU tensors)");
 
   std::mutex lost_mu;
   absl::Status lost;

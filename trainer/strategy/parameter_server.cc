@@ -60,8 +60,8 @@ absl::StatusOr<TrainResult> RunPsTask(const TrainerConfig& c, const std::atomic<
   absl::StatusOr<std::unique_ptr<PsServer>> server =
       PsServer::Start(c.bind_address, self->second, c.job_token);
   if (!server.ok()) return server.status();
-  kube::LogInfo("ps", "parameter server ", c.tf_config->task_index, " serving on ", c.bind_address,
-                ":", (*server)->port());
+  common::LogInfo("ps", "parameter server ", c.tf_config->task_index, " serving on ",
+                  c.bind_address, ":", (*server)->port());
   while (!stop->load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   return absl::CancelledError(absl::StrCat("parameter server stopped by SIGTERM at version ",
                                            (*server)->store().version()));
@@ -163,7 +163,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
       }
       version = ck.step;
       result.resumed_from = ck.step;
-      kube::LogInfo("checkpoint", "resumed from step ", ck.step);
+      common::LogInfo("checkpoint", "resumed from step ", ck.step);
     }
     for (int t = 0; t < nps; ++t) {
       ShardValues mine;
@@ -172,14 +172,14 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
       auto r = client.Init(t, Slice(specs, params, t), mine, sc, version);
       if (!r.ok()) return Lost(r.status());
       if (r->first) {
-        kube::LogInfo("ps", "ps ", t, " already holds the variables (step ", r->second, ")");
+        common::LogInfo("ps", "ps ", t, " already holds the variables (step ", r->second, ")");
       }
     }
   }
-  kube::LogInfo("strategy", "ParameterServer ", PsModeName(c.ps_mode), " training, ",
-                c.tf_config->task_type, " ", c.tf_config->task_index, " (trainer ", rank, " of ",
-                trainers, "), ", specs.size(), " variable shards on ", nps, " ps tasks, ", total,
-                " global steps");
+  common::LogInfo("strategy", "ParameterServer ", PsModeName(c.ps_mode), " training, ",
+                  c.tf_config->task_type, " ", c.tf_config->task_index, " (trainer ", rank, " of ",
+                  trainers, "), ", specs.size(), " variable shards on ", nps, " ps tasks, ", total,
+                  " global steps");
   if (progress) progress->SetTotalSteps(total);
 
   // Pulls every shard (waiting for `min_version`); returns the lowest version seen.
@@ -240,7 +240,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
     }
   }
   result.steps = version;
-  kube::LogInfo("strategy", local_steps, " steps by this task, global step ", version);
+  common::LogInfo("strategy", local_steps, " steps by this task, global step ", version);
   if (progress) result.samples_per_second = progress->SteadySamplesPerSecond();
   if (coordinator) {
     if (absl::Status s = save(version); !s.ok()) return s;

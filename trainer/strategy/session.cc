@@ -96,7 +96,7 @@ absl::StatusOr<std::optional<CheckpointState>> NewestCheckpoint(const TrainerCon
   absl::StatusOr<std::optional<CheckpointState>> latest =
       LoadLatestCheckpoint(c.checkpoint_dir, &skipped);
   for (const std::string& why : skipped) {
-    kube::LogWarning("checkpoint", "skipping checkpoint: ", why);
+    common::LogWarning("checkpoint", "skipping checkpoint: ", why);
   }
   return latest;
 }
