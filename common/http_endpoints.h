@@ -1,6 +1,6 @@
 #pragma once
 // EndpointServer: plain-HTTP endpoints on Boost.Beast: the operator's /metrics, /healthz and
-// /readyz, the trainer's /progress and /metrics. (Namespace kept from the operator.) One request
+// /readyz, the trainer's /progress and /metrics. One request
 // per connection, served one at a time on one thread; a client that sends nothing is dropped after
 // 5 seconds, so a stuck scraper cannot starve the probes. Thread-safety: construct, read port(),
 // destroy; the handler runs on the server's thread.
