@@ -14,33 +14,13 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "operator/api/object_meta.h"
+#include "operator/api/pod_status.h"
 
 namespace lockstep::kube {
 
-struct ContainerState {
-  enum class Kind { kUnknown, kWaiting, kRunning, kTerminated };
-  Kind kind = Kind::kUnknown;
-  std::string reason;
-  std::string message;  // for terminated containers: the termination message
-  int32_t exit_code = 0;
-  std::optional<absl::Time> started_at;
-  std::optional<absl::Time> finished_at;
-};
-
-struct ContainerStatus {
-  std::string name;
-  bool ready = false;
-  int32_t restart_count = 0;
-  ContainerState state;
-  ContainerState last_state;
-};
-
-struct PodCondition {
-  std::string type;
-  std::string status;
-  std::string reason;
-  std::string message;
-};
+using api::ContainerState;
+using api::ContainerStatus;
+using api::PodCondition;
 
 struct Pod {
   api::ObjectMeta metadata;  // without `other` (managedFields and the like)

@@ -157,15 +157,18 @@ class FixedProgress final : public ProgressSource {
 
 class ControllerIntegrationTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    api_ = *local::ApiServer::Create({});
-    json crd = (*api::ParseYamlDocuments(local::TrainingJobCrdYaml()))[0];
+  void CreateCrd(const json& crd) {
     ASSERT_EQ(api_->Handle({.method = "POST",
                             .path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                             .content_type = "application/json",
                             .body = crd.dump()})
                   .status,
               201);
+  }
+  void SetUp() override {
+    api_ = *local::ApiServer::Create({});
+    json crd = (*api::ParseYamlDocuments(local::TrainingJobCrdYaml()))[0];
+    CreateCrd(crd);
     auto local = std::make_shared<local::LocalTransport>(api_.get());
     faults_ = std::make_shared<FaultyTransport>(local);
     operator_client_ = std::make_unique<kube::RestClient>(faults_);
@@ -366,12 +369,7 @@ TEST_F(ControllerIntegrationTest, GangSchedulingObservesThePodGroup) {
                                     {{"openAPIV3Schema",
                                       {{"type", "object"},
                                        {"x-kubernetes-preserve-unknown-fields", true}}}}}}})}}}};
-  ASSERT_EQ(api_->Handle({.method = "POST",
-                          .path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                          .content_type = "application/json",
-                          .body = crd.dump()})
-                .status,
-            201);
+  CreateCrd(crd);
   const kube::Resource& pg = ResourceOf(ChildKind::kPodGroup, GangScheduler::kVolcano);
   StartOperator(GangScheduler::kVolcano);
   Create(MwmJob("t", 2));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "operator/api/object_meta.h"
+#include "operator/api/pod_status.h"
 
 namespace lockstep::trainingjob {
 
@@ -25,28 +26,9 @@ enum class PodPhase { kUnknown, kPending, kRunning, kSucceeded, kFailed };
 PodPhase ParsePodPhase(std::string_view phase);
 std::string_view PodPhaseName(PodPhase phase);
 
-struct ContainerState {
-  enum class Kind { kUnknown, kWaiting, kRunning, kTerminated };
-  Kind kind = Kind::kUnknown;
-  std::string reason;
-  std::string message;  // for terminated containers: the termination message
-  int32_t exit_code = 0;
-};
-
-struct ContainerStatus {
-  std::string name;
-  bool ready = false;
-  int32_t restart_count = 0;
-  ContainerState state;
-  ContainerState last_state;
-};
-
-struct PodCondition {
-  std::string type;
-  std::string status;  // "True", "False", "Unknown"
-  std::string reason;
-  std::string message;
-};
+using api::ContainerState;
+using api::ContainerStatus;
+using api::PodCondition;
 
 struct ObservedPod {
   api::ObjectMeta metadata;
