@@ -3,28 +3,6 @@
 namespace lockstep::trainingjob {
 namespace {
 
-ContainerState ObserveState(const kube::ContainerState& s) {
-  ContainerState out;
-  switch (s.kind) {
-    case kube::ContainerState::Kind::kUnknown:
-      out.kind = ContainerState::Kind::kUnknown;
-      break;
-    case kube::ContainerState::Kind::kWaiting:
-      out.kind = ContainerState::Kind::kWaiting;
-      break;
-    case kube::ContainerState::Kind::kRunning:
-      out.kind = ContainerState::Kind::kRunning;
-      break;
-    case kube::ContainerState::Kind::kTerminated:
-      out.kind = ContainerState::Kind::kTerminated;
-      break;
-  }
-  out.reason = s.reason;
-  out.message = s.message;
-  out.exit_code = s.exit_code;
-  return out;
-}
-
 kube::Resource PodGroups(GangScheduler gang) {
   GroupVersion gv = PodGroupVersion(gang);
   return {std::string(gv.group), std::string(gv.version), "podgroups", "PodGroup", true};
@@ -39,13 +17,8 @@ ObservedPod ObservePod(const kube::Pod& pod) {
   out.reason = pod.reason;
   out.message = pod.message;
   out.pod_ip = pod.pod_ip;
-  for (const kube::PodCondition& c : pod.conditions) {
-    out.conditions.push_back({c.type, c.status, c.reason, c.message});
-  }
-  for (const kube::ContainerStatus& c : pod.container_statuses) {
-    out.container_statuses.push_back(
-        {c.name, c.ready, c.restart_count, ObserveState(c.state), ObserveState(c.last_state)});
-  }
+  out.conditions = pod.conditions;  // one type: api/pod_status.h
+  out.container_statuses = pod.container_statuses;
   return out;
 }
 
