@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "operator/kube/fake_clock.h"
-#include "operator/kube/fake_transport.h"
 #include "operator/kube/pod.h"
+#include "operator/kube/testing/fake_clock.h"
+#include "operator/kube/testing/fake_transport.h"
 #include "operator/runtime/informer.h"
 #include "operator/runtime/work_queue.h"
 

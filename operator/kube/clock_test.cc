@@ -3,8 +3,8 @@
 #include <thread>
 
 #include "operator/kube/clock.h"
-#include "operator/kube/fake_clock.h"
 #include "operator/kube/rate_limiter.h"
+#include "operator/kube/testing/fake_clock.h"
 
 namespace lockstep::kube {
 namespace {

@@ -8,8 +8,8 @@
 
 #include "absl/strings/escaping.h"
 #include "operator/kube/connect.h"
-#include "operator/kube/fake_clock.h"
-#include "operator/kube/fake_transport.h"
+#include "operator/kube/testing/fake_clock.h"
+#include "operator/kube/testing/fake_transport.h"
 
 namespace lockstep::kube {
 namespace {

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "operator/kube/api_error.h"
-#include "operator/kube/fake_clock.h"
-#include "operator/kube/fake_transport.h"
+#include "operator/kube/testing/fake_clock.h"
+#include "operator/kube/testing/fake_transport.h"
 
 namespace lockstep::kube {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "operator/kube/fake_clock.h"
+#include "operator/kube/testing/fake_clock.h"
 #include "operator/local/api_server.h"
 #include "operator/local/local_transport.h"
 

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "operator/kube/api_error.h"
-#include "operator/kube/fake_clock.h"
+#include "operator/kube/testing/fake_clock.h"
 
 namespace lockstep::runtime {
 namespace {

@@ -3,7 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "operator/kube/fake_clock.h"
+#include "operator/kube/testing/fake_clock.h"
 #include "operator/runtime/testing/fake_object_server.h"
 
 namespace lockstep::runtime {

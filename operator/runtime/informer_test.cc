@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "operator/kube/fake_clock.h"
-#include "operator/kube/fake_transport.h"
 #include "operator/kube/pod.h"
+#include "operator/kube/testing/fake_clock.h"
+#include "operator/kube/testing/fake_transport.h"
 
 namespace lockstep::runtime {
 namespace {

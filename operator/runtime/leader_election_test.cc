@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "operator/kube/fake_clock.h"
+#include "operator/kube/testing/fake_clock.h"
 #include "operator/runtime/testing/fake_object_server.h"
 
 namespace lockstep::runtime {

@@ -6,8 +6,8 @@
 #include <thread>
 
 #include "operator/kube/api_error.h"
-#include "operator/kube/fake_clock.h"
-#include "operator/kube/fake_transport.h"
+#include "operator/kube/testing/fake_clock.h"
+#include "operator/kube/testing/fake_transport.h"
 
 namespace lockstep::runtime {
 namespace {

@@ -5,7 +5,7 @@
 #include <atomic>
 #include <thread>
 
-#include "operator/kube/fake_clock.h"
+#include "operator/kube/testing/fake_clock.h"
 
 namespace lockstep::runtime {
 namespace {

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "operator/api/job_state.h"
-#include "operator/kube/fake_clock.h"
+#include "operator/kube/testing/fake_clock.h"
 #include "operator/trainingjob/testing.h"
 
 namespace lockstep::trainingjob {

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "operator/kube/fake_transport.h"
+#include "operator/kube/testing/fake_transport.h"
 
 namespace lockstep::runtime::testing {
 

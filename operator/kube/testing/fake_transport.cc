@@ -1,4 +1,4 @@
-#include "operator/kube/fake_transport.h"
+#include "operator/kube/testing/fake_transport.h"
 
 namespace lockstep::kube {
 

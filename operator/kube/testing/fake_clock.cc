@@ -1,4 +1,4 @@
-#include "operator/kube/fake_clock.h"
+#include "operator/kube/testing/fake_clock.h"
 
 #include <utility>
 
