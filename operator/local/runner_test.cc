@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -323,6 +324,7 @@ class FakeLauncher final : public ProcessLauncher {
  public:
   struct State {
     std::mutex mu;
+    std::condition_variable started_cv;  // notified on every Start
     std::vector<LaunchSpec> started;
     std::map<int, std::optional<int>> running;  // pid -> exit code once it "exits"
     std::vector<std::pair<int, int>> signals;   // pid, signal
@@ -335,6 +337,7 @@ class FakeLauncher final : public ProcessLauncher {
     state_->started.push_back(spec);
     int pid = state_->next_pid++;
     state_->running[pid] = std::nullopt;
+    state_->started_cv.notify_all();
     return pid;
   }
   std::optional<int> Poll(int pid) override {
@@ -379,15 +382,13 @@ class FakeLauncherRunnerTest : public RunnerTest {
   }
   // The pid of the n-th start, once it happened.
   int StartedPid(size_t n) {
-    for (int i = 0; i < 3000; ++i) {
-      {
-        std::lock_guard lock(fake_->mu);
-        if (fake_->started.size() > n) return 1000 + static_cast<int>(n);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::unique_lock lock(fake_->mu);
+    if (!fake_->started_cv.wait_for(lock, std::chrono::seconds(60),
+                                    [&] { return fake_->started.size() > n; })) {
+      ADD_FAILURE() << "start " << n << " never happened";
+      return -1;
     }
-    ADD_FAILURE() << "start " << n << " never happened";
-    return -1;
+    return 1000 + static_cast<int>(n);
   }
   void Exit(int pid, int code) {
     std::lock_guard lock(fake_->mu);

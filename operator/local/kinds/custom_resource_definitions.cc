@@ -62,8 +62,8 @@ class CustomResourceDefinitions final : public KindStrategy {
                       {"status", "True"},
                       {"reason", "InitialNamesAccepted"},
                       {"lastTransitionTime", Now()}}}}};
-    auto versions = spec->find("versions");
-    for (const json& v : versions != spec->end() && versions->is_array() ? *versions : json()) {
+    // Validate has made sure spec.versions is a non-empty array.
+    for (const json& v : spec->at("versions")) {
       if (v.is_object() && v.contains("storage") && v["storage"] == true) {
         status["storedVersions"].push_back(v.value("name", ""));
       }
