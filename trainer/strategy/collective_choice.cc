@@ -3,14 +3,13 @@
 #include "absl/strings/str_cat.h"
 #include "trainer/comm/nccl.h"
 #include "trainer/comm/ring.h"
+#include "trainer/strategy/session.h"
 
 namespace lockstep::trainer {
 namespace {
 
-// A rendezvous that fails means a peer (or the coordinator) is gone: retryable, as PeerLost.
-absl::Status PeerLost(const absl::Status& s) {
-  return absl::AbortedError(absl::StrCat("peer lost: ", s.message()));
-}
+// A rendezvous that fails means a peer (or the coordinator) is gone: retryable, as PeerLost
+// (session.h).
 
 absl::StatusOr<std::unique_ptr<comm::Collective>> ConnectNcclRank(const CollectiveSetup& s) {
   // The NCCL unique id travels through the coordination service; each process trains on its

@@ -9,6 +9,7 @@
 #include "trainer/comm/ring.h"
 #include "trainer/kernels/cpu/gemm.h"
 #include "trainer/strategy/collective_choice.h"
+#include "trainer/strategy/session.h"
 
 namespace lockstep::trainer {
 
@@ -75,7 +76,7 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
   comm::CoordinationClient coord(world->addresses[0], c.job_token, rank, n, task);
   if (absl::Status s = coord.Join(setup); !s.ok()) {
     if (absl::IsPermissionDenied(s)) return absl::PermissionDeniedError(s.message());
-    return absl::AbortedError(absl::StrCat("peer lost: ", s.message()));
+    return PeerLost(s);
   }
   absl::StatusOr<std::unique_ptr<comm::Collective>> ring =
       choice->chosen->connect({.rank = rank,

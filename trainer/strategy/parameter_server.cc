@@ -10,6 +10,7 @@
 #include "trainer/ps/partition.h"
 #include "trainer/ps/ps_service.h"
 #include "trainer/strategy/multi_worker.h"
+#include "trainer/strategy/session.h"
 
 namespace lockstep::trainer {
 namespace {
@@ -21,10 +22,6 @@ using ps::PushResult;
 using ps::ShardSpec;
 using ps::ShardValues;
 using ps::StoreConfig;
-
-absl::Status Lost(const absl::Status& s) {
-  return absl::AbortedError(absl::StrCat("peer lost: ", s.message()));
-}
 
 // Slices of the model's parameters by shard.
 ShardValues Slice(const std::vector<ShardSpec>& specs, const std::vector<Tensor*>& ts, int task) {
@@ -120,7 +117,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
     ShardValues values, state;
     int64_t v = 0;
     for (int t = 0; t < nps; ++t) {
-      if (absl::Status s = client.Save(t, &values, &state, &v); !s.ok()) return Lost(s);
+      if (absl::Status s = client.Save(t, &values, &state, &v); !s.ok()) return PeerLost(s);
     }
     std::vector<Tensor> copy;
     for (Tensor* p : params) copy.push_back(*p);
@@ -170,7 +167,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
       for (int id : ids_of[t]) mine[id] = state.count(id) ? state[id] : std::vector<float>{};
       std::erase_if(mine, [](const auto& kv) { return kv.second.empty(); });
       auto r = client.Init(t, Slice(specs, params, t), mine, sc, version);
-      if (!r.ok()) return Lost(r.status());
+      if (!r.ok()) return PeerLost(r.status());
       if (r->first) {
         common::LogInfo("ps", "ps ", t, " already holds the variables (step ", r->second, ")");
       }
@@ -194,7 +191,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
         if (!absl::IsFailedPrecondition(got.status()) || absl::Now() > until) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
       }
-      if (!got.ok()) return Lost(got.status());
+      if (!got.ok()) return PeerLost(got.status());
       Scatter(specs, *got, params);
       lowest = std::min(lowest, v);
     }
@@ -224,7 +221,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
     int64_t step = version;
     for (int t = 0; t < nps; ++t) {
       absl::StatusOr<PushResult> r = client.Push(t, Slice(specs, grads, t), version, rank);
-      if (!r.ok()) return Lost(r.status());
+      if (!r.ok()) return PeerLost(r.status());
       step = std::max(step, r->version);
     }
     ++local_steps;
