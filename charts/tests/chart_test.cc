@@ -4,89 +4,24 @@
 // flags, and that bad values are refused with their names. What the RBAC must contain is
 // checked against the operator's real calls by e2e_chart.
 
-#include <sys/wait.h>
-
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
+#include <algorithm>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "charts/tests/chart_render.h"
 #include "operator/api/manifest.h"
 #include "operator/cmd/operator_flags.h"
 
+namespace lockstep::chart_test {
 namespace {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-const std::string kChart = std::string(LOCKSTEP_SOURCE_DIR) + "/charts/lockstep";
-const std::string kCustom = std::string(LOCKSTEP_SOURCE_DIR) + "/charts/tests/values-custom.yaml";
-
-struct Rendered {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Runs the renderer with `args` (shell words, already quoted where needed).
-Rendered Render(const std::string& args) {
-  fs::path err = fs::temp_directory_path() / ("chart_test_err_" + std::to_string(::getpid()));
-  std::string cmd = std::string(LOCKSTEP_CHART_RENDER) + " " + args + " 2>" + err.string();
-  Rendered r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-  int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = ReadFile(err.string());
-  fs::remove(err);
-  return r;
-}
-
-// A values file in the temp directory, removed with the object.
-struct ValuesFile {
-  explicit ValuesFile(const std::string& text)
-      : path((fs::temp_directory_path() / ("chart_values_" + std::to_string(::getpid()) + "_" +
-                                           std::to_string(counter++) + ".yaml"))
-                 .string()) {
-    std::ofstream(path) << text;
-  }
-  ~ValuesFile() { fs::remove(path); }
-  std::string path;
-  static inline int counter = 0;
-};
-
-std::vector<json> Objects(const std::string& args) {
-  Rendered r = Render(args);
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  absl::StatusOr<std::vector<json>> docs = lockstep::api::ParseYamlDocuments(r.out);
-  EXPECT_TRUE(docs.ok()) << docs.status();
-  return docs.ok() ? *docs : std::vector<json>{};
-}
-
-const json* Find(const std::vector<json>& objs, const std::string& kind,
-                 const std::string& name = "") {
-  for (const json& o : objs) {
-    if (o.value("kind", "") == kind && (name.empty() || o["metadata"].value("name", "") == name)) {
-      return &o;
-    }
-  }
-  return nullptr;
-}
 
 std::multiset<std::string> Kinds(const std::vector<json>& objs) {
   std::multiset<std::string> kinds;
@@ -417,3 +352,4 @@ TEST(ChartTest, NotesSayHowToWatchAJob) {
 }
 
 }  // namespace
+}  // namespace lockstep::chart_test
