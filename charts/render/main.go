@@ -7,8 +7,14 @@
 // "# Source:" comment, in Helm's install order of kinds; --include-crds puts the chart's crds/
 // first; --notes prints the rendered NOTES.txt instead.
 //
-// Errors (a bad values file, a schema violation, a template error, `required` or `fail`) go to
-// stderr naming the file and the value, and the exit status is 1; usage errors exit 2.
+// .Capabilities is what a cluster of --kube-version would report to `helm install`: the
+// built-in group/versions (and group/version/Kinds) that version serves, from the table in
+// capabilities.go, plus each --api-versions. A version outside Chart.yaml's kubeVersion range
+// is refused, as Helm refuses it.
+//
+// Errors (a bad values file, a schema violation, a template error, `required` or `fail`, a
+// Kubernetes version the chart does not support) go to stderr naming the file and the value,
+// and the exit status is 1; usage errors (a bad flag, --kube-version or --api-versions) exit 2.
 package main
 
 import (
@@ -29,10 +35,11 @@ import (
 	"github.com/xeipuuv/gojsonschema"
 )
 
-type valueFiles []string
+// A repeatable flag.
+type stringList []string
 
-func (v *valueFiles) String() string     { return strings.Join(*v, ",") }
-func (v *valueFiles) Set(s string) error { *v = append(*v, s); return nil }
+func (v *stringList) String() string     { return strings.Join(*v, ",") }
+func (v *stringList) Set(s string) error { *v = append(*v, s); return nil }
 
 // The order in which Helm installs kinds (pkg/releaseutil.InstallOrder); others go last.
 var installOrder = []string{
@@ -47,16 +54,18 @@ var installOrder = []string{
 }
 
 func main() {
-	var files valueFiles
+	var files, extraAPIs stringList
 	release := flag.String("name", "lockstep", "release name")
 	namespace := flag.String("namespace", "default", "release namespace")
 	includeCRDs := flag.Bool("include-crds", false, "put the chart's crds/ first")
 	notes := flag.Bool("notes", false, "print the rendered NOTES.txt instead of the manifests")
-	kubeVersion := flag.String("kube-version", "v1.30.0", "the Kubernetes version in .Capabilities")
+	kubeVersion := flag.String("kube-version", "v1.30.0", "the cluster's Kubernetes version: .Capabilities.KubeVersion, and the built-in APIs in .Capabilities.APIVersions")
+	flag.Var(&extraAPIs, "api-versions", "a group/version or group/version/Kind the cluster serves besides the built-in ones, such as a CRD's (repeatable, or comma-separated)")
+	flag.Var(&extraAPIs, "a", "shorthand for --api-versions")
 	flag.Var(&files, "values", "a values file merged over values.yaml (repeatable)")
 	flag.Var(&files, "f", "shorthand for --values")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: lockstep-chart-render [--name R] [--namespace NS] [-f values.yaml]... [--include-crds] [--notes] CHART_DIR\n")
+		fmt.Fprintf(os.Stderr, "usage: lockstep-chart-render [--name R] [--namespace NS] [--kube-version V] [--api-versions G/V]... [-f values.yaml]... [--include-crds] [--notes] CHART_DIR\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -64,7 +73,12 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	out, err := render(flag.Arg(0), *release, *namespace, *kubeVersion, files, *includeCRDs, *notes)
+	caps, err := newCapabilities(*kubeVersion, extraAPIs)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "lockstep-chart-render: %v\n", err)
+		os.Exit(2)
+	}
+	out, err := render(flag.Arg(0), *release, *namespace, caps, files, *includeCRDs, *notes)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "lockstep-chart-render: %v\n", err)
 		os.Exit(1)
@@ -164,25 +178,7 @@ func fromJSON(s string) map[string]interface{} {
 	return m
 }
 
-type capabilities struct {
-	KubeVersion struct{ Version, Major, Minor string }
-	APIVersions apiVersions
-}
-
-type apiVersions []string
-
-// Has reports whether the rendering cluster serves a group/version (or group/version/Kind).
-// This renderer talks to no cluster, so only the built-in versions it lists are "served".
-func (a apiVersions) Has(v string) bool {
-	for _, x := range a {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-func render(chartDir, release, namespace, kubeVersion string, files []string, includeCRDs, notesOnly bool) (string, error) {
+func render(chartDir, release, namespace string, caps capabilities, files []string, includeCRDs, notesOnly bool) (string, error) {
 	chartMeta, err := readYAMLMap(filepath.Join(chartDir, "Chart.yaml"))
 	if err != nil {
 		return "", err
@@ -195,6 +191,9 @@ func render(chartDir, release, namespace, kubeVersion string, files []string, in
 	chartName, _ := chart["Name"].(string)
 	if chartName == "" {
 		return "", fmt.Errorf("%s: no name", filepath.Join(chartDir, "Chart.yaml"))
+	}
+	if err := checkKubeVersion(chartDir, chartMeta["kubeVersion"], caps.KubeVersion); err != nil {
+		return "", err
 	}
 	values, err := readYAMLMap(filepath.Join(chartDir, "values.yaml"))
 	if err != nil {
@@ -211,13 +210,6 @@ func render(chartDir, release, namespace, kubeVersion string, files []string, in
 		return "", err
 	}
 
-	major, minor := "1", "30"
-	if parts := strings.Split(strings.TrimPrefix(kubeVersion, "v"), "."); len(parts) >= 2 {
-		major, minor = parts[0], parts[1]
-	}
-	caps := capabilities{APIVersions: apiVersions{"v1", "apps/v1", "policy/v1", "rbac.authorization.k8s.io/v1",
-		"coordination.k8s.io/v1", "apiextensions.k8s.io/v1"}}
-	caps.KubeVersion.Version, caps.KubeVersion.Major, caps.KubeVersion.Minor = kubeVersion, major, minor
 	top := map[string]interface{}{
 		"Values": values,
 		"Chart":  chart,
