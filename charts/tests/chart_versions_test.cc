@@ -1,7 +1,9 @@
-// The renderer's .Capabilities for each Kubernetes version, and its refusal of a version
-// outside Chart.yaml's kubeVersion (>=1.19.0-0 for this chart). What a version serves is written
-// here, apart from the renderer's table (charts/render/capabilities.go), from the Kubernetes
-// Deprecated API Migration Guide: a wrong row in either one fails these tests.
+// The chart on each Kubernetes version it supports (Chart.yaml: kubeVersion >=1.19.0-0), and the
+// renderer's .Capabilities for each version. What a version serves is written here, apart from
+// the renderer's table (charts/render/capabilities.go), from the Kubernetes Deprecated API
+// Migration Guide: a wrong row in either one fails these tests. The PodDisruptionBudget is the
+// chart's one object whose API moved within that range: policy/v1beta1 on 1.19 and 1.20,
+// policy/v1 from 1.21, and policy/v1beta1 is no longer served from 1.25.
 
 #include <string>
 #include <string_view>
@@ -19,9 +21,10 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-// "group/version/Kind" served by Kubernetes 1.since through 1.until (0: still served). Where a
-// group/version is asked about below, all its kinds of that era are here (a group/version is
-// served while one of its kinds is).
+// "group/version/Kind" served by Kubernetes 1.since through 1.until (0: still served): every kind
+// the chart renders, and more for the renderer's .Capabilities. Where a group/version is asked
+// about below, all its kinds of that era are here (a group/version is served while one of its
+// kinds is).
 struct Served {
   std::string kind;
   int since, until;
@@ -49,7 +52,7 @@ const std::vector<Served> kServed = {
     {"networking.k8s.io/v1beta1/IngressClass", 18, 21},
 };
 
-// Not built in: the Prometheus Operator's CRD.
+// Not built in: the Prometheus Operator's CRD, which metrics.serviceMonitor.enabled requires.
 const std::string kServiceMonitor = "monitoring.coreos.com/v1/ServiceMonitor";
 
 bool IsServed(const std::string& api, int minor) {
@@ -60,7 +63,80 @@ bool IsServed(const std::string& api, int minor) {
   return false;
 }
 
+bool IsListed(const std::string& kind) {
+  for (const Served& s : kServed) {
+    if (s.kind == kind) return true;
+  }
+  return false;
+}
+
+// The chart's supported range, its edges and where the disruption budget's API changes.
+const std::vector<int> kMinors = {19, 20, 21, 24, 25, 31};
+
 std::string KubeVersion(int minor) { return "--kube-version v1." + std::to_string(minor) + ".0 "; }
+
+// Defaults (two replicas: a PodDisruptionBudget); every switch changed (one replica, none); every
+// switch changed with three replicas (a budget again, beside the namespaced RBAC).
+struct ValueSet {
+  std::string name, args;
+  bool budget;
+};
+
+class ChartVersionsTest : public ::testing::Test {
+ protected:
+  ValuesFile three_replicas_{"replicaCount: 3\n"};
+  std::vector<ValueSet> value_sets_ = {
+      {"defaults", "", true},
+      {"custom", "-f " + kCustom, false},
+      {"custom, 3 replicas", "-f " + kCustom + " -f " + three_replicas_.path, true},
+  };
+};
+
+TEST_F(ChartVersionsTest, EveryObjectIsOneTheKubernetesVersionServes) {
+  for (int minor : kMinors) {
+    for (const ValueSet& v : value_sets_) {
+      SCOPED_TRACE("1." + std::to_string(minor) + ", " + v.name);
+      std::vector<json> objs =
+          Objects(KubeVersion(minor) + "--include-crds " + v.args + " " + kChart);
+      ASSERT_FALSE(objs.empty());
+      EXPECT_EQ(objs[0].value("kind", ""), "CustomResourceDefinition");
+      for (const json& o : objs) {
+        std::string kind = o.value("apiVersion", "") + "/" + o.value("kind", "");
+        if (kind == kServiceMonitor) continue;
+        EXPECT_TRUE(IsListed(kind)) << kind << ": not in kServed; add it, from the migration guide";
+        EXPECT_TRUE(IsServed(kind, minor)) << kind << " is not served by 1." << minor;
+      }
+      EXPECT_EQ(Find(objs, "PodDisruptionBudget") != nullptr, v.budget);
+    }
+  }
+}
+
+TEST_F(ChartVersionsTest, TheDisruptionBudgetIsPolicyV1From121AndV1beta1Before) {
+  for (int minor : kMinors) {
+    for (const ValueSet& v : value_sets_) {
+      if (!v.budget) continue;
+      SCOPED_TRACE("1." + std::to_string(minor) + ", " + v.name);
+      std::vector<json> objs = Objects(KubeVersion(minor) + v.args + " " + kChart);
+      const json* pdb = Find(objs, "PodDisruptionBudget");
+      ASSERT_NE(pdb, nullptr);
+      EXPECT_EQ(pdb->value("apiVersion", ""), minor >= 21 ? "policy/v1" : "policy/v1beta1");
+      if (minor >= 25) {  // gone from 1.25, for every object
+        for (const json& o : objs) EXPECT_NE(o.value("apiVersion", ""), "policy/v1beta1");
+      }
+    }
+  }
+  // A provider's version string.
+  std::vector<json> gke = Objects("--kube-version v1.21.3-gke.100 " + kChart);
+  const json* pdb = Find(gke, "PodDisruptionBudget");
+  ASSERT_NE(pdb, nullptr);
+  EXPECT_EQ(pdb->value("apiVersion", ""), "policy/v1");
+  // `helm template` without a cluster lists policy/v1 whatever the version (the group/versions
+  // Helm was built with): the version still decides.
+  std::vector<json> offline = Objects("--kube-version 1.20.4 --api-versions policy/v1 " + kChart);
+  pdb = Find(offline, "PodDisruptionBudget");
+  ASSERT_NE(pdb, nullptr);
+  EXPECT_EQ(pdb->value("apiVersion", ""), "policy/v1beta1");
+}
 
 TEST(ChartVersions, KubernetesOlderThanTheChartsKubeVersionIsRefused) {
   for (const auto& [given, named] : std::vector<std::pair<std::string, std::string>>{

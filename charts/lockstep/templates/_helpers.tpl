@@ -48,6 +48,22 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/*
+The PodDisruptionBudget's apiVersion: policy/v1 where the cluster serves it (Kubernetes 1.21 and
+newer), else policy/v1beta1 (1.19 and 1.20; 1.25 removed it). A cluster's discovery (helm install
+and upgrade, helm template --validate) lists policy/v1 only where it is served. `helm template`
+without a cluster lists instead every group/version Helm was built with, policy/v1 included
+whatever --kube-version says, and no kinds: hence the version check beside the group/version,
+and no test of "policy/v1/PodDisruptionBudget", which would fail there on every version.
+*/}}
+{{- define "lockstep.pdbApiVersion" -}}
+{{- if and (.Capabilities.APIVersions.Has "policy/v1") (semverCompare ">=1.21-0" .Capabilities.KubeVersion.Version) -}}
+policy/v1
+{{- else -}}
+policy/v1beta1
+{{- end }}
+{{- end }}
+
 {{- define "lockstep.image" -}}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
