@@ -1,16 +1,8 @@
 // API conformance: every semantic of the local API server, driven in-process and over raw
 // HTTP (the same test runs both ways).
-#include "operator/local/api_server.h"
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <filesystem>
 
-#include "operator/api/manifest.h"
-#include "operator/kube/cpprest_transport.h"
-#include "operator/kube/rest_client.h"
-#include "operator/local/http_server.h"
+#include "e2e/api_conformance_fixture.h"
 
 namespace lockstep::local {
 namespace {
@@ -18,150 +10,13 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-struct Answer {
-  int status;
-  json body;
-};
-
-class ApiServerTest : public ::testing::TestWithParam<bool> {
- protected:
-  void SetUp() override { Reset({}); }
-  void Reset(ApiServerOptions options) {
-    http_.reset();
-    transport_.reset();
-    server_ = ApiServer::Create(std::move(options)).value();
-    if (GetParam()) {
-      http_ = HttpServer::Start(server_.get()).value();
-      transport_ = kube::NewHttpTransport({.server = http_->url()}).value();
-    }
-  }
-
-  // Over HTTP: the raw request, as a client would send it.
-  Answer CallHttp(const std::string& method, const std::string& target, const json& body,
-                  const std::string& content_type) {
-    kube::HttpRequest r{.method = method, .target = target};
-    if (!body.is_null()) r.body = body.is_string() ? body.get<std::string>() : body.dump();
-    r.SetHeader("Content-Type", content_type);
-    absl::StatusOr<kube::HttpResponse> out = transport_->Send(r);
-    if (!out.ok()) return {0, json(std::string(out.status().message()))};
-    json parsed = json::parse(out->body, nullptr, false);
-    return {out->status, parsed.is_discarded() ? json(out->body) : parsed};
-  }
-
-  Answer Call(const std::string& method, const std::string& target, const json& body = nullptr,
-              const std::string& content_type = "application/json") {
-    if (GetParam()) return CallHttp(method, target, body, content_type);
-    ApiRequest r;
-    r.method = method;
-    size_t q = target.find('?');
-    r.path = target.substr(0, q);
-    if (q != std::string::npos) {
-      std::string rest = target.substr(q + 1);
-      size_t pos = 0;
-      while (pos <= rest.size()) {
-        size_t amp = rest.find('&', pos);
-        std::string part =
-            rest.substr(pos, amp == std::string::npos ? std::string::npos : amp - pos);
-        size_t eq = part.find('=');
-        r.query[part.substr(0, eq)] =
-            eq == std::string::npos ? "" : UrlDecode(part.substr(eq + 1), true);
-        if (amp == std::string::npos) break;
-        pos = amp + 1;
-      }
-    }
-    r.content_type = content_type;
-    if (!body.is_null()) r.body = body.is_string() ? body.get<std::string>() : body.dump();
-    ApiResponse out = server_->Handle(r);
-    if (out.watch) return {out.status, json(nullptr)};
-    json parsed = json::parse(out.body, nullptr, false);
-    return {out.status, parsed.is_discarded() ? json(out.body) : parsed};
-  }
-
-  // Lines a watch produces until `n` events (bookmarks included) have arrived.
-  std::vector<json> WatchEvents(const std::string& target, size_t n) {
-    if (GetParam()) {
-      std::vector<json> events;
-      std::string t = target + (target.find('?') == std::string::npos ? "?" : "&") + "watch=true";
-      absl::StatusOr<kube::StreamedResponse> out = transport_->Open({.method = "GET", .target = t});
-      if (!out.ok()) return events;
-      kube::WatchStream stream(std::move(out->body), t);
-      while (events.size() < n) {
-        auto e = stream.Next();
-        if (!e.ok() || !e->has_value()) break;
-        events.push_back(
-            {{"type", kube::WatchEventTypeName((**e).type)}, {"object", (**e).object}});
-      }
-      return events;
-    }
-    ApiRequest r{.method = "GET"};
-    size_t q = target.find('?');
-    r.path = target.substr(0, q);
-    r.query["watch"] = "true";
-    std::string rest = q == std::string::npos ? "" : target.substr(q + 1);
-    for (size_t pos = 0; pos < rest.size();) {
-      size_t amp = rest.find('&', pos);
-      std::string part = rest.substr(pos, amp == std::string::npos ? std::string::npos : amp - pos);
-      size_t eq = part.find('=');
-      r.query[part.substr(0, eq)] = UrlDecode(part.substr(eq + 1), true);
-      pos = amp == std::string::npos ? rest.size() : amp + 1;
-    }
-    ApiResponse out = server_->Handle(r);
-    std::vector<json> events;
-    if (!out.watch) return events;
-    while (events.size() < n) {
-      std::optional<std::string> lines = out.watch->Next();
-      if (!lines) break;
-      size_t pos = 0;
-      while (pos < lines->size()) {
-        size_t nl = lines->find('\n', pos);
-        events.push_back(json::parse(lines->substr(pos, nl - pos)));
-        pos = nl + 1;
-      }
-    }
-    return events;
-  }
-
-  json Pod(const std::string& name, json labels = json::object()) {
-    return {{"apiVersion", "v1"},
-            {"kind", "Pod"},
-            {"metadata", {{"name", name}, {"labels", labels}}},
-            {"spec", {{"containers", {{{"name", "main"}, {"image", "busybox"}}}}}}};
-  }
-
-  void InstallCrd() {
-    auto docs = api::ReadManifestFile(std::string(LOCKSTEP_SOURCE_DIR) +
-                                      "/crds/lockstep.io_trainingjobs.yaml");
-    ASSERT_TRUE(docs.ok()) << docs.status();
-    Answer a = Call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", (*docs)[0]);
-    ASSERT_EQ(a.status, 201) << a.body.dump();
-  }
-
-  json Job(const std::string& name, int workers = 2) {
-    return {{"apiVersion", "lockstep.io/v1alpha1"},
-            {"kind", "TrainingJob"},
-            {"metadata", {{"name", name}}},
-            {"spec",
-             {{"replicaSpecs",
-               {{"Worker",
-                 {{"replicas", workers},
-                  {"template",
-                   {{"spec",
-                     {{"containers",
-                       {{{"name", "lockstep"}, {"image", "lockstep/trainer:0.1.0"}}}}}}}}}}}}}}};
-  }
-
-  std::unique_ptr<ApiServer> server_;
-  std::unique_ptr<HttpServer> http_;
-  std::unique_ptr<kube::Transport> transport_;
-};
+using conformance::Answer;
+using conformance::ApiServerTest;
+using conformance::kJobs;
+using conformance::kPods;
 
 INSTANTIATE_TEST_SUITE_P(InProcessAndOverHttp, ApiServerTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& p) {
-                           return p.param ? "Http" : "InProcess";
-                         });
-
-constexpr char kPods[] = "/api/v1/namespaces/default/pods";
-constexpr char kJobs[] = "/apis/lockstep.io/v1alpha1/namespaces/default/trainingjobs";
+                         conformance::ParamName);
 
 TEST_P(ApiServerTest, Discovery) {
   EXPECT_EQ(Call("GET", "/version").body["major"], "1");
@@ -329,16 +184,26 @@ TEST_P(ApiServerTest, PatchFormats) {
            json::array({{{"op", "test"}, {"path", "/metadata/labels/c"}, {"value", "9"}}}),
            "application/json-patch+json");
   EXPECT_EQ(failed_test.status, 422);
-  // Strategic merge: containers merge by name instead of replacing the list.
-  json smp = {{"spec", {{"containers", {{{"name", "sidecar"}, {"image", "envoy"}}}}}}};
+  // Strategic merge: containers merge by name instead of replacing the list (in a
+  // Deployment's template: a pod's own containers do not change after creation).
+  const std::string deployments = "/apis/apps/v1/namespaces/default/deployments";
+  json deployment = {{"apiVersion", "apps/v1"},
+                     {"kind", "Deployment"},
+                     {"metadata", {{"name", "d"}}},
+                     {"spec", {{"template", {{"spec", Pod("x")["spec"]}}}}}};
+  ASSERT_EQ(Call("POST", deployments, deployment).status, 201);
+  json smp = {
+      {"spec",
+       {{"template", {{"spec", {{"containers", {{{"name", "sidecar"}, {"image", "envoy"}}}}}}}}}}};
   Answer strategic =
-      Call("PATCH", std::string(kPods) + "/p", smp, "application/strategic-merge-patch+json");
+      Call("PATCH", deployments + "/d", smp, "application/strategic-merge-patch+json");
   ASSERT_EQ(strategic.status, 200) << strategic.body.dump();
-  EXPECT_EQ(strategic.body["spec"]["containers"].size(), 2u);
-  json del = {{"spec", {{"containers", {{{"name", "sidecar"}, {"$patch", "delete"}}}}}}};
-  Answer deleted =
-      Call("PATCH", std::string(kPods) + "/p", del, "application/strategic-merge-patch+json");
-  EXPECT_EQ(deleted.body["spec"]["containers"].size(), 1u);
+  EXPECT_EQ(strategic.body["spec"]["template"]["spec"]["containers"].size(), 2u);
+  json del = {{"spec",
+               {{"template",
+                 {{"spec", {{"containers", {{{"name", "sidecar"}, {"$patch", "delete"}}}}}}}}}}};
+  Answer deleted = Call("PATCH", deployments + "/d", del, "application/strategic-merge-patch+json");
+  EXPECT_EQ(deleted.body["spec"]["template"]["spec"]["containers"].size(), 1u);
   EXPECT_EQ(Call("PATCH", std::string(kPods) + "/p", json::object(), "text/plain").status, 415);
   EXPECT_EQ(
       Call("PATCH", std::string(kPods) + "/p", json("{bad"), "application/merge-patch+json").status,
@@ -383,7 +248,7 @@ TEST_P(ApiServerTest, SelectorsAndPagination) {
     token = next.body["metadata"].value("continue", "");
   }
   EXPECT_EQ(names, (std::vector<std::string>{"p0", "p1", "p2", "p3", "p4"}));
-  EXPECT_EQ(Call("GET", std::string(kPods) + "?limit=2&continue=bm90LWEtdG9rZW4=").status, 410);
+  EXPECT_EQ(Call("GET", std::string(kPods) + "?limit=2&continue=bm90LWEtdG9rZW4=").status, 400);
 }
 
 TEST_P(ApiServerTest, WatchFromAVersionInOrder) {
@@ -488,10 +353,7 @@ TEST_P(ApiServerTest, DeletePreconditionsAndGracefulPods) {
   Answer wrong = Call("DELETE", std::string(kPods) + "/a", {{"preconditions", {{"uid", "other"}}}});
   EXPECT_EQ(wrong.status, 409);
   // A pod on a node is only marked; its runner finishes the deletion.
-  ASSERT_EQ(Call("PATCH", std::string(kPods) + "/a", {{"spec", {{"nodeName", "local"}}}},
-                 "application/merge-patch+json")
-                .status,
-            200);
+  ASSERT_EQ(Bind("a").status, 201);
   Answer graceful = Call("DELETE", std::string(kPods) + "/a");
   ASSERT_EQ(graceful.status, 200);
   EXPECT_EQ(graceful.body["metadata"]["deletionGracePeriodSeconds"], 30);

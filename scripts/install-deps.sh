@@ -18,6 +18,8 @@ packages=(
   # the Helm chart's tests: Go's text/template with sprig (Helm's engine), YAML and JSON Schema
   golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
   golang-github-xeipuuv-gojsonschema-dev
+  # a second client of `lockstep local` in the end-to-end tests: the official Python client
+  python3-kubernetes
 )
 
 # kubectl for the end-to-end tests: Debian's kubernetes-client, unless a kubectl is already here

@@ -71,6 +71,10 @@ FieldError Forbidden(const FieldPath& path, std::string detail) {
   return {FieldErrorType::kForbidden, path.str(), "", std::move(detail)};
 }
 
+FieldError Duplicate(const FieldPath& path, std::string value_json) {
+  return {FieldErrorType::kDuplicate, path.str(), std::move(value_json), ""};
+}
+
 absl::Status ToStatus(std::string_view what, const FieldErrors& errors) {
   if (errors.empty()) return absl::OkStatus();
   std::vector<std::string> parts;

@@ -58,6 +58,7 @@ FieldError Invalid(const FieldPath& path, std::string value_json, std::string de
 FieldError NotSupported(const FieldPath& path, std::string value_json,
                         const std::vector<std::string_view>& supported);
 FieldError Forbidden(const FieldPath& path, std::string detail);
+FieldError Duplicate(const FieldPath& path, std::string value_json);
 
 // OK when `errors` is empty; otherwise InvalidArgument "<what> is invalid: <e1>; <e2>; ...".
 absl::Status ToStatus(std::string_view what, const FieldErrors& errors);

@@ -1,5 +1,6 @@
 #include "operator/api/object_meta.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "operator/api/json_reader.h"
@@ -115,6 +116,90 @@ std::vector<std::string> CheckDns1123Subdomain(std::string_view value) {
         "with an alphanumeric character (e.g. 'example.com')");
   }
   return problems;
+}
+
+std::vector<std::string> CheckDns1123Label(std::string_view value) {
+  std::vector<std::string> problems;
+  if (value.size() > 63) problems.push_back("must be no more than 63 characters");
+  bool chars_ok = !value.empty() && IsLowerAlnum(value.front()) && IsLowerAlnum(value.back());
+  for (char c : value) chars_ok = chars_ok && (IsLowerAlnum(c) || c == '-');
+  if (!chars_ok) {
+    problems.push_back(
+        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+        "and must start and end with an alphanumeric character (e.g. 'my-name', or '123-abc')");
+  }
+  return problems;
+}
+
+namespace {
+
+bool IsAlnum(char c) { return IsLowerAlnum(c) || (c >= 'A' && c <= 'Z'); }
+
+// [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?
+bool IsNamePart(std::string_view v) {
+  if (v.empty() || !IsAlnum(v.front()) || !IsAlnum(v.back())) return false;
+  return std::all_of(v.begin(), v.end(),
+                     [](char c) { return IsAlnum(c) || c == '-' || c == '_' || c == '.'; });
+}
+
+}  // namespace
+
+std::vector<std::string> CheckQualifiedName(std::string_view value) {
+  std::vector<std::string> problems;
+  std::string_view name = value;
+  size_t slash = value.find('/');
+  if (slash != std::string_view::npos) {
+    std::string_view prefix = value.substr(0, slash);
+    name = value.substr(slash + 1);
+    if (prefix.empty()) {
+      problems.push_back("prefix part must be non-empty");
+    } else {
+      for (const std::string& p : CheckDns1123Subdomain(prefix)) {
+        problems.push_back("prefix part " + p);
+      }
+    }
+    if (name.find('/') != std::string_view::npos) {
+      problems.push_back(
+          "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must "
+          "start and end with an alphanumeric character, with an optional DNS subdomain prefix "
+          "and '/' (e.g. 'example.com/MyName')");
+      return problems;
+    }
+  }
+  if (name.empty()) {
+    problems.push_back("name part must be non-empty");
+    return problems;
+  }
+  if (name.size() > 63) problems.push_back("name part must be no more than 63 characters");
+  if (!IsNamePart(name)) {
+    problems.push_back(
+        "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+        "end with an alphanumeric character (e.g. 'MyName', or 'my.name', or '123-abc')");
+  }
+  return problems;
+}
+
+std::vector<std::string> CheckLabelValue(std::string_view value) {
+  std::vector<std::string> problems;
+  if (value.empty()) return problems;
+  if (value.size() > 63) problems.push_back("must be no more than 63 characters");
+  if (!IsNamePart(value)) {
+    problems.push_back(
+        "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' "
+        "or '.', and must start and end with an alphanumeric character (e.g. 'MyValue', or "
+        "'my_value', or '12345')");
+  }
+  return problems;
+}
+
+std::vector<std::string> CheckPathSegmentName(std::string_view value) {
+  if (value == "." || value == "..") return {"may not be '" + std::string(value) + "'"};
+  for (const char* bad : {"/", "%"}) {
+    if (value.find(bad) != std::string_view::npos) {
+      return {"may not contain '" + std::string(bad) + "'"};
+    }
+  }
+  return {};
 }
 
 }  // namespace lockstep::api

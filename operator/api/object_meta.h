@@ -56,5 +56,15 @@ nlohmann::json EncodeObjectMeta(const ObjectMeta& m);
 std::vector<std::string> CheckDns1035Label(std::string_view value);
 // RFC 1123 subdomain: what most object names need (at most 253 characters).
 std::vector<std::string> CheckDns1123Subdomain(std::string_view value);
+// RFC 1123 label: Namespace names (a subdomain of one label, at most 63 characters).
+std::vector<std::string> CheckDns1123Label(std::string_view value);
+// A qualified name, "[prefix/]name": label and annotation keys. The prefix is a DNS subdomain;
+// the name at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric.
+std::vector<std::string> CheckQualifiedName(std::string_view value);
+// A label value: empty, or at most 63 alphanumerics, '-', '_' or '.', starting and ending
+// alphanumeric.
+std::vector<std::string> CheckLabelValue(std::string_view value);
+// A path segment: what RBAC object names need (anything but ".", ".." or a '/' or '%').
+std::vector<std::string> CheckPathSegmentName(std::string_view value);
 
 }  // namespace lockstep::api

@@ -236,6 +236,16 @@ absl::StatusOr<nlohmann::json> RestClient::Create(const Resource& r, std::string
   return Call(std::move(request));
 }
 
+absl::StatusOr<nlohmann::json> RestClient::CreateSubresource(const Resource& r, std::string_view ns,
+                                                             std::string_view name,
+                                                             std::string_view subresource,
+                                                             const nlohmann::json& object) {
+  HttpRequest request{
+      .method = "POST", .target = Path(r, ns, name, subresource), .body = DumpJson(object)};
+  request.SetHeader("Content-Type", "application/json");
+  return Call(std::move(request));
+}
+
 absl::StatusOr<nlohmann::json> RestClient::Update(const Resource& r, std::string_view ns,
                                                   const nlohmann::json& object) {
   std::string name = NameOf(object);

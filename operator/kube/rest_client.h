@@ -116,6 +116,11 @@ class RestClient {
                                          ListOptions options = {});
   absl::StatusOr<nlohmann::json> Create(const Resource& r, std::string_view ns,
                                         const nlohmann::json& object);
+  // POST to an object's subresource (pods/<name>/binding).
+  absl::StatusOr<nlohmann::json> CreateSubresource(const Resource& r, std::string_view ns,
+                                                   std::string_view name,
+                                                   std::string_view subresource,
+                                                   const nlohmann::json& object);
   // PUT of the whole object (name and resourceVersion from its metadata): 409 on a stale
   // resourceVersion. UpdateStatus writes the status subresource only.
   absl::StatusOr<nlohmann::json> Update(const Resource& r, std::string_view ns,

@@ -1,9 +1,11 @@
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <utility>
 
 #include "common/str_util.h"
 #include "operator/api/json_reader.h"
+#include "operator/api/object_meta.h"
 #include "operator/local/api_server_impl.h"
 #include "operator/local/patch.h"
 #include "operator/local/resolve_container.h"
@@ -21,6 +23,89 @@ json SpecOf(const json& obj) {
   out.erase("metadata");
   out.erase("status");
   return out;
+}
+
+// The parts of apimachinery's ValidateObjectMeta(Update) that are not the name: labels and
+// annotations, owner references, and no new finalizer on an object being deleted.
+void ValidateObjectMeta(const json& meta, const json* old_meta, api::FieldErrors& errors) {
+  api::FieldPath path("metadata");
+  for (const char* map : {"labels", "annotations"}) {
+    auto it = meta.find(map);
+    if (it == meta.end() || it->is_null()) continue;
+    bool strings = it->is_object() &&
+                   std::all_of(it->begin(), it->end(), [](const json& v) { return v.is_string(); });
+    if (!strings) {
+      errors.push_back(
+          api::Invalid(path.Child(map), api::RenderValue(*it), "must be a map of strings"));
+      continue;
+    }
+    bool labels = std::string_view(map) == "labels";
+    size_t total = 0;
+    for (auto kv = it->begin(); kv != it->end(); ++kv) {
+      for (std::string& why : api::CheckQualifiedName(kv.key())) {
+        errors.push_back(api::Invalid(path.Child(map), api::QuoteJson(kv.key()), why));
+      }
+      std::string value = kv->get<std::string>();
+      total += kv.key().size() + value.size();
+      if (!labels) continue;
+      for (std::string& why : api::CheckLabelValue(value)) {
+        errors.push_back(api::Invalid(path.Child(map), api::QuoteJson(value), why));
+      }
+    }
+    if (!labels && total > 256 * 1024) {
+      errors.push_back({api::FieldErrorType::kTooLong, path.Child(map).str(), "",
+                        "must have at most 262144 bytes"});
+    }
+  }
+  if (auto refs = meta.find("ownerReferences"); refs != meta.end() && !refs->is_null()) {
+    if (!refs->is_array()) {
+      errors.push_back(
+          api::Invalid(path.Child("ownerReferences"), api::RenderValue(*refs), "must be a list"));
+    } else {
+      std::vector<std::string> controllers;
+      for (size_t i = 0; i < refs->size(); ++i) {
+        const json& ref = (*refs)[i];
+        api::FieldPath at = path.Child("ownerReferences").Index(i);
+        for (const char* field : {"apiVersion", "kind", "name", "uid"}) {
+          if (!ref.is_object() || api::StringAt(ref, field).empty()) {
+            errors.push_back(
+                api::Invalid(at.Child(field), "\"\"", StrCat(field, " must not be empty")));
+          }
+        }
+        if (ref.is_object() && ref.value("controller", json()) == true) {
+          controllers.push_back(
+              StrCat(api::StringAt(ref, "kind"), "/", api::StringAt(ref, "name")));
+        }
+      }
+      if (controllers.size() > 1) {
+        errors.push_back(api::Invalid(
+            path.Child("ownerReferences"), api::RenderValue(*refs),
+            StrCat("Only one reference can have Controller set to true. Found \"true\" in "
+                   "references for ",
+                   StrJoin(controllers, " and "))));
+      }
+    }
+  }
+  if (old_meta && old_meta->contains("deletionTimestamp")) {
+    const json empty = json::array();
+    auto before = old_meta->find("finalizers");
+    const json& was = before != old_meta->end() && before->is_array() ? *before : empty;
+    auto after = meta.find("finalizers");
+    const json& now = after != meta.end() && after->is_array() ? *after : empty;
+    std::vector<std::string> added;
+    for (const json& f : now) {
+      if (std::find(was.begin(), was.end(), f) == was.end()) {
+        added.push_back(f.is_string() ? f.get<std::string>() : f.dump());
+      }
+    }
+    if (!added.empty()) {
+      errors.push_back(api::Forbidden(
+          path.Child("finalizers"),
+          StrCat("no new finalizers can be added if the object is being deleted, found new "
+                 "finalizers [",
+                 StrJoin(added, " "), "]")));
+    }
+  }
 }
 
 }  // namespace
@@ -142,25 +227,15 @@ std::optional<ApiResponse> ApiServer::Impl::Admit(const Route& route, json& obj,
   std::string ns = api::StringAt(meta, "namespace");
   if (t.namespaced) {
     if (!ns.empty() && ns != route.ns) {
-      errors.push_back(api::Invalid(api::FieldPath("metadata.namespace"), api::QuoteJson(ns),
-                                    "does not match the namespace of the request"));
+      return Fail(400, "BadRequest",
+                  "the namespace of the provided object does not match the namespace sent on the "
+                  "request");
     }
     meta["namespace"] = route.ns;
   } else {
     meta.erase("namespace");
   }
-  for (const char* map : {"labels", "annotations"}) {
-    auto it = meta.find(map);
-    if (it == meta.end() || it->is_null()) continue;
-    bool ok = it->is_object();
-    if (ok) {
-      for (const json& v : *it) ok = ok && v.is_string();
-    }
-    if (!ok) {
-      errors.push_back(api::Invalid(api::FieldPath("metadata").Child(map), api::RenderValue(*it),
-                                    "must be a map of strings"));
-    }
-  }
+  ValidateObjectMeta(meta, old ? api::ObjectAt(*old, "metadata") : nullptr, errors);
   if (old) {
     // Fields the server owns.
     const json& old_meta = (*old)["metadata"];
@@ -181,7 +256,11 @@ std::optional<ApiResponse> ApiServer::Impl::Admit(const Route& route, json& obj,
     }
   }
   meta.erase("managedFields");
-  if (!old) strategy.PrepareForCreate(t, obj);
+  if (old) {
+    strategy.PrepareForUpdate(t, obj, *old);
+  } else {
+    strategy.PrepareForCreate(t, obj);
+  }
   if (absl::Status st = strategy.Normalize(t, obj, route.strict_fields); !st.ok()) {
     return Fail(400, "BadRequest", std::string(st.message()));
   }
@@ -209,6 +288,12 @@ ApiResponse ApiServer::Impl::Create(const Route& route, json body) {
   if (std::optional<ApiResponse> fail = Admit(route, body, nullptr)) return *fail;
   Route named = route;
   named.name = MetaString(body, "name");
+  if (route.dry_run) {
+    if (s_->store_->Get(Key(named))) {
+      return StoreError(absl::AlreadyExistsError(""), t, named.name);
+    }
+    return Reply(201, body);
+  }
   absl::StatusOr<ObjectPtr> put = s_->store_->Put(Key(named), std::move(body), "-");
   if (!put.ok()) return StoreError(put.status(), t, named.name);
   if (absl::Status st = StrategyFor(t).AfterCreate(*this, **put); !st.ok()) {
@@ -265,6 +350,64 @@ ApiResponse ApiServer::Impl::Update(const Route& route, json body) {
   return Store(route, key, std::move(obj), rv, 200);
 }
 
+// As pkg/registry/core/pod/storage's BindingREST: the scheduler's write of spec.nodeName, once.
+ApiResponse ApiServer::Impl::Bind(const Route& route, const json& binding) {
+  const json* target = api::ObjectAt(binding, "target");
+  std::string node = target ? api::StringAt(*target, "name") : "";
+  if (node.empty()) {
+    return Fail(422, "Invalid",
+                StrCat("Binding \"", route.name, "\" is invalid: target.name: Required value"));
+  }
+  std::string key = Key(route);
+  for (int attempt = 0;; ++attempt) {
+    ObjectPtr pod = s_->store_->Get(key);
+    if (!pod) return StoreError(absl::NotFoundError(""), *route.type, route.name);
+    const json& meta = (*pod)["metadata"];
+    if (std::string uid = MetaString(binding, "uid"); !uid.empty() && uid != meta["uid"]) {
+      return Fail(409, "Conflict",
+                  StrCat("Precondition failed: UID in precondition: ", uid,
+                         ", UID in object meta: ", meta["uid"].get<std::string>()));
+    }
+    std::string pod_name = StrCat(route.ns, "/", route.name);
+    if (meta.contains("deletionTimestamp")) {
+      return Fail(409, "Conflict",
+                  StrCat("Operation cannot be fulfilled on pods/binding \"", route.name, "\": pod ",
+                         pod_name, " is being deleted, cannot be assigned to a host"));
+    }
+    const json* spec = api::ObjectAt(*pod, "spec");
+    if (std::string on = spec ? api::StringAt(*spec, "nodeName") : ""; !on.empty()) {
+      return Fail(409, "Conflict",
+                  StrCat("Operation cannot be fulfilled on pods/binding \"", route.name, "\": pod ",
+                         pod_name, " is already assigned to node \"", on, "\""));
+    }
+    json bound = *pod;
+    bound["spec"]["nodeName"] = node;
+    json& status = bound["status"];
+    if (!status.is_object()) status = json::object();
+    json conditions = json::array();
+    if (status.contains("conditions") && status["conditions"].is_array()) {
+      for (const json& c : status["conditions"]) {
+        if (!c.is_object() || api::StringAt(c, "type") != "PodScheduled") conditions.push_back(c);
+      }
+    }
+    conditions.push_back({{"type", "PodScheduled"},
+                          {"status", "True"},
+                          {"lastProbeTime", nullptr},
+                          {"lastTransitionTime", Now()}});
+    status["conditions"] = std::move(conditions);
+    json success = StatusBody(201, "", "");  // what the API server answers a binding
+    success.erase("reason");
+    success.erase("message");
+    if (route.dry_run) return Reply(201, success);
+    absl::StatusOr<ObjectPtr> put =
+        s_->store_->Put(key, std::move(bound), MetaString(*pod, "resourceVersion"));
+    if (put.ok()) return Reply(201, success);
+    if (!absl::IsAborted(put.status()) || attempt >= 4) {
+      return StoreError(put.status(), *route.type, route.name);
+    }
+  }
+}
+
 ApiResponse ApiServer::Impl::Store(const Route& route, const std::string& key, json obj,
                                    const std::string& rv, int code) {
   const ResourceType& t = *route.type;
@@ -275,6 +418,22 @@ ApiResponse ApiServer::Impl::Store(const Route& route, const std::string& key, j
       !meta || finalizers == meta->end() || !finalizers->is_array() || finalizers->empty();
   const KindStrategy& strategy = StrategyFor(t);
   bool stopping = strategy.AwaitsGracefulStop(obj);
+  // An update that changes nothing is not written: the resourceVersion stays, and watchers
+  // see no event.
+  if (ObjectPtr current = s_->store_->Get(key);
+      current && MetaString(*current, "resourceVersion") == rv && !(deleting && finalized)) {
+    json same = obj;
+    Meta(same)["resourceVersion"] = rv;
+    if (same == *current) {
+      if (route.subresource == "scale") return Reply(code, ScaleOf(t, *current));
+      return Reply(code, *current);
+    }
+  }
+  if (route.dry_run) {
+    Meta(obj)["resourceVersion"] = rv;
+    if (route.subresource == "scale") return Reply(code, ScaleOf(t, obj));
+    return Reply(code, obj);
+  }
   absl::StatusOr<ObjectPtr> put = s_->store_->Put(key, std::move(obj), rv);
   if (!put.ok()) return StoreError(put.status(), t, route.name);
   if (deleting && finalized && !stopping) {

@@ -16,6 +16,7 @@ absl::StatusOr<ObjectPtr> ApiServer::Impl::RemoveNow(const ResourceType& t, cons
   if (!gone.ok()) return gone;
   StrategyFor(t).OnRemoved(*this, **gone);
   CollectDependents(MetaString(**gone, "uid"), policy);
+  if (t.namespaced) FinishNamespace(MetaString(**gone, "namespace"));
   return gone;
 }
 
@@ -63,54 +64,74 @@ ApiResponse ApiServer::Impl::Delete(const Route& route, const json& options) {
   }
   std::string policy = api::StringAt(options, "propagationPolicy");
   if (policy.empty()) policy = "Background";
-  if (policy != "Background" && policy != "Foreground" && policy != "Orphan") {
-    return Fail(
-        400, "BadRequest",
-        StrCat("propagationPolicy \"", policy, "\": want Foreground, Background or Orphan"));
-  }
   const json& meta = (*old)["metadata"];
   bool already = meta.contains("deletionTimestamp");
   const KindStrategy& strategy = StrategyFor(t);
-  // Objects that must stop first (pods on a node) are marked; their stopper removes them.
-  if (std::optional<int64_t> grace = strategy.GracefulDeletionPeriod(*old, options)) {
-    if (already) return Reply(200, *old);
+  // Marks the object for deletion (or, when it is marked already, keeps it so).
+  auto mark = [&](int64_t grace, absl::Time when) -> ApiResponse {
     json marked = *old;
-    marked["metadata"]["deletionTimestamp"] =
-        api::FormatKubeTime(absl::Now() + absl::Seconds(*grace));
-    marked["metadata"]["deletionGracePeriodSeconds"] = *grace;
+    marked["metadata"]["deletionTimestamp"] = api::FormatKubeTime(when);
+    marked["metadata"]["deletionGracePeriodSeconds"] = grace;
+    strategy.PrepareForDeletion(marked);
+    if (route.dry_run) return Reply(200, marked);
     absl::StatusOr<ObjectPtr> put =
         s_->store_->Put(key, std::move(marked), MetaString(*old, "resourceVersion"));
     if (!put.ok()) return StoreError(put.status(), t, route.name);
     return Reply(200, **put);
+  };
+  // A namespace empties first: it stays, Terminating, until its contents have gone.
+  if (!route.dry_run && strategy.DeleteContents(*this, *old)) {
+    return already ? Reply(200, *old) : mark(0, absl::Now());
+  }
+  // Objects that must stop first (pods on a node) are marked; their stopper removes them. A
+  // second delete may shorten the time they are given, never lengthen it.
+  if (std::optional<int64_t> grace = strategy.GracefulDeletionPeriod(*old, options)) {
+    if (!already) return mark(*grace, absl::Now() + absl::Seconds(*grace));
+    auto current = meta.find("deletionGracePeriodSeconds");
+    if (current != meta.end() && current->is_number_integer() && *grace < *current) {
+      return mark(*grace, absl::Now() + absl::Seconds(*grace));
+    }
+    return Reply(200, *old);
   }
   auto finalizers = meta.find("finalizers");
   bool has_finalizers = finalizers != meta.end() && finalizers->is_array() && !finalizers->empty();
   if (has_finalizers && strategy.DeletionWaitsForFinalizers()) {
     if (already) return Reply(200, *old);
-    json marked = *old;
-    marked["metadata"]["deletionTimestamp"] = Now();
-    marked["metadata"]["deletionGracePeriodSeconds"] = 0;
-    absl::StatusOr<ObjectPtr> put =
-        s_->store_->Put(key, std::move(marked), MetaString(*old, "resourceVersion"));
-    if (!put.ok()) return StoreError(put.status(), t, route.name);
-    return Reply(200, **put);
+    return mark(0, absl::Now());
   }
+  if (route.dry_run) return Reply(200, *old);
   if (policy == "Foreground") CollectDependents(MetaString(*old, "uid"), "Background");
   absl::StatusOr<ObjectPtr> gone = RemoveNow(t, key, policy);
   if (!gone.ok()) return StoreError(gone.status(), t, route.name);
   return Reply(200, **gone);
 }
 
-ApiResponse ApiServer::Impl::DeleteCollection(const Route& route, const ApiRequest& r) {
+void ApiServer::Impl::FinishNamespace(const std::string& ns) {
+  std::string key = StoreKey("namespaces", "", ns);
+  ObjectPtr obj = s_->store_->Get(key);
+  if (!obj || !(*obj)["metadata"].contains("deletionTimestamp")) return;
+  std::shared_ptr<const ResourceType> type = s_->registry_.FindByGroupResource("namespaces");
+  for (const auto& t : s_->registry_.All()) {
+    if (t->namespaced && !s_->store_->List(StorePrefix(t->GroupResource(), ns)).first.empty()) {
+      return;
+    }
+  }
+  (void)RemoveNow(*type, key, "Background");
+}
+
+ApiResponse ApiServer::Impl::DeleteCollection(const Route& route, const ApiRequest& r,
+                                              const json& options) {
   const ResourceType& t = *route.type;
-  absl::StatusOr<Filter> filter = FilterOf(r.query);
+  absl::StatusOr<Filter> filter = FilterOf(t, r.query);
   if (!filter.ok()) return Fail(400, "BadRequest", std::string(filter.status().message()));
   json items = json::array();
   for (const auto& [key, obj] :
        s_->store_->List(StorePrefix(t.GroupResource(), t.namespaced ? route.ns : "")).first) {
     if (!filter->Matches(*obj)) continue;
-    Route one{route.type, MetaString(*obj, "namespace"), MetaString(*obj, "name"), ""};
-    ApiResponse deleted = Delete(one, json::object());
+    Route one = route;
+    one.ns = MetaString(*obj, "namespace");
+    one.name = MetaString(*obj, "name");
+    ApiResponse deleted = Delete(one, options);
     if (deleted.status == 200) items.push_back(json::parse(deleted.body, nullptr, false));
   }
   return Reply(200,

@@ -1,23 +1,71 @@
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <string>
 
 #include "operator/local/api_server_impl.h"
+
+#ifndef LOCKSTEP_LOCAL_VERSION
+#define LOCKSTEP_LOCAL_VERSION "dev"
+#endif
 
 namespace lockstep::local {
 
 using nlohmann::json;
 
+namespace {
+
+// "2026-11-24T00:00:00Z" from the compiler's __DATE__ ("Nov 24 2026").
+std::string BuildDate() {
+  static const char* kMonths = "JanFebMarAprMayJunJulAugSepOctNovDec";
+  std::string date = __DATE__;
+  int month = static_cast<int>(std::string(kMonths).find(date.substr(0, 3)) / 3) + 1;
+  int day = std::atoi(date.substr(4, 2).c_str());
+  char out[32];
+  std::snprintf(out, sizeof out, "%s-%02d-%02dT00:00:00Z", date.substr(7, 4).c_str(), month, day);
+  return out;
+}
+
+const std::string kBuildDate = BuildDate();
+#if defined(__clang__)
+const std::string kCompiler = "clang " __clang_version__;
+#elif defined(__GNUC__)
+const std::string kCompiler = "gcc " __VERSION__;
+#else
+const std::string kCompiler = "c++";
+#endif
+#if defined(__x86_64__)
+const std::string kPlatform = "linux/amd64";
+#elif defined(__aarch64__)
+const std::string kPlatform = "linux/arm64";
+#else
+const std::string kPlatform = "linux";
+#endif
+
+}  // namespace
+
 std::optional<ApiResponse> ApiServer::Impl::Discovery(const ApiRequest& r) {
   if (r.method != "GET") return std::nullopt;
-  const std::string& p = r.path;
+  // "/version/" is "/version", as the API server's router takes it (client libraries ask so).
+  std::string p = r.path;
+  if (p.size() > 1 && p.back() == '/') p.pop_back();
   if (p == "/healthz" || p == "/readyz" || p == "/livez") {
     return ApiResponse{200, "ok", nullptr, "text/plain"};
   }
   if (p == "/version") {
+    // Every field of apimachinery's version.Info: kubectl and the client libraries read them
+    // all (the Python client refuses an answer without one). This server is not built by Go:
+    // goVersion and compiler say what built it.
     return Reply(200, {{"major", "1"},
                        {"minor", "32"},
                        {"gitVersion", "v1.32.0-lockstep"},
-                       {"platform", "linux/amd64"}});
+                       {"gitCommit", "lockstep-" LOCKSTEP_LOCAL_VERSION},
+                       {"gitTreeState", "clean"},
+                       {"buildDate", kBuildDate},
+                       {"goVersion", "none"},
+                       {"compiler", kCompiler},
+                       {"platform", kPlatform}});
   }
   if (p == "/api") {
     return Reply(200, {{"kind", "APIVersions"},
@@ -45,6 +93,24 @@ std::optional<ApiResponse> ApiServer::Impl::Discovery(const ApiRequest& r) {
       list.push_back({{"name", group}, {"versions", vs}, {"preferredVersion", vs[0]}});
     }
     return Reply(200, {{"kind", "APIGroupList"}, {"apiVersion", "v1"}, {"groups", list}});
+  }
+  // /apis/<group>: one group, as /apis lists it.
+  if (p.rfind("/apis/", 0) == 0 && p.find('/', 6) == std::string::npos) {
+    std::string group = p.substr(6);
+    json versions = json::array();
+    for (const auto& t : all) {
+      if (t->group != group) continue;
+      json v = {{"groupVersion", group + "/" + t->version}, {"version", t->version}};
+      if (std::find(versions.begin(), versions.end(), v) == versions.end()) versions.push_back(v);
+    }
+    if (versions.empty()) {
+      return Fail(404, "NotFound", "the server could not find the requested resource");
+    }
+    return Reply(200, {{"kind", "APIGroup"},
+                       {"apiVersion", "v1"},
+                       {"name", group},
+                       {"versions", versions},
+                       {"preferredVersion", versions[0]}});
   }
   std::string group, version;
   if (p.rfind("/api/", 0) == 0 && p.find('/', 5) == std::string::npos) {
@@ -85,6 +151,13 @@ std::optional<ApiResponse> ApiServer::Impl::Discovery(const ApiRequest& r) {
                            {"namespaced", t->namespaced},
                            {"kind", t->kind},
                            {"verbs", {"get"}}});
+    }
+    if (t->binding_subresource) {
+      resources.push_back({{"name", t->plural + "/binding"},
+                           {"singularName", ""},
+                           {"namespaced", t->namespaced},
+                           {"kind", "Binding"},
+                           {"verbs", json::array({"create"})}});
     }
     if (t->scale_spec_path) {
       resources.push_back({{"name", t->plural + "/scale"},

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <chrono>
+#include <random>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -153,6 +154,11 @@ class CollectionWatch final : public WatchSource {
 
 }  // namespace
 
+uint64_t ApiServer::Impl::NewTokenEpoch() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 20) ^ rd();
+}
+
 bool Filter::Matches(const json& obj) const {
   std::map<std::string, std::string> l;
   if (const json* m = api::ObjectAt(obj, "metadata")) {
@@ -169,7 +175,8 @@ bool Filter::Matches(const json& obj) const {
   return true;
 }
 
-absl::StatusOr<Filter> FilterOf(const std::map<std::string, std::string>& query) {
+absl::StatusOr<Filter> FilterOf(const ResourceType& type,
+                                const std::map<std::string, std::string>& query) {
   Filter f;
   if (auto it = query.find("labelSelector"); it != query.end()) {
     absl::StatusOr<kube::LabelSelector> s = kube::LabelSelector::Parse(it->second);
@@ -179,6 +186,19 @@ absl::StatusOr<Filter> FilterOf(const std::map<std::string, std::string>& query)
   if (auto it = query.find("fieldSelector"); it != query.end()) {
     absl::StatusOr<std::vector<FieldRequirement>> s = ParseFieldSelector(it->second);
     if (!s.ok()) return s.status();
+    // As the API server's field label conversion: metadata.name and metadata.namespace, and
+    // what the kind adds; a selector naming anything else is refused, not ignored.
+    std::vector<std::string> labels = StrategyFor(type).FieldLabels();
+    labels.insert(labels.begin(), {"metadata.name", "metadata.namespace"});
+    for (FieldRequirement& r : *s) {
+      std::string label = StrJoin(r.path, ".");
+      if (std::find(labels.begin(), labels.end(), label) == labels.end()) {
+        return absl::InvalidArgumentError(StrCat("\"", label,
+                                                 "\" is not a known field selector: only \"",
+                                                 StrJoin(labels, "\", \""), "\""));
+      }
+      if (label == "source") r.path = {"source", "component"};  // an event's source
+    }
     f.fields = std::move(*s);
   }
   return f;
@@ -186,23 +206,38 @@ absl::StatusOr<Filter> FilterOf(const std::map<std::string, std::string>& query)
 
 ApiResponse ApiServer::Impl::List(const Route& route, const ApiRequest& r) {
   const ResourceType& t = *route.type;
-  absl::StatusOr<Filter> filter = FilterOf(r.query);
+  absl::StatusOr<Filter> filter = FilterOf(t, r.query);
   if (!filter.ok()) return Fail(400, "BadRequest", std::string(filter.status().message()));
-  int64_t limit = std::atoll(Query(r.query, "limit").c_str());
+  absl::StatusOr<std::optional<int64_t>> limit_param = QueryInt(r.query, "limit");
+  if (!limit_param.ok())
+    return Fail(400, "BadRequest", std::string(limit_param.status().message()));
+  int64_t limit = limit_param->value_or(0);
   std::string token = Query(r.query, "continue");
   std::shared_ptr<Snapshot> snap;
   size_t start = 0;
   if (!token.empty()) {
+    // "<epoch>:<snapshot>:<offset>" in base64. A token that does not parse is a bad request; one
+    // from another run of the server, or for a snapshot no longer kept, has expired.
     std::string decoded;
-    uint64_t id = 0;
-    if (absl::Base64Unescape(token, &decoded)) {
-      size_t colon = decoded.find(':');
-      id = std::strtoull(decoded.c_str(), nullptr, 10);
-      if (colon != std::string::npos)
-        start = std::strtoull(decoded.c_str() + colon + 1, nullptr, 10);
+    std::vector<uint64_t> fields;
+    bool valid = absl::Base64Unescape(token, &decoded) && !decoded.empty();
+    for (size_t pos = 0; valid && pos <= decoded.size();) {
+      size_t colon = std::min(decoded.find(':', pos), decoded.size());
+      std::string part = decoded.substr(pos, colon - pos);
+      valid = !part.empty() && part.size() <= 19 &&
+              std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (valid) fields.push_back(std::strtoull(part.c_str(), nullptr, 10));
+      pos = colon + 1;
     }
+    valid = valid && fields.size() == 3;
     std::lock_guard lock(tokens_mu_);
-    auto it = snapshots_.find(id);
+    if (!valid || (fields[0] == token_epoch_ && fields[1] >= next_token_)) {
+      return Fail(
+          400, "BadRequest",
+          StrCat("invalid continue token \"", token, "\": it is not a token this server issued"));
+    }
+    start = fields[2];
+    auto it = fields[0] == token_epoch_ ? snapshots_.find(fields[1]) : snapshots_.end();
     if (it == snapshots_.end()) {
       return Fail(410, "Expired",
                   "the provided continue parameter is too old to display a consistent list "
@@ -238,7 +273,7 @@ ApiResponse ApiServer::Impl::List(const Route& route, const ApiRequest& r) {
     uint64_t id = next_token_++;
     snapshots_[id] = snap;
     while (snapshots_.size() > 64) snapshots_.erase(snapshots_.begin());
-    list["metadata"]["continue"] = absl::Base64Escape(StrCat(id, ":", end));
+    list["metadata"]["continue"] = absl::Base64Escape(StrCat(token_epoch_, ":", id, ":", end));
     list["metadata"]["remainingItemCount"] = snap->items.size() - end;
   }
   return Reply(200, list);
@@ -246,7 +281,7 @@ ApiResponse ApiServer::Impl::List(const Route& route, const ApiRequest& r) {
 
 ApiResponse ApiServer::Impl::Watch(const Route& route, const ApiRequest& r) {
   const ResourceType& t = *route.type;
-  absl::StatusOr<Filter> filter = FilterOf(r.query);
+  absl::StatusOr<Filter> filter = FilterOf(t, r.query);
   if (!filter.ok()) return Fail(400, "BadRequest", std::string(filter.status().message()));
   std::string rv_text = Query(r.query, "resourceVersion");
   std::optional<int64_t> from;
@@ -271,11 +306,13 @@ ApiResponse ApiServer::Impl::Watch(const Route& route, const ApiRequest& r) {
     once->line = Dump({{"type", "ERROR"}, {"object", error}}) + "\n";
     return {200, "", once};
   }
-  absl::Duration timeout = s_->options_.default_watch_timeout;
-  if (std::string ts = Query(r.query, "timeoutSeconds"); !ts.empty()) {
-    timeout = absl::Seconds(std::max<int64_t>(1, std::atoll(ts.c_str())));
+  absl::StatusOr<std::optional<int64_t>> timeout_seconds = QueryInt(r.query, "timeoutSeconds");
+  if (!timeout_seconds.ok()) {
+    return Fail(400, "BadRequest", std::string(timeout_seconds.status().message()));
   }
-  bool bookmarks = Query(r.query, "allowWatchBookmarks") == "true";
+  absl::Duration timeout = s_->options_.default_watch_timeout;
+  if (*timeout_seconds) timeout = absl::Seconds(std::max<int64_t>(1, **timeout_seconds));
+  bool bookmarks = QueryBool(r.query, "allowWatchBookmarks");
   return {200, "",
           std::make_shared<CollectionWatch>(s_->store_.get(), *sub, route.type, *filter, bookmarks,
                                             s_->options_.bookmark_interval, timeout,

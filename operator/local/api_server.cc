@@ -1,11 +1,15 @@
 #include "operator/local/api_server.h"
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <utility>
 
 #include "absl/strings/escaping.h"
 #include "common/str_util.h"
+#include "operator/api/manifest.h"
 #include "operator/local/api_server_impl.h"
 #include "operator/local/rbac.h"
 
@@ -76,6 +80,37 @@ ApiResponse Invalid(const ResourceType& t, const std::string& name,
 std::string Query(const std::map<std::string, std::string>& q, const char* key) {
   auto it = q.find(key);
   return it == q.end() ? "" : it->second;
+}
+
+bool QueryBool(const std::map<std::string, std::string>& q, const char* key) {
+  auto it = q.find(key);
+  if (it == q.end()) return false;
+  std::string v = it->second;
+  std::transform(v.begin(), v.end(), v.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return v != "false" && v != "0";
+}
+
+absl::StatusOr<std::optional<int64_t>> QueryInt(const std::map<std::string, std::string>& q,
+                                                const char* key) {
+  auto it = q.find(key);
+  if (it == q.end()) return std::nullopt;
+  const std::string& text = it->second;
+  // strconv.ParseInt(s, 10, 64): an optional sign, then decimal digits, in range.
+  size_t digits = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  bool ok = text.size() > digits &&
+            std::all_of(text.begin() + static_cast<std::ptrdiff_t>(digits), text.end(),
+                        [](char c) { return c >= '0' && c <= '9'; }) &&
+            *end == '\0' && errno != ERANGE;
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        StrCat("invalid value for ", key, ": strconv.ParseInt: parsing \"", text,
+               "\": ", errno == ERANGE ? "value out of range" : "invalid syntax"));
+  }
+  return static_cast<int64_t>(v);
 }
 
 struct ApiServer::Auth {
@@ -246,8 +281,7 @@ std::optional<RequestAttributes> ApiServer::Impl::Attributes(const ApiRequest& r
   a.ns = route->ns;
   a.name = route->name;
   if (r.method == "GET" || r.method == "HEAD") {
-    std::string watch = Query(r.query, "watch");
-    a.verb = !a.name.empty() ? "get" : (watch == "true" || watch == "1") ? "watch" : "list";
+    a.verb = !a.name.empty() ? "get" : QueryBool(r.query, "watch") ? "watch" : "list";
   } else if (r.method == "POST") {
     a.verb = "create";
   } else if (r.method == "PUT") {
@@ -301,6 +335,35 @@ std::variant<Route, ApiResponse> ApiServer::Impl::Parse(const std::string& path)
   return route;
 }
 
+namespace {
+
+// What a request body is written in: JSON (also when unnamed), YAML, or neither.
+enum class BodyFormat { kJson, kYaml, kOther };
+BodyFormat BodyFormatOf(const std::string& content_type) {
+  std::string type = content_type.substr(0, content_type.find(';'));
+  type.erase(std::remove(type.begin(), type.end(), ' '), type.end());
+  std::transform(type.begin(), type.end(), type.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (type.empty() || type == "application/json" || type == "*/*") return BodyFormat::kJson;
+  if (type == "application/yaml") return BodyFormat::kYaml;
+  return BodyFormat::kOther;
+}
+
+// 422 for options apimachinery's validation refuses ("CreateOptions.meta.k8s.io \"\" is
+// invalid: ...").
+ApiResponse InvalidOptions(const std::string& kind, const api::FieldError& e) {
+  return Fail(422, "Invalid", StrCat(kind, ".meta.k8s.io \"\" is invalid: ", e.ToString()),
+              {{"group", "meta.k8s.io"},
+               {"kind", kind},
+               {"causes",
+                {{{"reason", e.type == api::FieldErrorType::kNotSupported ? "FieldValueNotSupported"
+                                                                          : "FieldValueInvalid"},
+                  {"message", e.ToString().substr(e.path.size() + 2)},
+                  {"field", e.path}}}}});
+}
+
+}  // namespace
+
 ApiResponse ApiServer::Impl::Handle(const ApiRequest& r) {
   if (std::optional<ApiResponse> d = Discovery(r)) return *d;
   std::variant<Route, ApiResponse> parsed = Parse(r.path);
@@ -311,8 +374,20 @@ ApiResponse ApiServer::Impl::Handle(const ApiRequest& r) {
   if (!route.subresource.empty()) {
     bool known = (route.subresource == "status" && t.status_subresource) ||
                  (route.subresource == "log" && t.log_subresource) ||
+                 (route.subresource == "binding" && t.binding_subresource) ||
                  (route.subresource == "scale" && t.scale_spec_path);
     if (!known) return Fail(404, "NotFound", "the server could not find the requested resource");
+  }
+  const char* options_kind = r.method == "POST"    ? "CreateOptions"
+                             : r.method == "PUT"   ? "UpdateOptions"
+                             : r.method == "PATCH" ? "PatchOptions"
+                                                   : "DeleteOptions";
+  if (auto dry = r.query.find("dryRun"); dry != r.query.end() && r.method != "GET") {
+    if (dry->second != "All") {
+      return InvalidOptions(options_kind, api::NotSupported(api::FieldPath("dryRun"),
+                                                            api::QuoteJson(dry->second), {"All"}));
+    }
+    route.dry_run = true;
   }
   if (r.content_type.rfind("application/vnd.kubernetes.protobuf", 0) == 0 && !r.body.empty()) {
     return Fail(415, "UnsupportedMediaType",
@@ -324,23 +399,56 @@ ApiResponse ApiServer::Impl::Handle(const ApiRequest& r) {
                 StrCat("the request body is ", r.body.size(), " bytes; the limit is ",
                        s_->options_.max_body_bytes));
   }
-  // A namespaced object lives in an existing namespace.
-  if (t.namespaced && !route.ns.empty() && r.method != "GET" && r.method != "DELETE" &&
-      !s_->store_->Get(StoreKey("namespaces", "", route.ns))) {
-    return Fail(404, "NotFound", StrCat("namespaces \"", route.ns, "\" not found"),
-                {{"name", route.ns}, {"kind", "namespaces"}});
+  // A namespaced object lives in an existing namespace, and nothing new is made in one that
+  // is being deleted (the NamespaceLifecycle admission).
+  if (t.namespaced && !route.ns.empty() && r.method != "GET" && r.method != "DELETE") {
+    ObjectPtr ns = s_->store_->Get(StoreKey("namespaces", "", route.ns));
+    if (!ns) {
+      return Fail(404, "NotFound", StrCat("namespaces \"", route.ns, "\" not found"),
+                  {{"name", route.ns}, {"kind", "namespaces"}});
+    }
+    if (r.method == "POST" && route.subresource.empty() &&
+        (*ns)["metadata"].contains("deletionTimestamp")) {
+      std::string why = StrCat("unable to create new content in namespace ", route.ns,
+                               " because it is being terminated");
+      return Fail(403, "Forbidden", StrCat(Plural(t), " is forbidden: ", why),
+                  {{"group", t.group},
+                   {"kind", t.plural},
+                   {"causes",
+                    {{{"reason", "NamespaceTerminating"},
+                      {"message", why},
+                      {"field", "metadata.namespace"}}}}});
+    }
   }
   auto body = [&]() -> std::variant<json, ApiResponse> {
-    json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) {
-      return Fail(400, "BadRequest", "the request body is not valid JSON");
+    switch (BodyFormatOf(r.content_type)) {
+      case BodyFormat::kJson: {
+        json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+        if (j.is_discarded()) return Fail(400, "BadRequest", "the request body is not valid JSON");
+        return j;
+      }
+      case BodyFormat::kYaml: {
+        absl::StatusOr<std::vector<json>> docs = api::ParseYamlDocuments(r.body);
+        if (!docs.ok()) {
+          return Fail(400, "BadRequest",
+                      StrCat("the request body is not valid YAML: ", docs.status().message()));
+        }
+        if (docs->size() != 1) {
+          return Fail(400, "BadRequest", "the request body must be one YAML document");
+        }
+        return std::move((*docs)[0]);
+      }
+      case BodyFormat::kOther:
+        break;
     }
-    return j;
+    return Fail(415, "UnsupportedMediaType",
+                StrCat("the body of the request was in an unknown format - accepted media types "
+                       "include: application/json, application/yaml (got \"",
+                       r.content_type, "\")"));
   };
   if (r.method == "GET") {
     if (!route.name.empty()) return Get(route, r);
-    std::string watch = Query(r.query, "watch");
-    if (watch == "true" || watch == "1") return Watch(route, r);
+    if (QueryBool(r.query, "watch")) return Watch(route, r);
     return List(route, r);
   }
   if (r.method == "POST" || r.method == "PUT") {
@@ -349,6 +457,7 @@ ApiResponse ApiServer::Impl::Handle(const ApiRequest& r) {
     json obj = std::move(std::get<json>(b));
     if (!obj.is_object()) return Fail(400, "BadRequest", "the request body is not a JSON object");
     if (r.method == "POST") {
+      if (route.subresource == "binding") return Bind(route, obj);
       if (!route.name.empty()) return Fail(405, "MethodNotAllowed", "POST to a named object");
       return Create(route, std::move(obj));
     }
@@ -367,16 +476,26 @@ ApiResponse ApiServer::Impl::Handle(const ApiRequest& r) {
       options = std::move(std::get<json>(b));
       if (!options.is_object()) return Fail(400, "BadRequest", "DeleteOptions must be an object");
     }
-    for (const char* q : {"propagationPolicy", "gracePeriodSeconds"}) {
-      std::string v = Query(r.query, q);
-      if (v.empty()) continue;
-      if (std::string(q) == "gracePeriodSeconds") {
-        options[q] = std::atoll(v.c_str());
-      } else {
-        options[q] = v;
+    absl::StatusOr<std::optional<int64_t>> grace = QueryInt(r.query, "gracePeriodSeconds");
+    if (!grace.ok()) return Fail(400, "BadRequest", std::string(grace.status().message()));
+    if (*grace) options["gracePeriodSeconds"] = **grace;
+    if (std::string policy = Query(r.query, "propagationPolicy"); !policy.empty()) {
+      options["propagationPolicy"] = policy;
+    }
+    if (auto p = options.find("propagationPolicy"); p != options.end() && !p->is_null()) {
+      std::string policy = p->is_string() ? p->get<std::string>() : p->dump();
+      if (policy != "Background" && policy != "Foreground" && policy != "Orphan") {
+        return InvalidOptions(
+            "DeleteOptions",
+            api::NotSupported(api::FieldPath("propagationPolicy"), api::QuoteJson(policy),
+                              {"Foreground", "Background", "Orphan"}));
       }
     }
-    if (route.name.empty()) return DeleteCollection(route, r);
+    if (auto g = options.find("gracePeriodSeconds");
+        g != options.end() && !g->is_null() && !g->is_number_integer()) {
+      return Fail(400, "BadRequest", "DeleteOptions.gracePeriodSeconds must be an integer");
+    }
+    if (route.name.empty()) return DeleteCollection(route, r, options);
     return Delete(route, options);
   }
   return Fail(405, "MethodNotAllowed", StrCat("method ", r.method, " is not supported"));

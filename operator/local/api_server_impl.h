@@ -51,10 +51,18 @@ struct Filter {
 
   bool Matches(const nlohmann::json& obj) const;
 };
-absl::StatusOr<Filter> FilterOf(const std::map<std::string, std::string>& query);
+// InvalidArgument for a malformed selector, or a field the type cannot be selected by.
+absl::StatusOr<Filter> FilterOf(const ResourceType& type,
+                                const std::map<std::string, std::string>& query);
 
 // A query parameter, "" when absent.
 std::string Query(const std::map<std::string, std::string>& q, const char* key);
+// Query parameters parsed as the Kubernetes API server parses them (apimachinery's runtime
+// conversions): a bool is false when absent, "false" or "0" in any case, and true otherwise,
+// "" included; an integer is Go's strconv.ParseInt, and malformed text is InvalidArgument.
+bool QueryBool(const std::map<std::string, std::string>& q, const char* key);
+absl::StatusOr<std::optional<int64_t>> QueryInt(const std::map<std::string, std::string>& q,
+                                                const char* key);
 
 // The autoscaling/v1 Scale view of a custom resource with a scale subresource.
 nlohmann::json ScaleOf(const ResourceType& t, const nlohmann::json& obj);
@@ -66,6 +74,7 @@ struct Route {
   std::string name;
   std::string subresource;
   bool strict_fields = false;  // ?fieldValidation=Strict: unknown fields are errors
+  bool dry_run = false;        // ?dryRun=All: admitted and answered, never stored
 };
 
 class ApiServer::Impl final : public ServerContext {
@@ -83,6 +92,11 @@ class ApiServer::Impl final : public ServerContext {
   void RemoveNow(const ResourceType& type, const std::string& key) override {
     (void)RemoveNow(type, key, "Background");
   }
+  void Delete(const ResourceType& type, const std::string& ns, const std::string& name) override {
+    (void)Delete(
+        Route{.type = registry().FindByGroupResource(type.GroupResource()), .ns = ns, .name = name},
+        nlohmann::json::object());
+  }
 
  private:
   // api_discovery.cc
@@ -96,6 +110,8 @@ class ApiServer::Impl final : public ServerContext {
   ApiResponse Log(const nlohmann::json& pod, const ApiRequest& r);
   ApiResponse Create(const Route& route, nlohmann::json body);
   ApiResponse Update(const Route& route, nlohmann::json body);
+  // POST pods/<name>/binding: what a scheduler does to put a pod on a node.
+  ApiResponse Bind(const Route& route, const nlohmann::json& binding);
   ApiResponse Patch(const Route& route, const ApiRequest& r);
   // Checks and fills a new or updated object; `old` is null on create.
   std::optional<ApiResponse> Admit(const Route& route, nlohmann::json& obj,
@@ -109,16 +125,20 @@ class ApiServer::Impl final : public ServerContext {
   ApiResponse Watch(const Route& route, const ApiRequest& r);
   // api_delete.cc
   ApiResponse Delete(const Route& route, const nlohmann::json& options);
-  ApiResponse DeleteCollection(const Route& route, const ApiRequest& r);
+  ApiResponse DeleteCollection(const Route& route, const ApiRequest& r,
+                               const nlohmann::json& options);
   // Removes an object now, with what goes with it, then its dependents as `policy` says.
   absl::StatusOr<ObjectPtr> RemoveNow(const ResourceType& t, const std::string& key,
                                       const std::string& policy);
   void CollectDependents(const std::string& uid, const std::string& policy);
+  // Removes namespace `ns` if it is being deleted and nothing is left in it.
+  void FinishNamespace(const std::string& ns);
 
   std::string Key(const Route& route) const {
     return StoreKey(route.type->GroupResource(), route.type->namespaced ? route.ns : "",
                     route.name);
   }
+  static uint64_t NewTokenEpoch();
   static std::string Plural(const ResourceType& t) {
     return t.group.empty() ? t.plural : t.plural + "." + t.group;
   }
@@ -126,6 +146,7 @@ class ApiServer::Impl final : public ServerContext {
   ApiServer* s_;
   // Snapshots behind paginated lists' continue tokens, newest last.
   std::mutex tokens_mu_;
+  const uint64_t token_epoch_ = NewTokenEpoch();  // tells this run's tokens from another's
   uint64_t next_token_ = 1;
   struct Snapshot {
     std::vector<ObjectPtr> items;

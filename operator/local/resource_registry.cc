@@ -38,6 +38,7 @@ ResourceRegistry::ResourceRegistry() {
   ResourceType pods = Builtin("", "v1", "pods", "pod", "Pod", true, {"po"});
   pods.status_subresource = true;
   pods.log_subresource = true;
+  pods.binding_subresource = true;
   Add(pods);
   ResourceType services = Builtin("", "v1", "services", "service", "Service", true, {"svc"});
   services.status_subresource = true;

@@ -25,7 +25,8 @@ struct ResourceType {
   std::vector<std::string> categories;
   bool namespaced = true;
   bool status_subresource = false;
-  bool log_subresource = false;  // pods
+  bool log_subresource = false;      // pods
+  bool binding_subresource = false;  // pods: what a scheduler posts
   // The scale subresource of a custom resource: JSON paths like
   // ".spec.replicaSpecs.Worker.replicas".
   std::optional<std::string> scale_spec_path;

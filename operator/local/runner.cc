@@ -68,6 +68,7 @@ struct PodRun {
   std::vector<Container> containers;
   bool terminating = false;
   absl::Time kill_at;  // monotonic: SIGKILL after this
+  int64_t grace = 0;   // the grace period kill_at was computed from
   std::string last_status;
 };
 
@@ -277,6 +278,9 @@ struct Runner::Impl {
                 {"started", c.pid != 0},
                 {"restartCount", c.restarts},
                 {"image", Str(run.pod["spec"]["containers"][&c - run.containers.data()], "image")},
+                // Required by clients (the Python client refuses a status without it); a local
+                // program has no image digest, so it is empty, as a kubelet's before a pull.
+                {"imageID", ""},
                 {"state", state}};
       if (!c.done && c.terminated) s["lastState"] = {{"terminated", *c.terminated}};
       statuses.push_back(s);
@@ -345,9 +349,13 @@ struct Runner::Impl {
       const std::string& uid = p->metadata.uid;
       if (node.empty()) {
         if (!p->metadata.deletion_timestamp) {
-          (void)client->Patch(kube::resources::kPods, p->metadata.namespace_, p->metadata.name,
-                              kube::PatchType::kMerge,
-                              {{"spec", {{"nodeName", options.node_name}}}});
+          // What a scheduler does: a Binding (a pod's spec is not otherwise updated).
+          (void)client->CreateSubresource(
+              kube::resources::kPods, p->metadata.namespace_, p->metadata.name, "binding",
+              {{"apiVersion", "v1"},
+               {"kind", "Binding"},
+               {"metadata", {{"name", p->metadata.name}, {"uid", uid}}},
+               {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", options.node_name}}}});
         }
         continue;
       }
@@ -379,11 +387,19 @@ struct Runner::Impl {
       }
       PodRun& run = it->second;
       run.pod = pod;
-      if (p->metadata.deletion_timestamp && !run.terminating) {
-        run.terminating = true;
+      if (p->metadata.deletion_timestamp) {
+        // A second delete may shorten the grace period: the kill comes sooner, never later.
         int64_t grace = p->metadata.deletion_grace_period_seconds.value_or(30);
-        run.kill_at = clock->Monotonic() + absl::Seconds(grace);
-        Kill(run, SIGTERM);
+        absl::Time kill_at = clock->Monotonic() + absl::Seconds(grace);
+        if (!run.terminating) {
+          run.terminating = true;
+          run.grace = grace;
+          run.kill_at = kill_at;
+          Kill(run, SIGTERM);
+        } else if (grace < run.grace) {
+          run.grace = grace;
+          run.kill_at = std::min(run.kill_at, kill_at);
+        }
       }
     }
     for (auto it = runs.begin(); it != runs.end();) {

@@ -14,6 +14,8 @@ std::vector<std::string> KindStrategy::ValidateName(const std::string& name) con
 
 void KindStrategy::PrepareForCreate(const ResourceType&, json&) const {}
 
+void KindStrategy::PrepareForUpdate(const ResourceType&, json&, const json&) const {}
+
 absl::Status KindStrategy::Normalize(const ResourceType&, json&, bool) const {
   return absl::OkStatus();
 }
@@ -34,15 +36,21 @@ absl::Status KindStrategy::AfterCreate(ServerContext&, const json&) const {
 
 void KindStrategy::AfterUpdate(ServerContext&, const json&) const {}
 
+bool KindStrategy::DeleteContents(ServerContext&, const json&) const { return false; }
+
 std::optional<int64_t> KindStrategy::GracefulDeletionPeriod(const json&, const json&) const {
   return std::nullopt;
 }
 
 bool KindStrategy::DeletionWaitsForFinalizers() const { return true; }
 
+void KindStrategy::PrepareForDeletion(json&) const {}
+
 bool KindStrategy::AwaitsGracefulStop(const json&) const { return false; }
 
 void KindStrategy::OnRemoved(ServerContext&, const json&) const {}
+
+std::vector<std::string> KindStrategy::FieldLabels() const { return {}; }
 
 std::vector<TableColumn> KindStrategy::TableColumns(const ResourceType&) const {
   return {NameColumn(), AgeColumn()};
@@ -55,6 +63,12 @@ const KindStrategy& StrategyFor(const ResourceType& type) {
       {"services", &ServiceStrategy()},
       {"namespaces", &NamespaceStrategy()},
       {"events", &EventStrategy()},
+      {"secrets", &SecretStrategy()},
+      {"leases.coordination.k8s.io", &LeaseStrategy()},
+      {"roles.rbac.authorization.k8s.io", &RbacStrategy()},
+      {"rolebindings.rbac.authorization.k8s.io", &RbacStrategy()},
+      {"clusterroles.rbac.authorization.k8s.io", &RbacStrategy()},
+      {"clusterrolebindings.rbac.authorization.k8s.io", &RbacStrategy()},
       {"customresourcedefinitions.apiextensions.k8s.io", &CustomResourceDefinitionStrategy()},
   };
   if (type.custom()) return CustomResourceStrategy();

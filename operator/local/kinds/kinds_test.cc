@@ -65,17 +65,44 @@ TEST(KindStrategyTest, NamesFollowTheKind) {
   EXPECT_THAT(PodStrategy().ValidateName("a.b"), IsEmpty());
   EXPECT_THAT(PodStrategy().ValidateName("A_B"), ::testing::Not(IsEmpty()));
   EXPECT_THAT(ServiceStrategy().ValidateName("1abc"), ::testing::Not(IsEmpty()));
+  // Namespaces are DNS labels; RBAC objects path segments ("system:..." names).
+  EXPECT_THAT(NamespaceStrategy().ValidateName("a.b"), ::testing::Not(IsEmpty()));
+  EXPECT_THAT(NamespaceStrategy().ValidateName("team-a"), IsEmpty());
+  EXPECT_THAT(RbacStrategy().ValidateName("system:controller:lockstep"), IsEmpty());
+  EXPECT_THAT(RbacStrategy().ValidateName(".."), ::testing::Not(IsEmpty()));
+  EXPECT_THAT(RbacStrategy().ValidateName("a%2fb"), ::testing::Not(IsEmpty()));
+}
+
+TEST(KindStrategyTest, FieldSelectorsAreTheKindsOwn) {
+  EXPECT_THAT(PodStrategy().FieldLabels(), ::testing::Contains("spec.nodeName"));
+  EXPECT_THAT(PodStrategy().FieldLabels(), ::testing::Contains("status.phase"));
+  EXPECT_THAT(EventStrategy().FieldLabels(), ::testing::Contains("involvedObject.uid"));
+  EXPECT_THAT(SecretStrategy().FieldLabels(), ::testing::ElementsAre("type"));
+  EXPECT_THAT(ServiceStrategy().FieldLabels(), IsEmpty());
 }
 
 TEST(KindStrategyTest, PodDefaultsValidationAndGracefulDeletion) {
   const ResourceType& pods = Type("", "pods");
-  json pod = {{"spec", {{"containers", {{{"name", "c"}}}}, {"restartPolicy", "Never"}}},
-              {"status", {{"phase", "Running"}}}};
+  json pod = {
+      {"spec", {{"containers", {{{"name", "c"}, {"image", "x:1"}}}}, {"restartPolicy", "Never"}}},
+      {"status", {{"phase", "Running"}}}};
   PodStrategy().PrepareForCreate(pods, pod);
+  ASSERT_TRUE(PodStrategy().Normalize(pods, pod, false).ok());
   EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");  // kept
   EXPECT_EQ(pod["spec"]["terminationGracePeriodSeconds"], 30);
-  EXPECT_EQ(pod["status"], json({{"phase", "Pending"}}));  // the server's, not the client's
+  EXPECT_EQ(pod["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent");
+  // The server's status, not the client's.
+  EXPECT_EQ(pod["status"], json({{"phase", "Pending"}, {"qosClass", "BestEffort"}}));
   EXPECT_THAT(PodStrategy().Validate(pods, pod, nullptr), IsEmpty());
+  // An update may change an image, and nothing else of the spec.
+  json image = pod;
+  image["spec"]["containers"][0]["image"] = "x:2";
+  EXPECT_THAT(PodStrategy().ValidateUpdate(pods, image, pod), IsEmpty());
+  json policy = pod;
+  policy["spec"]["restartPolicy"] = "Always";
+  ASSERT_EQ(PodStrategy().ValidateUpdate(pods, policy, pod).size(), 1u);
+  EXPECT_THAT(PodStrategy().ValidateUpdate(pods, policy, pod)[0].detail,
+              ::testing::HasSubstr("(changed: spec.restartPolicy)"));
   json empty = {{"spec", {{"containers", json::array()}}}};
   api::FieldErrors errors = PodStrategy().Validate(pods, empty, nullptr);
   ASSERT_EQ(errors.size(), 1u);

@@ -1,7 +1,11 @@
-// Namespaces: Active on create, a default ServiceAccount in each, and their contents removed
-// with them. Their metadata.finalizers do not hold up deletion here.
+// Namespaces: names are DNS-1123 labels, Active on create, a default ServiceAccount in each.
+// Deleting one puts it in Terminating while its contents are deleted (pods on a node stop
+// first); it goes when the last of them has gone, and nothing new may be created in it
+// meanwhile (the create check is the server's). Their metadata.finalizers do not hold up
+// deletion here.
 
 #include "common/str_util.h"
+#include "operator/api/object_meta.h"
 #include "operator/local/kinds/kind_strategy.h"
 #include "operator/local/object_util.h"
 
@@ -11,8 +15,26 @@ using nlohmann::json;
 
 namespace {
 
+// Whether anything is left in namespace `ns`, deleting it first when `del`.
+bool Contents(ServerContext& server, const std::string& ns, bool del) {
+  bool left = false;
+  for (const auto& type : server.registry().All()) {
+    if (!type->namespaced) continue;
+    for (const auto& [key, child] :
+         server.store().List(StorePrefix(type->GroupResource(), ns)).first) {
+      if (del) server.Delete(*type, ns, MetaString(*child, "name"));
+      left = true;
+    }
+  }
+  return left;
+}
+
 class Namespaces final : public KindStrategy {
  public:
+  std::vector<std::string> ValidateName(const std::string& name) const override {
+    return api::CheckDns1123Label(name);
+  }
+
   void PrepareForCreate(const ResourceType&, json& obj) const override {
     obj["status"] = {{"phase", "Active"}};
   }
@@ -23,7 +45,20 @@ class Namespaces final : public KindStrategy {
     return absl::Status(st.code(), StrCat("creating the default ServiceAccount: ", st.message()));
   }
 
+  bool DeleteContents(ServerContext& server, const json& obj) const override {
+    std::string name = MetaString(obj, "name");
+    return Contents(server, name, /*del=*/true) && Contents(server, name, /*del=*/false);
+  }
+
+  void PrepareForDeletion(json& obj) const override {
+    json& status = obj["status"];
+    if (!status.is_object()) status = json::object();
+    status["phase"] = "Terminating";
+  }
+
   bool DeletionWaitsForFinalizers() const override { return false; }
+
+  std::vector<std::string> FieldLabels() const override { return {"status.phase"}; }
 
   void OnRemoved(ServerContext& server, const json& obj) const override {
     std::string name = MetaString(obj, "name");
