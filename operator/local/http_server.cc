@@ -9,6 +9,7 @@
 #include <chrono>
 #include <list>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -108,6 +109,7 @@ struct HttpServer::Impl {
   std::thread accept_thread;
   std::mutex mu;
   bool stopping = false;
+  std::set<WatchSource*> watches;  // being streamed; the destructor cancels them
   // One per open connection; finished ones are joined and dropped as new ones arrive.
   struct Connection {
     std::shared_ptr<tcp::socket> socket;
@@ -178,7 +180,14 @@ struct HttpServer::Impl {
       http::request<http::string_body> req = parser.release();
       ApiResponse out = api->Handle(ToApiRequest(req));
       if (out.watch) {
+        {
+          std::lock_guard lock(mu);
+          if (stopping) break;
+          watches.insert(out.watch.get());
+        }
         StreamWatch(socket, req, out);
+        std::lock_guard lock(mu);
+        watches.erase(out.watch.get());
         break;
       }
       http::response<http::string_body> res{static_cast<http::status>(out.status), req.version()};
@@ -248,8 +257,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(ApiServer* api,
 
 HttpServer::~HttpServer() {
   {
+    // A watch being streamed ends now rather than at its next once-a-second return.
     std::lock_guard lock(impl_->mu);
     impl_->stopping = true;
+    for (WatchSource* watch : impl_->watches) watch->Cancel();
   }
   {
     boost::system::error_code ec;

@@ -3,7 +3,8 @@
 // One thread per connection (a local cluster has a handful of clients); watch responses are
 // streamed with chunked encoding until the watch ends or the client goes away. A request
 // body over the API server's limit is answered 413 without being read whole.
-// Thread-safety: construct, read port(), destroy; the destructor closes every connection.
+// Thread-safety: construct, read port(), destroy; the destructor ends every watch being
+// streamed (WatchSource::Cancel) and closes every connection.
 
 #include <cstdint>
 #include <memory>

@@ -17,6 +17,7 @@
 #include "operator/kube/api_error.h"
 #include "operator/local/api_server.h"
 #include "operator/local/local_transport.h"
+#include "operator/local/testing/silent_watch.h"
 
 namespace lockstep::local {
 namespace {
@@ -289,6 +290,69 @@ TEST_F(RunnerTest, StoppingTheRunnerLeavesNoProcess) {
   thread_.request_stop();
   thread_.join();
   EXPECT_EQ(CountGroup(pgid), 0);
+}
+
+// LocalTransport, except that every watch is a SilentWatch: it sends nothing and never
+// returns by itself.
+class SilentWatchTransport final : public kube::Transport {
+ public:
+  explicit SilentWatchTransport(ApiServer* api) : local_(api) {}
+  absl::StatusOr<kube::HttpResponse> Send(const kube::HttpRequest& request) override {
+    return local_.Send(request);
+  }
+  absl::StatusOr<kube::StreamedResponse> Open(const kube::HttpRequest& request) override {
+    if (request.target.find("watch=true") == std::string::npos) return local_.Open(request);
+    auto watch = std::make_shared<SilentWatch>();
+    {
+      std::lock_guard lock(mu_);
+      watches_.push_back(watch);
+      cv_.notify_all();
+    }
+    kube::StreamedResponse r;
+    r.status = 200;
+    r.headers = {{"Content-Type", "application/json"}};
+    r.body = NewWatchBody(watch);
+    return r;
+  }
+  // Waits until `n` watches were opened and each has a reader blocked in it.
+  bool AwaitBlockedWatches(size_t n) {
+    std::vector<std::shared_ptr<SilentWatch>> opened;
+    {
+      std::unique_lock lock(mu_);
+      if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return watches_.size() >= n; })) {
+        return false;
+      }
+      opened = watches_;
+    }
+    return std::all_of(opened.begin(), opened.end(),
+                       [](const auto& w) { return w->AwaitReader(std::chrono::seconds(60)); });
+  }
+  std::vector<std::shared_ptr<SilentWatch>> watches() {
+    std::lock_guard lock(mu_);
+    return watches_;
+  }
+
+ private:
+  LocalTransport local_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<SilentWatch>> watches_;
+};
+
+// `lockstep local down` waits for this: the runner must stop while its informers' watches
+// wait for events, without relying on a watch waking up now and then to notice.
+TEST_F(RunnerTest, StoppingDoesNotWaitForAWatchToWakeUp) {
+  thread_.request_stop();
+  thread_.join();
+  auto transport = std::make_shared<SilentWatchTransport>(api_.get());
+  kube::RestClient client(transport);
+  Runner runner(&client, RunnerOptions{.state_dir = dir_.string()}, clock_.get());
+  std::jthread run([&runner](std::stop_token stop) { runner.Run(stop); });
+  bool watching = transport->AwaitBlockedWatches(2);  // pods and services
+  run.request_stop();
+  run.join();
+  ASSERT_TRUE(watching);
+  for (const auto& w : transport->watches()) EXPECT_TRUE(w->cancelled());
 }
 
 TEST_F(RunnerTest, PodsReachEachOtherByServiceNameOverTcp) {
