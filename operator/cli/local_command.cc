@@ -1,10 +1,14 @@
 #include "operator/cli/local_command.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -106,9 +110,80 @@ void WriteKubeconfig(const std::string& dir, const std::string& url) {
       << "current-context: lockstep-local\n";
 }
 
-// Set by SIGTERM/SIGINT; only an atomic flag is safe to touch in a signal handler.
+// Set by SIGTERM/SIGINT; only an atomic flag and write() are safe in a signal handler. The
+// byte written to the pipe wakes the thread that waits for the signal.
 volatile std::sig_atomic_t g_signalled = 0;
-extern "C" void OnSignal(int) { g_signalled = 1; }
+int g_signal_pipe[2] = {-1, -1};
+extern "C" void OnSignal(int) {
+  g_signalled = 1;
+  int saved = errno;
+  if (g_signal_pipe[1] >= 0) (void)!::write(g_signal_pipe[1], "x", 1);
+  errno = saved;
+}
+
+// Blocks until SIGTERM or SIGINT came.
+void WaitForSignal() {
+  while (!g_signalled) {
+    char c;
+    // A byte can also come from a pod process signalled between fork and exec, where it
+    // still runs our handler: only the flag says the signal was ours.
+    if (g_signal_pipe[0] < 0 || (::read(g_signal_pipe[0], &c, 1) < 0 && errno != EINTR)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // no pipe: poll the flag
+    }
+  }
+}
+
+// The end of a process that is not our child (the server `up` started, then left to init).
+// kill(pid, 0) cannot tell it: an exited process whose parent has not reaped it yet is a
+// zombie, which kill() still finds. A pidfd turns readable when the process exits, zombie or
+// not; it is opened before the process is signalled, so its pid cannot be reused under it.
+class ProcessExit {
+ public:
+  explicit ProcessExit(pid_t pid) : pid_(pid) {
+#ifdef SYS_pidfd_open
+    fd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#endif
+  }
+  ~ProcessExit() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ProcessExit(const ProcessExit&) = delete;
+  ProcessExit& operator=(const ProcessExit&) = delete;
+
+  // True once the process has exited; waits for that `timeout` at most.
+  bool Wait(std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!Exited()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      if (fd_ >= 0) {
+        pollfd p{fd_, POLLIN, 0};
+        (void)::poll(&p, 1, static_cast<int>(left.count()));
+      } else {  // a kernel without pidfds (before 5.3)
+        std::this_thread::sleep_for(std::min(left, std::chrono::milliseconds(20)));
+      }
+    }
+    return true;
+  }
+
+ private:
+  bool Exited() const {
+    if (fd_ >= 0) {
+      pollfd p{fd_, POLLIN, 0};
+      return ::poll(&p, 1, 0) > 0;
+    }
+    if (::kill(pid_, 0) != 0) return errno == ESRCH;
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
+    std::string stat;
+    std::getline(in, stat);
+    size_t close = stat.rfind(')');
+    return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
+  }
+
+  pid_t pid_;
+  int fd_ = -1;
+};
 
 int Serve(const Options& o, const std::string& self, std::ostream& out, std::ostream& err) {
   absl::StatusOr<std::unique_ptr<local::ApiServer>> api =
@@ -141,6 +216,7 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
     return 1;
   }
   std::stop_source stop;
+  if (::pipe2(g_signal_pipe, O_CLOEXEC) != 0) g_signal_pipe[0] = g_signal_pipe[1] = -1;
   ::signal(SIGTERM, OnSignal);
   ::signal(SIGINT, OnSignal);
   // The kubelet: pods run as processes, talking to the API server in-process.
@@ -192,7 +268,7 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
   WriteKubeconfig(o.state_dir, (*http)->url());
   common::LogInfo("local", "serving on ", (*http)->url(), ", state in ", o.state_dir);
   out << (*http)->url() << std::endl;
-  while (!g_signalled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  WaitForSignal();
   stop.request_stop();
   common::LogInfo("local", "stopping");
   operator_thread.join();
@@ -257,12 +333,14 @@ int Down(const Options& o, std::ostream& out) {
     out << "lockstep local is not running\n";
     return 0;
   }
+  ProcessExit exit(r->pid);
   ::kill(r->pid, SIGTERM);
-  for (int i = 0; i < 300 && ::kill(r->pid, 0) == 0; ++i) {
-    ::waitpid(r->pid, nullptr, WNOHANG);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // It stops its pods first, each given up to 10 s to end after SIGTERM.
+  if (!exit.Wait(std::chrono::seconds(30))) {
+    ::kill(r->pid, SIGKILL);
+    (void)exit.Wait(std::chrono::seconds(5));
   }
-  if (::kill(r->pid, 0) == 0) ::kill(r->pid, SIGKILL);
+  ::waitpid(r->pid, nullptr, WNOHANG);  // reaped here when it is our own child (up, then down)
   std::error_code ec;
   fs::remove(o.state_dir + "/server.json", ec);
   out << "lockstep local stopped (state kept in " << o.state_dir << ")\n";

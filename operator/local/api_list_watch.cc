@@ -84,6 +84,8 @@ class CollectionWatch final : public WatchSource {
 
   ~CollectionWatch() override { sub_->Close(); }
 
+  void Cancel() override { sub_->Close(); }
+
   std::optional<std::string> Next() override {
     while (true) {
       auto now = std::chrono::steady_clock::now();

@@ -41,6 +41,11 @@ class WatchSource {
   // (it returns at least once a second, so the server can notice a client that left);
   // nullopt when the watch is over.
   virtual std::optional<std::string> Next() = 0;
+  // Ends the watch from another thread: a Next blocked now returns at once, and every Next
+  // after returns nullopt (events already queued may come first). Lets a client that stops
+  // leave without waiting for Next's once-a-second return. Does nothing for a source whose
+  // Next never blocks.
+  virtual void Cancel() {}
 };
 
 struct ApiResponse {

@@ -7,8 +7,10 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <list>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -107,7 +109,10 @@ struct HttpServer::Impl {
   uint16_t port = 0;
   std::thread accept_thread;
   std::mutex mu;
+  std::condition_variable idle_cv;  // notified when a connection thread finishes serving
   bool stopping = false;
+  size_t serving = 0;              // connection threads still in Serve
+  std::set<WatchSource*> watches;  // being streamed; the destructor cancels them
   // One per open connection; finished ones are joined and dropped as new ones arrive.
   struct Connection {
     std::shared_ptr<tcp::socket> socket;
@@ -135,9 +140,15 @@ struct HttpServer::Impl {
         it = connections.erase(it);
       }
       auto done = std::make_shared<std::atomic<bool>>(false);
+      ++serving;
       connections.push_back({socket, done, std::thread([this, socket, done] {
                                Serve(*socket);
-                               done->store(true);
+                               {
+                                 std::lock_guard finished(mu);
+                                 done->store(true);
+                                 --serving;
+                               }
+                               idle_cv.notify_all();
                              })});
     }
   }
@@ -178,7 +189,14 @@ struct HttpServer::Impl {
       http::request<http::string_body> req = parser.release();
       ApiResponse out = api->Handle(ToApiRequest(req));
       if (out.watch) {
+        {
+          std::lock_guard lock(mu);
+          if (stopping) break;
+          watches.insert(out.watch.get());
+        }
         StreamWatch(socket, req, out);
+        std::lock_guard lock(mu);
+        watches.erase(out.watch.get());
         break;
       }
       http::response<http::string_body> res{static_cast<http::status>(out.status), req.version()};
@@ -248,8 +266,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(ApiServer* api,
 
 HttpServer::~HttpServer() {
   {
+    // A watch being streamed ends now rather than at its next once-a-second return.
     std::lock_guard lock(impl_->mu);
     impl_->stopping = true;
+    for (WatchSource* watch : impl_->watches) watch->Cancel();
   }
   {
     boost::system::error_code ec;
@@ -269,6 +289,17 @@ HttpServer::~HttpServer() {
 }
 
 uint16_t HttpServer::port() const { return impl_->port; }
+
+size_t HttpServer::ConnectionThreads() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->connections.size();
+}
+
+bool HttpServer::WaitUntilIdle(absl::Duration timeout) const {
+  std::unique_lock lock(impl_->mu);
+  return impl_->idle_cv.wait_for(lock, absl::ToChronoMilliseconds(timeout),
+                                 [&] { return impl_->serving == 0; });
+}
 
 std::string HttpServer::url() const {
   boost::system::error_code ec;

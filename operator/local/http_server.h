@@ -3,13 +3,15 @@
 // One thread per connection (a local cluster has a handful of clients); watch responses are
 // streamed with chunked encoding until the watch ends or the client goes away. A request
 // body over the API server's limit is answered 413 without being read whole.
-// Thread-safety: construct, read port(), destroy; the destructor closes every connection.
+// Thread-safety: the accessors may be called from any thread; the destructor ends every
+// watch being streamed (WatchSource::Cancel) and closes every connection.
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "operator/local/api_server.h"
 
 namespace lockstep::local {
@@ -25,6 +27,13 @@ class HttpServer {
 
   uint16_t port() const;
   std::string url() const;  // "http://127.0.0.1:PORT"
+
+  // For tests. Connection threads the server holds: those serving, and finished ones not yet
+  // joined (each new connection joins the finished ones), so a server that forgot to join
+  // would hold one per connection it ever had.
+  size_t ConnectionThreads() const;
+  // For tests: waits until no connection is being served; false if `timeout` passed first.
+  bool WaitUntilIdle(absl::Duration timeout) const;
 
  private:
   struct Impl;

@@ -38,12 +38,17 @@ class WatchBody final : public kube::BodyStream {
   absl::StatusOr<std::string> Read() override {
     while (!cancelled_.load()) {
       std::optional<std::string> lines = source_->Next();
-      if (!lines) return std::string();
+      if (!lines) break;
       if (!lines->empty()) return *lines;
     }
-    return absl::CancelledError("stream cancelled");
+    if (cancelled_.load()) return absl::CancelledError("stream cancelled");
+    return std::string();
   }
-  void Cancel() override { cancelled_ = true; }
+  // Wakes a Read blocked in the source's Next at once, rather than at its next return.
+  void Cancel() override {
+    cancelled_ = true;
+    source_->Cancel();
+  }
 
  private:
   std::shared_ptr<WatchSource> source_;
@@ -62,6 +67,10 @@ class StringBody final : public kube::BodyStream {
 
 }  // namespace
 
+std::unique_ptr<kube::BodyStream> NewWatchBody(std::shared_ptr<WatchSource> source) {
+  return std::make_unique<WatchBody>(std::move(source));
+}
+
 absl::StatusOr<kube::HttpResponse> LocalTransport::Send(const kube::HttpRequest& request) {
   ApiResponse out = api_->Handle(ToApi(request));
   return kube::HttpResponse{out.status, {{"Content-Type", out.content_type}}, std::move(out.body)};
@@ -73,7 +82,7 @@ absl::StatusOr<kube::StreamedResponse> LocalTransport::Open(const kube::HttpRequ
   r.status = out.status;
   r.headers = {{"Content-Type", out.content_type}};
   if (out.watch) {
-    r.body = std::make_unique<WatchBody>(out.watch);
+    r.body = NewWatchBody(out.watch);
   } else {
     r.body = std::make_unique<StringBody>(std::move(out.body));
   }

@@ -4,6 +4,8 @@
 // REST client, informers and watch semantics as they would against a remote server.
 // Thread-safety: thread-safe.
 
+#include <memory>
+
 #include "operator/kube/transport.h"
 #include "operator/local/api_server.h"
 
@@ -18,5 +20,9 @@ class LocalTransport final : public kube::Transport {
  private:
   ApiServer* api_;
 };
+
+// The body Open streams a watch through: each Read is the source's next lines, and Cancel
+// ends the source (WatchSource::Cancel), so a Read blocked in it returns kCancelled at once.
+std::unique_ptr<kube::BodyStream> NewWatchBody(std::shared_ptr<WatchSource> source);
 
 }  // namespace lockstep::local

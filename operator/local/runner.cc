@@ -461,6 +461,12 @@ Runner::~Runner() { impl_->StopAll(); }
 void Runner::Run(std::stop_token stop) {
   std::jthread pods([this](std::stop_token s) { impl_->pods.Run(s); });
   std::jthread services([this](std::stop_token s) { impl_->services.Run(s); });
+  // The informers end together, as soon as `stop` comes, rather than one after the other
+  // when these threads are destroyed (each ends its watch by cancelling it: no wait).
+  std::stop_callback stop_informers(stop, [&] {
+    pods.request_stop();
+    services.request_stop();
+  });
   if (!impl_->pods.WaitForSync(stop) || !impl_->services.WaitForSync(stop)) return;
   while (!stop.stop_requested()) {
     impl_->Tick();

@@ -17,6 +17,7 @@
 #include "operator/kube/api_error.h"
 #include "operator/local/api_server.h"
 #include "operator/local/local_transport.h"
+#include "operator/local/testing/silent_watch.h"
 
 namespace lockstep::local {
 namespace {
@@ -40,6 +41,21 @@ int CountGroup(pid_t pgid) {
     pid_t ppid = 0, pgrp = 0;
     rest >> state >> ppid >> pgrp;
     if (pgrp == pgid && state != "Z") ++n;
+  }
+  return n;
+}
+
+// Waits until no process of group `pgid` is left (60 s at most); returns how many are. A
+// process signalled to death leaves when the kernel has run its exit, which under load can
+// come well after the runner saw the pod's main process end and removed the pod. An exited
+// process its new parent has not reaped yet (a zombie) counts as gone: kill(-pgid, 0) would
+// still find it, for as long as init takes to reap it.
+int AwaitEmptyGroup(pid_t pgid) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int n = CountGroup(pgid);
+  while (n > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    n = CountGroup(pgid);
   }
   return n;
 }
@@ -254,7 +270,7 @@ TEST_F(RunnerTest, AProcessIgnoringSigtermIsKilledAfterTheGracePeriod) {
   Await("stubborn", [](const json& p) { return p.is_null(); });
   // terminationGracePeriodSeconds is 1: SIGTERM was ignored, SIGKILL came after it.
   EXPECT_GE(std::chrono::steady_clock::now() - asked, std::chrono::seconds(1));
-  EXPECT_EQ(CountGroup(pgid), 0);
+  EXPECT_EQ(AwaitEmptyGroup(pgid), 0);
 }
 
 TEST_F(RunnerTest, AnImageThatCannotRunWaitsWithAReason) {
@@ -279,7 +295,9 @@ TEST_F(RunnerTest, DeletionStopsTheWholeProcessTree) {
   EXPECT_EQ(CountGroup(pgid), 3);  // sh and two sleeps
   ASSERT_TRUE(client_->Delete(kube::resources::kPods, "default", "tree").ok());
   Await("tree", [](const json& p) { return p.is_null(); });  // removed once stopped
-  EXPECT_EQ(CountGroup(pgid), 0);
+  // The runner SIGKILLs the group when sh ends, so the sleeps end too; they may still be
+  // exiting when the pod is removed.
+  EXPECT_EQ(AwaitEmptyGroup(pgid), 0);
 }
 
 TEST_F(RunnerTest, StoppingTheRunnerLeavesNoProcess) {
@@ -288,7 +306,70 @@ TEST_F(RunnerTest, StoppingTheRunnerLeavesNoProcess) {
   ASSERT_GT(pgid, 0);
   thread_.request_stop();
   thread_.join();
-  EXPECT_EQ(CountGroup(pgid), 0);
+  EXPECT_EQ(AwaitEmptyGroup(pgid), 0);
+}
+
+// LocalTransport, except that every watch is a SilentWatch: it sends nothing and never
+// returns by itself.
+class SilentWatchTransport final : public kube::Transport {
+ public:
+  explicit SilentWatchTransport(ApiServer* api) : local_(api) {}
+  absl::StatusOr<kube::HttpResponse> Send(const kube::HttpRequest& request) override {
+    return local_.Send(request);
+  }
+  absl::StatusOr<kube::StreamedResponse> Open(const kube::HttpRequest& request) override {
+    if (request.target.find("watch=true") == std::string::npos) return local_.Open(request);
+    auto watch = std::make_shared<SilentWatch>();
+    {
+      std::lock_guard lock(mu_);
+      watches_.push_back(watch);
+      cv_.notify_all();
+    }
+    kube::StreamedResponse r;
+    r.status = 200;
+    r.headers = {{"Content-Type", "application/json"}};
+    r.body = NewWatchBody(watch);
+    return r;
+  }
+  // Waits until `n` watches were opened and each has a reader blocked in it.
+  bool AwaitBlockedWatches(size_t n) {
+    std::vector<std::shared_ptr<SilentWatch>> opened;
+    {
+      std::unique_lock lock(mu_);
+      if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return watches_.size() >= n; })) {
+        return false;
+      }
+      opened = watches_;
+    }
+    return std::all_of(opened.begin(), opened.end(),
+                       [](const auto& w) { return w->AwaitReader(std::chrono::seconds(60)); });
+  }
+  std::vector<std::shared_ptr<SilentWatch>> watches() {
+    std::lock_guard lock(mu_);
+    return watches_;
+  }
+
+ private:
+  LocalTransport local_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<SilentWatch>> watches_;
+};
+
+// `lockstep local down` waits for this: the runner must stop while its informers' watches
+// wait for events, without relying on a watch waking up now and then to notice.
+TEST_F(RunnerTest, StoppingDoesNotWaitForAWatchToWakeUp) {
+  thread_.request_stop();
+  thread_.join();
+  auto transport = std::make_shared<SilentWatchTransport>(api_.get());
+  kube::RestClient client(transport);
+  Runner runner(&client, RunnerOptions{.state_dir = dir_.string()}, clock_.get());
+  std::jthread run([&runner](std::stop_token stop) { runner.Run(stop); });
+  bool watching = transport->AwaitBlockedWatches(2);  // pods and services
+  run.request_stop();
+  run.join();
+  ASSERT_TRUE(watching);
+  for (const auto& w : transport->watches()) EXPECT_TRUE(w->cancelled());
 }
 
 TEST_F(RunnerTest, PodsReachEachOtherByServiceNameOverTcp) {

@@ -121,8 +121,21 @@ int main(int argc, char** argv) {
         return kExitRetryable;
     }
   }
-  std::printf("final test accuracy: %.4f (loss %.4f) after %lld steps\n", r->test_accuracy,
-              r->test_loss, static_cast<long long>(r->steps));
-  std::printf("steady training samples/s: %.0f\n", r->samples_per_second);
+  if (r->evaluated) {
+    std::printf("final test accuracy: %.4f (loss %.4f) after %lld steps\n", r->test_accuracy,
+                r->test_loss, static_cast<long long>(r->steps));
+  } else {
+    // Only one task of a group evaluates: a zero here would read as a result.
+    const bool has_chief = config->tf_config && !config->tf_config->Hosts("chief").empty();
+    std::printf(
+        "training done after %lld steps; %s evaluates the test set and prints the final "
+        "test accuracy\n",
+        static_cast<long long>(r->steps), has_chief ? "the chief" : "worker 0");
+  }
+  // Measured where the progress is tracked (the chief, else worker 0; each ParameterServer
+  // worker for itself); elsewhere there is no figure to print.
+  if (r->samples_per_second > 0) {
+    std::printf("steady training samples/s: %.0f\n", r->samples_per_second);
+  }
   return kExitOk;
 }

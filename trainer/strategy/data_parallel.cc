@@ -160,6 +160,7 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   if (r.evaluate) {
     absl::StatusOr<Evaluation> e = engine.Evaluate(data.test);
     if (!e.ok()) return e.status();
+    result.evaluated = true;
     result.test_accuracy = e->accuracy;
     result.test_loss = e->loss;
   }

@@ -35,6 +35,9 @@ namespace lockstep::trainer {
 struct TrainResult {
   int64_t steps = 0;
   int64_t resumed_from = 0;  // the checkpoint's step, 0 for a fresh start
+  // Whether this task evaluated the test set: only one task of a group does (the chief, else
+  // worker 0; and an evaluator); elsewhere test_accuracy and test_loss mean nothing.
+  bool evaluated = false;
   double test_accuracy = 0;
   double test_loss = 0;
   double samples_per_second = 0;  // steady, after warm-up (the chief's, for the whole group)

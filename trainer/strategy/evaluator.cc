@@ -51,7 +51,8 @@ absl::StatusOr<TrainResult> RunEvaluator(const TrainerConfig& c, ProgressTracker
         progress->Checkpointed(s.step);
       }
       last = s.step;
-      result = {.steps = s.step, .test_accuracy = e.accuracy, .test_loss = e.loss};
+      result = {
+          .steps = s.step, .evaluated = true, .test_accuracy = e.accuracy, .test_loss = e.loss};
       if (s.step >= total) return result;
     }
     for (absl::Time until = absl::Now() + poll; absl::Now() < until && !stop->load();) {

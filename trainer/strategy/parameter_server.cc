@@ -242,6 +242,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
   if (coordinator) {
     if (absl::Status s = save(version); !s.ok()) return s;
     Evaluation e = Evaluate(model->get(), data->test);
+    result.evaluated = true;
     result.test_accuracy = e.accuracy;
     result.test_loss = e.loss;
   }

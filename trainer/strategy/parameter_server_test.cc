@@ -60,6 +60,9 @@ TEST(PsTrainingTest, TwoWorkersOverTwoParameterServersTrainAndCheckpoint) {
   const int64_t total = PsTotalSteps(PsConfig(cl, 0, dir), 4096, 2);
   EXPECT_EQ(out[0]->steps, total);
   EXPECT_GT(out[0]->test_accuracy, 0.5);  // 10 classes: chance is 0.1
+  // Worker 0 coordinates and evaluates; the other has no accuracy to report.
+  EXPECT_TRUE(out[0]->evaluated);
+  EXPECT_FALSE(out[1]->evaluated);
   std::vector<std::string> skipped;
   auto ck = LoadLatestCheckpoint(dir, &skipped);
   ASSERT_TRUE(ck.ok() && ck->has_value());

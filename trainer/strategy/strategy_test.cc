@@ -137,6 +137,24 @@ TEST(BucketsTest, ReverseOrderFirstBucketSmallThenLarge) {
   EXPECT_EQ(PlanBuckets(sizes, 1 << 20, 25 << 20).size(), 2u);
 }
 
+// The result says whether its test figures are real: a replica that does not evaluate (all
+// but the chief of a group) must not pass zeros off as an accuracy.
+TEST(ReplicaTest, OnlyAnEvaluatingReplicaHasATestResult) {
+  const std::string dir = TempDir("evaluated");
+  TrainerConfig c = Config(dir, "sgd", 32, 4);
+  auto data = LoadDatasets(c);
+  ASSERT_TRUE(data.ok());
+  absl::StatusOr<TrainResult> evaluated = RunReplica(c, *data, {.evaluate = true});
+  ASSERT_TRUE(evaluated.ok()) << evaluated.status();
+  EXPECT_TRUE(evaluated->evaluated);
+  EXPECT_GT(evaluated->test_loss, 0);
+  fs::remove_all(dir);
+  absl::StatusOr<TrainResult> not_evaluated = RunReplica(c, *data, {.evaluate = false});
+  ASSERT_TRUE(not_evaluated.ok()) << not_evaluated.status();
+  EXPECT_FALSE(not_evaluated->evaluated);
+  fs::remove_all(dir);
+}
+
 class Equivalence : public ::testing::TestWithParam<std::tuple<int, std::string, bool>> {};
 
 TEST_P(Equivalence, NWorkersMatchOneWorkerWithNTimesTheBatch) {
