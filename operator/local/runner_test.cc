@@ -405,10 +405,11 @@ class FakeLauncher final : public ProcessLauncher {
  public:
   struct State {
     std::mutex mu;
-    std::condition_variable started_cv;  // notified on every Start
+    std::condition_variable started_cv;  // notified on every Start and Signal
     std::vector<LaunchSpec> started;
     std::map<int, std::optional<int>> running;  // pid -> exit code once it "exits"
     std::vector<std::pair<int, int>> signals;   // pid, signal
+    bool ignore_sigterm = false;                // processes that only SIGKILL ends
     int next_pid = 1000;
   };
   explicit FakeLauncher(std::shared_ptr<State> state) : state_(std::move(state)) {}
@@ -432,6 +433,8 @@ class FakeLauncher final : public ProcessLauncher {
   void Signal(int pid, int sig) override {
     std::lock_guard lock(state_->mu);
     state_->signals.push_back({pid, sig});
+    state_->started_cv.notify_all();
+    if (sig == SIGTERM && state_->ignore_sigterm) return;
     auto it = state_->running.find(pid);
     if (it != state_->running.end() && !it->second) it->second = 128 + sig;
   }
@@ -520,6 +523,32 @@ TEST_F(FakeLauncherRunnerTest, DeletionSignalsTheGroupAndRemovesThePod) {
   ASSERT_FALSE(fake_->signals.empty());
   EXPECT_EQ(fake_->signals.front(), (std::pair<int, int>{pid, SIGTERM}));
   EXPECT_EQ(fake_->started.size(), 1u);  // a pod being deleted is not restarted
+}
+
+TEST_F(FakeLauncherRunnerTest, ASecondDeleteShortensTheGracePeriod) {
+  {
+    std::lock_guard lock(fake_->mu);
+    fake_->ignore_sigterm = true;
+  }
+  Create(Pod("stubborn", "unused", "Always"));
+  Await("stubborn", [](const json& p) { return Phase(p, "Running"); });
+  int pid = StartedPid(0);
+  // An hour to stop: SIGTERM is ignored, so the pod stays, terminating.
+  ASSERT_TRUE(
+      client_->Delete(kube::resources::kPods, "default", "stubborn", {.grace_period_seconds = 3600})
+          .ok());
+  {
+    std::unique_lock lock(fake_->mu);
+    ASSERT_TRUE(fake_->started_cv.wait_for(lock, std::chrono::seconds(60),
+                                           [&] { return !fake_->signals.empty(); }));
+  }
+  // One second now: the runner kills it then, not in an hour, and the pod goes.
+  ASSERT_TRUE(
+      client_->Delete(kube::resources::kPods, "default", "stubborn", {.grace_period_seconds = 1})
+          .ok());
+  Await("stubborn", [](const json& p) { return p.is_null(); });
+  std::lock_guard lock(fake_->mu);
+  EXPECT_THAT(fake_->signals, ::testing::Contains(std::pair<int, int>{pid, SIGKILL}));
 }
 
 }  // namespace
