@@ -57,7 +57,7 @@ metadata:
   ownerReferences: [{apiVersion: lockstep.io/v1alpha1, kind: TrainingJob, name: fmnist-mwm, uid: "$uid", controller: true}]
 spec: {containers: [{name: lockstep, image: lockstep/trainer:0.1.0}]}
 YAML
-expect "Pending" kubectl get pods
+expect "fmnist-mwm-worker-0" kubectl get pods  # listed (the runner may have started it)
 expect "deleted" kubectl delete tj fmnist-mwm
 # The runner stops the pod's process, then the pod is gone.
 kubectl wait --for=delete pod/fmnist-mwm-worker-0 --timeout=60s >/dev/null 2>&1 || true

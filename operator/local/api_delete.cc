@@ -112,9 +112,7 @@ void ApiServer::Impl::FinishNamespace(const std::string& ns) {
   if (!obj || !(*obj)["metadata"].contains("deletionTimestamp")) return;
   std::shared_ptr<const ResourceType> type = s_->registry_.FindByGroupResource("namespaces");
   for (const auto& t : s_->registry_.All()) {
-    if (t->namespaced && !s_->store_->List(StorePrefix(t->GroupResource(), ns)).first.empty()) {
-      return;
-    }
+    if (t->namespaced && s_->store_->Any(StorePrefix(t->GroupResource(), ns))) return;
   }
   (void)RemoveNow(*type, key, "Background");
 }

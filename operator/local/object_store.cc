@@ -224,6 +224,12 @@ std::pair<std::vector<std::pair<std::string, ObjectPtr>>, int64_t> ObjectStore::
   return {std::move(out), rv_};
 }
 
+bool ObjectStore::Any(const std::string& prefix) const {
+  std::lock_guard lock(mu_);
+  auto it = objects_.lower_bound(prefix);
+  return it != objects_.end() && it->first.compare(0, prefix.size(), prefix) == 0;
+}
+
 int64_t ObjectStore::resource_version() const {
   std::lock_guard lock(mu_);
   return rv_;

@@ -75,6 +75,8 @@ class ObjectStore {
   // Objects whose key starts with `prefix`, in key order, and the version they were read at.
   std::pair<std::vector<std::pair<std::string, ObjectPtr>>, int64_t> List(
       const std::string& prefix) const;
+  // Whether any object's key starts with `prefix` (without copying them out).
+  bool Any(const std::string& prefix) const;
   int64_t resource_version() const;
   // Objects with an ownerReference to `owner_uid` (an index, for cascading deletion).
   std::vector<std::pair<std::string, ObjectPtr>> Dependents(const std::string& owner_uid) const;

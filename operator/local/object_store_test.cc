@@ -73,6 +73,12 @@ TEST(ObjectStoreTest, ListByPrefixInKeyOrder) {
   EXPECT_EQ(items[2].first, "pods/x/c");
   EXPECT_EQ(store->List(StorePrefix("pods", "")).first.size(), 4u);
   EXPECT_EQ(rv, store->resource_version());
+  // Any: the same prefix rule, without a copy.
+  EXPECT_TRUE(store->Any(StorePrefix("pods", "y")));
+  EXPECT_FALSE(store->Any(StorePrefix("pods", "z")));
+  EXPECT_FALSE(store->Any(StorePrefix("po", "x")));  // "po/x/" is no prefix of "pods/x/a"
+  ASSERT_TRUE(store->Remove(StoreKey("pods", "y", "a")).ok());
+  EXPECT_FALSE(store->Any(StorePrefix("pods", "y")));
 }
 
 TEST(ObjectStoreTest, WatchFromAVersionThenLiveAndGoneBeyondHistory) {

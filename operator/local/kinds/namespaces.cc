@@ -15,18 +15,22 @@ using nlohmann::json;
 
 namespace {
 
-// Whether anything is left in namespace `ns`, deleting it first when `del`.
-bool Contents(ServerContext& server, const std::string& ns, bool del) {
-  bool left = false;
+// Deletes everything in namespace `ns` (pods on a node are marked and stop first); true while
+// anything is left.
+bool DeleteAllIn(ServerContext& server, const std::string& ns) {
   for (const auto& type : server.registry().All()) {
     if (!type->namespaced) continue;
     for (const auto& [key, child] :
          server.store().List(StorePrefix(type->GroupResource(), ns)).first) {
-      if (del) server.Delete(*type, ns, MetaString(*child, "name"));
-      left = true;
+      server.Delete(*type, ns, MetaString(*child, "name"));
     }
   }
-  return left;
+  for (const auto& type : server.registry().All()) {
+    if (type->namespaced && server.store().Any(StorePrefix(type->GroupResource(), ns))) {
+      return true;
+    }
+  }
+  return false;
 }
 
 class Namespaces final : public KindStrategy {
@@ -46,8 +50,7 @@ class Namespaces final : public KindStrategy {
   }
 
   bool DeleteContents(ServerContext& server, const json& obj) const override {
-    std::string name = MetaString(obj, "name");
-    return Contents(server, name, /*del=*/true) && Contents(server, name, /*del=*/false);
+    return DeleteAllIn(server, MetaString(obj, "name"));
   }
 
   void PrepareForDeletion(json& obj) const override {
