@@ -84,8 +84,9 @@ def main():
     pods = core.list_namespaced_pod(NS, label_selector="lockstep.io/job-name=hello").items
     names = sorted(p.metadata.name for p in pods)
     check(names == ["hello-chief-0", "hello-worker-0"], f"the job's pods are {names}")
-    check(all(p.status.phase == "Succeeded" for p in pods), "both pods Succeeded")
     chief = next(p for p in pods if p.metadata.name == "hello-chief-0")
+    # The chief decides the job's success; the worker may still be finishing.
+    check(chief.status.phase == "Succeeded", "the chief's pod Succeeded")
     check(chief.spec.containers[0].termination_message_path == "/dev/termination-log",
           "pods carry the server's defaults")
     check(chief.status.container_statuses and chief.status.container_statuses[0].image_id

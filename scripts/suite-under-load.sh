@@ -23,8 +23,12 @@ set -m
   n=0
   while true; do
     n=$((n + 1))
-    if (cd "$beside" && ctest -j2 -Q >/dev/null 2>&1); then r=passed; else r=FAILED; fi
-    echo "  (the copy beside: run $n $r)"
+    if (cd "$beside" && ctest -j2 >"$beside/run.log" 2>&1); then
+      echo "  (the copy beside: run $n passed)"
+    else
+      echo "  (the copy beside: run $n FAILED: $(sed -n 's/^[[:space:]]*[0-9]* - \(.*\) (Failed)$/\1/p' \
+        "$beside/run.log" | tr '\n' ' '))"
+    fi
   done
 ) &
 load_pid=$!
