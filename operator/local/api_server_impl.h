@@ -2,7 +2,8 @@
 // Internal to the local API server: what its files share. Not for use outside
 // operator/local. The server is split by concern:
 //   api_server.cc      Create, authentication (service-account tokens), RBAC, audit, routing
-//   api_crud.cc        get, log, create, update, patch and the generic admission of objects
+//   api_crud.cc        get, log, create, update, patch, pod binding, and the generic admission
+//                      of objects
 //   api_list_watch.cc  label and field selectors, paginated lists, watch streams
 //   api_delete.cc      deletion, finalizers, graceful deletion, cascades and garbage collection
 //   api_discovery.cc   /version, /api, /apis, resource lists and OpenAPI v3
