@@ -53,24 +53,7 @@ class ApiServerTest : public ::testing::TestWithParam<bool> {
   Answer Call(const std::string& method, const std::string& target, const json& body = nullptr,
               const std::string& content_type = "application/json") {
     if (GetParam()) return CallHttp(method, target, body, content_type);
-    ApiRequest r;
-    r.method = method;
-    size_t q = target.find('?');
-    r.path = target.substr(0, q);
-    if (q != std::string::npos) {
-      std::string rest = target.substr(q + 1);
-      size_t pos = 0;
-      while (pos <= rest.size()) {
-        size_t amp = rest.find('&', pos);
-        std::string part =
-            rest.substr(pos, amp == std::string::npos ? std::string::npos : amp - pos);
-        size_t eq = part.find('=');
-        r.query[part.substr(0, eq)] =
-            eq == std::string::npos ? "" : UrlDecode(part.substr(eq + 1), true);
-        if (amp == std::string::npos) break;
-        pos = amp + 1;
-      }
-    }
+    ApiRequest r = ParseTarget(method, target);
     r.content_type = content_type;
     if (!body.is_null()) r.body = body.is_string() ? body.get<std::string>() : body.dump();
     ApiResponse out = server_->Handle(r);
@@ -95,18 +78,8 @@ class ApiServerTest : public ::testing::TestWithParam<bool> {
       }
       return events;
     }
-    ApiRequest r{.method = "GET"};
-    size_t q = target.find('?');
-    r.path = target.substr(0, q);
+    ApiRequest r = ParseTarget("GET", target);
     r.query["watch"] = "true";
-    std::string rest = q == std::string::npos ? "" : target.substr(q + 1);
-    for (size_t pos = 0; pos < rest.size();) {
-      size_t amp = rest.find('&', pos);
-      std::string part = rest.substr(pos, amp == std::string::npos ? std::string::npos : amp - pos);
-      size_t eq = part.find('=');
-      r.query[part.substr(0, eq)] = UrlDecode(part.substr(eq + 1), true);
-      pos = amp == std::string::npos ? rest.size() : amp + 1;
-    }
     ApiResponse out = server_->Handle(r);
     std::vector<json> events;
     if (!out.watch) return events;
@@ -134,19 +107,7 @@ class ApiServerTest : public ::testing::TestWithParam<bool> {
       auto e = stream.Next();
       return e.ok() && e->has_value() && (**e).type == kube::WatchEvent::Type::kAdded;
     }
-    ApiRequest r{.method = "GET"};
-    size_t q = target.find('?');
-    r.path = target.substr(0, q);
-    std::string rest = q == std::string::npos ? "" : target.substr(q + 1);
-    for (size_t pos = 0; pos < rest.size();) {
-      size_t amp = rest.find('&', pos);
-      std::string part = rest.substr(pos, amp == std::string::npos ? std::string::npos : amp - pos);
-      size_t eq = part.find('=');
-      r.query[part.substr(0, eq)] =
-          eq == std::string::npos ? "" : UrlDecode(part.substr(eq + 1), true);
-      pos = amp == std::string::npos ? rest.size() : amp + 1;
-    }
-    return server_->Handle(r).watch != nullptr;
+    return server_->Handle(ParseTarget("GET", target)).watch != nullptr;
   }
 
   // Puts a pod on a node as a scheduler does, through its binding subresource.

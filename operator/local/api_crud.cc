@@ -347,7 +347,7 @@ ApiResponse ApiServer::Impl::Update(const Route& route, json body) {
   Route main = route;
   main.subresource.clear();
   if (std::optional<ApiResponse> fail = Admit(main, obj, old.get())) return *fail;
-  return Store(route, key, std::move(obj), rv, 200);
+  return Store(route, key, std::move(obj), *old, rv, 200);
 }
 
 // As pkg/registry/core/pod/storage's BindingREST: the scheduler's write of spec.nodeName, once.
@@ -409,7 +409,7 @@ ApiResponse ApiServer::Impl::Bind(const Route& route, const json& binding) {
 }
 
 ApiResponse ApiServer::Impl::Store(const Route& route, const std::string& key, json obj,
-                                   const std::string& rv, int code) {
+                                   const json& old, const std::string& rv, int code) {
   const ResourceType& t = *route.type;
   const json* meta = api::ObjectAt(obj, "metadata");
   bool deleting = meta && meta->contains("deletionTimestamp");
@@ -420,13 +420,12 @@ ApiResponse ApiServer::Impl::Store(const Route& route, const std::string& key, j
   bool stopping = strategy.AwaitsGracefulStop(obj);
   // An update that changes nothing is not written: the resourceVersion stays, and watchers
   // see no event.
-  if (ObjectPtr current = s_->store_->Get(key);
-      current && MetaString(*current, "resourceVersion") == rv && !(deleting && finalized)) {
+  if (MetaString(old, "resourceVersion") == rv && !(deleting && finalized)) {
     json same = obj;
     Meta(same)["resourceVersion"] = rv;
-    if (same == *current) {
-      if (route.subresource == "scale") return Reply(code, ScaleOf(t, *current));
-      return Reply(code, *current);
+    if (same == old) {
+      if (route.subresource == "scale") return Reply(code, ScaleOf(t, old));
+      return Reply(code, old);
     }
   }
   if (route.dry_run) {

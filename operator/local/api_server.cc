@@ -97,12 +97,12 @@ absl::StatusOr<std::optional<int64_t>> QueryInt(const std::map<std::string, std:
   if (it == q.end()) return std::nullopt;
   const std::string& text = it->second;
   // strconv.ParseInt(s, 10, 64): an optional sign, then decimal digits, in range.
-  size_t digits = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+  size_t sign = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
   errno = 0;
   char* end = nullptr;
   long long v = std::strtoll(text.c_str(), &end, 10);
-  bool ok = text.size() > digits &&
-            std::all_of(text.begin() + static_cast<std::ptrdiff_t>(digits), text.end(),
+  bool ok = text.size() > sign &&
+            std::all_of(text.begin() + static_cast<std::ptrdiff_t>(sign), text.end(),
                         [](char c) { return c >= '0' && c <= '9'; }) &&
             *end == '\0' && errno != ERANGE;
   if (!ok) {

@@ -117,9 +117,10 @@ class ApiServer::Impl final : public ServerContext {
   // Checks and fills a new or updated object; `old` is null on create.
   std::optional<ApiResponse> Admit(const Route& route, nlohmann::json& obj,
                                    const nlohmann::json* old);
-  // Writes an update (after Admit), finishing a deletion whose last finalizer went.
+  // Writes an update (after Admit) of `old`, finishing a deletion whose last finalizer went; an
+  // update equal to `old` is not written.
   ApiResponse Store(const Route& route, const std::string& key, nlohmann::json obj,
-                    const std::string& rv, int code);
+                    const nlohmann::json& old, const std::string& rv, int code);
   ApiResponse StoreError(const absl::Status& s, const ResourceType& t, const std::string& name);
   // api_list_watch.cc
   ApiResponse List(const Route& route, const ApiRequest& r);

@@ -41,16 +41,13 @@ std::string UrlDecode(std::string_view s, bool query) {
   return out;
 }
 
-namespace {
-
-ApiRequest ToApiRequest(const http::request<http::string_body>& req) {
+ApiRequest ParseTarget(std::string method, std::string_view target) {
   ApiRequest r;
-  r.method = std::string(req.method_string());
-  std::string target(req.target());
+  r.method = std::move(method);
   size_t q = target.find('?');
   r.path = UrlDecode(target.substr(0, q), false);
-  if (q != std::string::npos) {
-    std::string_view rest = std::string_view(target).substr(q + 1);
+  if (q != std::string_view::npos) {
+    std::string_view rest = target.substr(q + 1);
     while (!rest.empty()) {
       size_t amp = rest.find('&');
       std::string_view part = rest.substr(0, amp);
@@ -62,6 +59,14 @@ ApiRequest ToApiRequest(const http::request<http::string_body>& req) {
       rest.remove_prefix(amp + 1);
     }
   }
+  return r;
+}
+
+namespace {
+
+ApiRequest ToApiRequest(const http::request<http::string_body>& req) {
+  ApiRequest r = ParseTarget(std::string(req.method_string()),
+                             std::string_view(req.target().data(), req.target().size()));
   r.content_type = std::string(req[http::field::content_type]);
   r.accept = std::string(req[http::field::accept]);
   r.authorization = std::string(req[http::field::authorization]);

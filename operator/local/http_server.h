@@ -43,5 +43,8 @@ class HttpServer {
 
 // Percent-decoding of a URL component ('+' is a space in a query).
 std::string UrlDecode(std::string_view s, bool query);
+// A request's method, path and decoded query from its target ("/api/v1/pods?watch=1"), as the
+// HTTP server reads them.
+ApiRequest ParseTarget(std::string method, std::string_view target);
 
 }  // namespace lockstep::local
