@@ -1,0 +1,83 @@
+// The graph: shared layers sum their gradients, fan-out sums, gradients are reported ready in
+// reverse order, regularizers add their penalty.
+#include "trainer/graph/graph.h"
+
+#include <gtest/gtest.h>
+
+#include "trainer/graph/layers/core.h"
+#include "trainer/graph/testing/gradcheck.h"
+
+namespace lockstep::trainer::graph {
+namespace {
+
+using testing::CheckGraphGradients;
+using testing::RandomTensor;
+
+DenseOptions Units(int64_t n, const char* act = "linear") {
+  DenseOptions o;
+  o.units = n;
+  o.activation = *ParseActivation(act, false);
+  return o;
+}
+
+TEST(GraphTest, SharedLayerHasOneWeightSetAndSummedGradients) {
+  Graph g;
+  std::mt19937_64 rng(3);
+  BuildContext ctx{&rng};
+  const int a = g.AddInput("a", {4});
+  const int b = g.AddInput("b", {4});
+  Layer* shared = g.AddLayer(MakeDense("shared", Units(3, "tanh")));
+  Layer* add = g.AddLayer(MakeMerge("add", "Add", MergeOp::kAdd));
+  Layer* head = g.AddLayer(MakeDense("head", Units(2)));
+  const int ya = (*g.Call(shared, {a}, ctx))[0];
+  const int yb = (*g.Call(shared, {b}, ctx))[0];
+  const int s = (*g.Call(add, {ya, yb}, ctx))[0];
+  g.SetOutputs({(*g.Call(head, {s}, ctx))[0]});
+  EXPECT_EQ(g.Params().size(), 4u);  // shared kernel, bias; head kernel, bias
+  EXPECT_EQ(g.NumParams(), 4 * 3 + 3 + 3 * 2 + 2);
+  EXPECT_EQ(CheckGraphGradients(g, {RandomTensor({3, 4}, 1), RandomTensor({3, 4}, 2)}), "");
+}
+
+TEST(GraphTest, FanOutSumsGradientsAndOutputsMayBeSeveral) {
+  Graph g;
+  std::mt19937_64 rng(3);
+  BuildContext ctx{&rng};
+  const int x = g.AddInput("x", {5});
+  const int h = (*g.Call(g.AddLayer(MakeDense("h", Units(4, "relu"))), {x}, ctx))[0];
+  const int o1 = (*g.Call(g.AddLayer(MakeDense("o1", Units(2))), {h}, ctx))[0];
+  const int o2 = (*g.Call(g.AddLayer(MakeDense("o2", Units(3, "sigmoid"))), {h}, ctx))[0];
+  g.SetOutputs({o1, o2});
+  EXPECT_EQ(CheckGraphGradients(g, {RandomTensor({4, 5}, 1)}), "");
+}
+
+TEST(GraphTest, GradientsAreReadyLastLayerFirst) {
+  Graph g;
+  std::mt19937_64 rng(3);
+  BuildContext ctx{&rng};
+  int t = g.AddInput("x", {3});
+  for (int i = 0; i < 3; ++i) t = (*g.Call(g.AddLayer(MakeDense("d", Units(3))), {t}, ctx))[0];
+  g.SetOutputs({t});
+  Tensor x = RandomTensor({2, 3}, 1), dy = RandomTensor({2, 3}, 2);
+  g.Forward({&x}, CallContext{});
+  std::vector<std::pair<size_t, size_t>> ready;
+  g.Backward({&dy}, [&](size_t first, size_t count) { ready.emplace_back(first, count); });
+  EXPECT_EQ(ready, (std::vector<std::pair<size_t, size_t>>{{4, 2}, {2, 2}, {0, 2}}));
+}
+
+TEST(GraphTest, RegularizersAddTheirPenaltyAndGradient) {
+  Graph g;
+  std::mt19937_64 rng(3);
+  BuildContext ctx{&rng};
+  DenseOptions o = Units(3);
+  o.kernel_l1 = 0.01f;
+  o.kernel_l2 = 0.05f;
+  const int x = g.AddInput("x", {4});
+  g.SetOutputs({(*g.Call(g.AddLayer(MakeDense("d", o)), {x}, ctx))[0]});
+  double expected = 0;
+  for (float v : g.Params()[0]->values()) expected += 0.01 * std::abs(v) + 0.05 * v * v;
+  EXPECT_NEAR(g.RegularizationLoss(), expected, 1e-6);
+  EXPECT_EQ(CheckGraphGradients(g, {RandomTensor({2, 4}, 1)}), "");
+}
+
+}  // namespace
+}  // namespace lockstep::trainer::graph

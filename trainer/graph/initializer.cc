@@ -1,0 +1,141 @@
+#include "trainer/graph/initializer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace lockstep::trainer::graph {
+namespace {
+
+void Fans(const Shape& s, double* fan_in, double* fan_out) {
+  if (s.empty()) {
+    *fan_in = *fan_out = 1;
+  } else if (s.size() == 1) {
+    *fan_in = *fan_out = static_cast<double>(s[0]);
+  } else {
+    double receptive = 1;
+    for (size_t i = 0; i + 2 < s.size(); ++i) receptive *= static_cast<double>(s[i]);
+    *fan_in = static_cast<double>(s[s.size() - 2]) * receptive;
+    *fan_out = static_cast<double>(s.back()) * receptive;
+  }
+}
+
+// Normal draws cut at two deviations, redrawn until inside (as TensorFlow's truncated_normal).
+float TruncatedNormal(std::mt19937_64& g, float mean, float stddev) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (;;) {
+    const float v = d(g);
+    if (std::abs(v) <= 2.0f) return mean + stddev * v;
+  }
+}
+
+void Orthogonal(Tensor* t, float gain, std::mt19937_64& g) {
+  const Shape& s = t->shape();
+  const int64_t cols = s.empty() ? 1 : s.back();
+  const int64_t rows = t->size() / std::max<int64_t>(cols, 1);
+  // QR of a normal [max, min] matrix by modified Gram-Schmidt over its columns; the sign of
+  // R's diagonal is folded in, as Keras does, so the result is uniform over orthogonal ones.
+  const int64_t big = std::max(rows, cols), small = std::min(rows, cols);
+  std::vector<double> a(static_cast<size_t>(big * small));
+  std::normal_distribution<double> nd(0.0, 1.0);
+  for (double& v : a) v = nd(g);
+  for (int64_t j = 0; j < small; ++j) {
+    for (int64_t k = 0; k < j; ++k) {
+      double dot = 0;
+      for (int64_t i = 0; i < big; ++i) dot += a[i * small + j] * a[i * small + k];
+      for (int64_t i = 0; i < big; ++i) a[i * small + j] -= dot * a[i * small + k];
+    }
+    double norm = 0;
+    for (int64_t i = 0; i < big; ++i) norm += a[i * small + j] * a[i * small + j];
+    norm = std::sqrt(std::max(norm, 1e-30));
+    for (int64_t i = 0; i < big; ++i) a[i * small + j] /= norm;
+  }
+  // q is [big, small]; the weight is q when rows >= cols, else its transpose.
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const double v = rows >= cols ? a[r * small + c] : a[c * small + r];
+      (*t)[r * cols + c] = static_cast<float>(gain * v);
+    }
+  }
+}
+
+}  // namespace
+
+Initializer Zeros() { return {}; }
+Initializer Ones() {
+  Initializer i;
+  i.kind = Initializer::Kind::kOnes;
+  return i;
+}
+Initializer GlorotUniform() {
+  Initializer i;
+  i.kind = Initializer::Kind::kVarianceScaling;
+  i.mode = Initializer::Mode::kFanAvg;
+  i.distribution = Initializer::Distribution::kUniform;
+  return i;
+}
+
+Tensor Initialize(const Initializer& init, const Shape& shape, std::mt19937_64* rng) {
+  std::mt19937_64 own(static_cast<uint64_t>(init.seed.value_or(0)) * 0x9E3779B97F4A7C15ull + 17);
+  std::mt19937_64& g = init.seed ? own : *rng;
+  Tensor t(shape);
+  using K = Initializer::Kind;
+  switch (init.kind) {
+    case K::kZeros:
+      break;
+    case K::kOnes:
+      t.Fill(1.0f);
+      break;
+    case K::kConstant:
+      t.Fill(init.value);
+      break;
+    case K::kRandomNormal: {
+      std::normal_distribution<float> d(init.mean, init.stddev);
+      for (float& v : t.values()) v = d(g);
+      break;
+    }
+    case K::kRandomUniform: {
+      std::uniform_real_distribution<float> d(init.minval, init.maxval);
+      for (float& v : t.values()) v = d(g);
+      break;
+    }
+    case K::kTruncatedNormal:
+      for (float& v : t.values()) v = TruncatedNormal(g, init.mean, init.stddev);
+      break;
+    case K::kVarianceScaling: {
+      double fan_in = 1, fan_out = 1;
+      Fans(shape, &fan_in, &fan_out);
+      const double n = init.mode == Initializer::Mode::kFanIn    ? fan_in
+                       : init.mode == Initializer::Mode::kFanOut ? fan_out
+                                                                 : (fan_in + fan_out) / 2;
+      const double var = init.scale / std::max(1.0, n);
+      if (init.distribution == Initializer::Distribution::kUniform) {
+        const auto limit = static_cast<float>(std::sqrt(3.0 * var));
+        std::uniform_real_distribution<float> d(-limit, limit);
+        for (float& v : t.values()) v = d(g);
+      } else if (init.distribution == Initializer::Distribution::kUntruncatedNormal) {
+        std::normal_distribution<float> d(0.0f, static_cast<float>(std::sqrt(var)));
+        for (float& v : t.values()) v = d(g);
+      } else {
+        // The deviation of a standard normal cut at two deviations is 0.8796: undo it.
+        const auto sd = static_cast<float>(std::sqrt(var) / 0.87962566103423978);
+        for (float& v : t.values()) v = TruncatedNormal(g, 0.0f, sd);
+      }
+      break;
+    }
+    case K::kOrthogonal:
+      Orthogonal(&t, init.value == 0 ? 1.0f : init.value, g);
+      break;
+    case K::kIdentity: {
+      const int64_t cols = shape.empty() ? 1 : shape.back();
+      const int64_t rows = t.size() / std::max<int64_t>(cols, 1);
+      for (int64_t i = 0; i < std::min(rows, cols); ++i) {
+        t[i * cols + i] = init.value == 0 ? 1.0f : init.value;
+      }
+      break;
+    }
+  }
+  return t;
+}
+
+}  // namespace lockstep::trainer::graph

@@ -1,0 +1,648 @@
+#include "trainer/graph/layers/core.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "trainer/kernels/cpu/gemm.h"
+
+namespace lockstep::trainer::graph {
+namespace {
+
+Shape Batched(int64_t batch, const Shape& s) {
+  Shape out{batch};
+  out.insert(out.end(), s.begin(), s.end());
+  return out;
+}
+
+std::string Str(const Shape& s) { return ShapeString(s); }
+
+class Dense final : public Layer {
+ public:
+  Dense(std::string name, DenseOptions o) : Layer(std::move(name), "Dense"), o_(std::move(o)) {}
+
+  absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
+                                           const BuildContext& ctx) override {
+    if (in.size() != 1 || in[0].empty()) return LayerError(*this, "takes one input of rank >= 2");
+    const int64_t d = in[0].back();
+    if (d <= 0) return LayerError(*this, "the last axis of its input must be known");
+    if (!built_) {
+      Weight& k = AddWeight("kernel", Initialize(o_.kernel_initializer, {d, o_.units}, ctx.rng));
+      k.l1 = o_.kernel_l1;
+      k.l2 = o_.kernel_l2;
+      if (o_.use_bias) {
+        Weight& b = AddWeight("bias", Initialize(o_.bias_initializer, {o_.units}, ctx.rng));
+        b.l1 = o_.bias_l1;
+        b.l2 = o_.bias_l2;
+      }
+      in_ = d;
+      built_ = true;
+    } else if (d != in_) {
+      return LayerError(*this, "called on inputs of " + std::to_string(d) +
+                                   " features, built for " + std::to_string(in_));
+    }
+    Shape out = in[0];
+    out.back() = o_.units;
+    return std::vector<Shape>{out};
+  }
+
+  void Forward(const Args& in, std::vector<Tensor>* out, Saved* s, const CallContext&) override {
+    const Tensor& x = *in.x[0];
+    const int64_t m = x.size() / in_;
+    Shape shape = x.shape();
+    shape.back() = o_.units;
+    const bool linear = o_.activation.kind == Act::kLinear;
+    if (s->t.empty()) s->t.resize(1);
+    Tensor& z = linear ? (*out)[0] : s->t[0];
+    z.Resize(shape);
+    float* zp = z.data();
+    if (o_.use_bias) {
+      const float* b = weights()[1].value.data();
+      for (int64_t r = 0; r < m; ++r) std::copy_n(b, o_.units, zp + r * o_.units);
+    }
+    cpu::Gemm(false, false, m, o_.units, in_, 1.0f, x.data(), weights()[0].value.data(),
+              o_.use_bias ? 1.0f : 0.0f, zp);
+    if (!linear) ActivationForward(o_.activation, z, &(*out)[0]);
+  }
+
+  void Backward(const Args& in, const std::vector<Tensor>& out,
+                const std::vector<const Tensor*>& dout, const std::vector<bool>& need,
+                std::vector<Tensor>* din, Saved* s) override {
+    const Tensor& x = *in.x[0];
+    const int64_t m = x.size() / in_;
+    const Tensor* dz = dout[0];
+    if (o_.activation.kind != Act::kLinear) {
+      if (s->t.size() < 2) s->t.resize(2);
+      ActivationBackward(o_.activation, s->t[0], out[0], *dout[0], &s->t[1]);
+      dz = &s->t[1];
+    }
+    if (weights()[0].trainable) {
+      cpu::Gemm(true, false, in_, o_.units, m, 1.0f, x.data(), dz->data(), 1.0f,
+                weights()[0].grad.data());
+      if (o_.use_bias) {
+        float* db = weights()[1].grad.data();
+        const float* g = dz->data();
+        for (int64_t r = 0; r < m; ++r) {
+          for (int64_t j = 0; j < o_.units; ++j) db[j] += g[r * o_.units + j];
+        }
+      }
+    }
+    if (need[0]) {
+      (*din)[0].Resize(x.shape());
+      cpu::Gemm(false, true, m, in_, o_.units, 1.0f, dz->data(), weights()[0].value.data(), 0.0f,
+                (*din)[0].data());
+    }
+  }
+
+ private:
+  DenseOptions o_;
+  int64_t in_ = 0;
+};
+
+class ActivationLayer final : public Layer {
+ public:
+  ActivationLayer(std::string name, std::string cls, Activation a)
+      : Layer(std::move(name), std::move(cls)), a_(a) {}
+  absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
+                                           const BuildContext&) override {
+    if (in.size() != 1) return LayerError(*this, "takes one input");
+    built_ = true;
+    return in;
+  }
+  void Forward(const Args& in, std::vector<Tensor>* out, Saved*, const CallContext&) override {
+    ActivationForward(a_, *in.x[0], &(*out)[0]);
+  }
+  void Backward(const Args& in, const std::vector<Tensor>& out,
+                const std::vector<const Tensor*>& dout, const std::vector<bool>& need,
+                std::vector<Tensor>* din, Saved*) override {
+    if (need[0]) ActivationBackward(a_, *in.x[0], out[0], *dout[0], &(*din)[0]);
+  }
+
+ private:
+  Activation a_;
+};
+
+class ReluLayer final : public Layer {
+ public:
+  ReluLayer(std::string name, float max_value, float slope, float threshold)
+      : Layer(std::move(name), "ReLU"), max_(max_value), slope_(slope), threshold_(threshold) {}
+  absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
+                                           const BuildContext&) override {
+    if (in.size() != 1) return LayerError(*this, "takes one input");
+    built_ = true;
+    return in;
+  }
+  void Forward(const Args& in, std::vector<Tensor>* out, Saved*, const CallContext&) override {
+    const Tensor& x = *in.x[0];
+    Tensor& y = (*out)[0];
+    y.Resize(x.shape());
+    for (int64_t i = 0; i < x.size(); ++i) {
+      const float v = x[i];
+      y[i] = v >= threshold_ ? std::min(v, max_) : slope_ * (v - threshold_);
+    }
+  }
+  void Backward(const Args& in, const std::vector<Tensor>&, const std::vector<const Tensor*>& dout,
+                const std::vector<bool>& need, std::vector<Tensor>* din, Saved*) override {
+    if (!need[0]) return;
+    const Tensor& x = *in.x[0];
+    Tensor& dx = (*din)[0];
+    dx.Resize(x.shape());
+    for (int64_t i = 0; i < x.size(); ++i) {
+      const float v = x[i];
+      dx[i] = v >= threshold_ ? (v < max_ ? (*dout[0])[i] : 0.0f) : slope_ * (*dout[0])[i];
+    }
+  }
+
+ private:
+  float max_, slope_, threshold_;
+};
+
+// Layers that only change the shape (Flatten, Reshape): the data is copied as is.
+class ReshapeLayer final : public Layer {
+ public:
+  ReshapeLayer(std::string name, std::string cls, Shape target)
+      : Layer(std::move(name), std::move(cls)), target_(std::move(target)) {}
+  absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
+                                           const BuildContext&) override {
+    if (in.size() != 1) return LayerError(*this, "takes one input");
+    const Shape& s = in[0];
+    const bool known = std::all_of(s.begin(), s.end(), [](int64_t d) { return d > 0; });
+    Shape out;
+    if (class_name() == "Flatten") {
+      if (!known) return LayerError(*this, "needs every input axis known, got " + Str(s));
+      out = {NumElements(s)};
+    } else {
+      out = target_;
+      const auto unknown = std::count(out.begin(), out.end(), -1);
+      if (unknown > 1) return LayerError(*this, "target_shape has more than one unknown axis");
+      if (!known) {
+        if (unknown > 0) return LayerError(*this, "cannot infer an axis of input " + Str(s));
+      } else {
+        int64_t rest = 1;
+        for (int64_t d : out) rest *= d > 0 ? d : 1;
+        if (unknown == 1) {
+          if (rest == 0 || NumElements(s) % rest != 0) {
+            return LayerError(*this, "cannot reshape " + Str(s) + " to " + Str(target_));
+          }
+          *std::find(out.begin(), out.end(), -1) = NumElements(s) / rest;
+        } else if (rest != NumElements(s)) {
+          return LayerError(*this, "cannot reshape " + Str(s) + " (" +
+                                       std::to_string(NumElements(s)) + " values) to " +
+                                       Str(target_));
+        }
+      }
+    }
+    out_ = out;
+    built_ = true;
+    return std::vector<Shape>{out};
+  }
+  void Forward(const Args& in, std::vector<Tensor>* out, Saved*, const CallContext&) override {
+    const Tensor& x = *in.x[0];
+    (*out)[0] = x.Reshaped(Batched(x.dim(0), out_));
+  }
+  void Backward(const Args& in, const std::vector<Tensor>&, const std::vector<const Tensor*>& dout,
+                const std::vector<bool>& need, std::vector<Tensor>* din, Saved*) override {
+    if (need[0]) (*din)[0] = dout[0]->Reshaped(in.x[0]->shape());
+  }
+  // A mask of [batch, time] survives only while the time axis does.
+  const Tensor* OutputMask(const Args&, const Saved&) const override { return nullptr; }
+
+ private:
+  Shape target_, out_;
+};
+
+class RepeatVector final : public Layer {
+ public:
+  RepeatVector(std::string name, int64_t n) : Layer(std::move(name), "RepeatVector"), n_(n) {}
+  absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
+                                           const BuildContext&) override {
+    if (in.size() != 1 || in[0].size() != 1) {
+      return LayerError(*this, "takes one input of rank 2 (batch, features)");
+    }
+    built_ = true;
+    return std::vector<Shape>{{n_, in[0][0]}};
+  }
+  void Forward(const Args& in, std::vector<Tensor>* out, Saved*, const CallContext&) override {
+    const Tensor& x = *in.x[0];
+    const int64_t b = x.dim(0), d = x.dim(1);
+    Tensor& y = (*out)[0];
+    y.Resize({b, n_, d});
+    for (int64_t i = 0; i < b; ++i) {
+      for (int64_t t = 0; t < n_; ++t)
+        std::copy_n(x.data() + i * d, d, y.data() + (i * n_ + t) * d);
+    }
+  }
+  void Backward(const Args& in, const std::vector<Tensor>&, const std::vector<const Tensor*>& dout,
+                const std::vector<bool>& need, std::vector<Tensor>* din, Saved*) override {
+    if (!need[0]) return;
+    const Tensor& x = *in.x[0];
+    const int64_t b = x.dim(0), d = x.dim(1);
+    Tensor& dx = (*din)[0];
+    dx.Resize(x.shape());
+    dx.Fill(0.0f);
+    for (int64_t i = 0; i < b; ++i) {
+      for (int64_t t = 0; t < n_; ++t) {
+        for (int64_t j = 0; j < d; ++j) dx[i * d + j] += (*dout[0])[(i * n_ + t) * d + j];
+      }
+    }
+  }
+  const Tensor* OutputMask(const Args&, const Saved&) const override { return nullptr; }
+
+ private:
+  int64_t n_;
+};
+
+class Dropout final : public Layer {
+ public:
+  Dropout(std::string name, float rate, Shape noise)
+      : Layer(std::move(name), "Dropout"), rate_(rate), noise_(std::move(noise)) {}
+  absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
+                                           const BuildContext&) override {
+    if (in.size() != 1) return LayerError(*this, "takes one input");
+    if (!noise_.empty() && noise_.size() != in[0].size()) {
+      return LayerError(*this,
+                        "noise_shape " + Str(noise_) + " does not match input " + Str(in[0]));
+    }
+    built_ = true;
+    return in;
+  }
+  void Forward(const Args& in, std::vector<Tensor>* out, Saved* s,
+               const CallContext& ctx) override {
+    const Tensor& x = *in.x[0];
+    Tensor& y = (*out)[0];
+    if (!ctx.training || rate_ <= 0) {
+      y = x;
+      s->t.clear();
+      return;
+    }
+    s->t.resize(1);
+    Tensor& mask = s->t[0];
+    mask.Resize(x.shape());
+    std::bernoulli_distribution keep(1.0 - rate_);
+    const float scale = 1.0f / (1.0f - rate_);
+    if (noise_.empty()) {
+      for (float& v : mask.values()) v = keep(*ctx.rng) ? scale : 0.0f;
+    } else {
+      // One draw per position of the noise shape, broadcast along its 1-axes.
+      const Shape& xs = x.shape();
+      Shape ns{xs[0]};
+      for (size_t a = 0; a < noise_.size(); ++a) ns.push_back(noise_[a] == 1 ? 1 : xs[a + 1]);
+      Tensor draw(ns);
+      for (float& v : draw.values()) v = keep(*ctx.rng) ? scale : 0.0f;
+      std::vector<int64_t> idx(xs.size(), 0);
+      for (int64_t i = 0; i < x.size(); ++i) {
+        int64_t j = 0;
+        for (size_t a = 0; a < xs.size(); ++a) j = j * ns[a] + (ns[a] == 1 ? 0 : idx[a]);
+        mask[i] = draw[j];
+        for (size_t a = xs.size(); a-- > 0;) {
+          if (++idx[a] < xs[a]) break;
+          idx[a] = 0;
+        }
+      }
+    }
+    y.Resize(x.shape());
+    for (int64_t i = 0; i < x.size(); ++i) y[i] = x[i] * mask[i];
+  }
+  void Backward(const Args& in, const std::vector<Tensor>&, const std::vector<const Tensor*>& dout,
+                const std::vector<bool>& need, std::vector<Tensor>* din, Saved* s) override {
+    if (!need[0]) return;
+    Tensor& dx = (*din)[0];
+    if (s->t.empty()) {
+      dx = *dout[0];
+      return;
+    }
+    dx.Resize(in.x[0]->shape());
+    for (int64_t i = 0; i < dx.size(); ++i) dx[i] = (*dout[0])[i] * s->t[0][i];
+  }
+
+ private:
+  float rate_;
+  Shape noise_;
+};
+
+class GaussianNoise final : public Layer {
+ public:
+  GaussianNoise(std::string name, float stddev)
+      : Layer(std::move(name), "GaussianNoise"), stddev_(stddev) {}
+  absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
+                                           const BuildContext&) override {
+    if (in.size() != 1) return LayerError(*this, "takes one input");
+    built_ = true;
+    return in;
+  }
+  void Forward(const Args& in, std::vector<Tensor>* out, Saved*, const CallContext& ctx) override {
+    Tensor& y = (*out)[0];
+    y = *in.x[0];
+    if (!ctx.training || stddev_ <= 0) return;
+    std::normal_distribution<float> d(0.0f, stddev_);
+    for (float& v : y.values()) v += d(*ctx.rng);
+  }
+  void Backward(const Args&, const std::vector<Tensor>&, const std::vector<const Tensor*>& dout,
+                const std::vector<bool>& need, std::vector<Tensor>* din, Saved*) override {
+    if (need[0]) (*din)[0] = *dout[0];
+  }
+
+ private:
+  float stddev_;
+};
+
+class Rescaling final : public Layer {
+ public:
+  Rescaling(std::string name, float scale, float offset)
+      : Layer(std::move(name), "Rescaling"), scale_(scale), offset_(offset) {}
+  absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
+                                           const BuildContext&) override {
+    if (in.size() != 1) return LayerError(*this, "takes one input");
+    built_ = true;
+    return in;
+  }
+  void Forward(const Args& in, std::vector<Tensor>* out, Saved*, const CallContext&) override {
+    const Tensor& x = *in.x[0];
+    Tensor& y = (*out)[0];
+    y.Resize(x.shape());
+    for (int64_t i = 0; i < x.size(); ++i) y[i] = x[i] * scale_ + offset_;
+  }
+  void Backward(const Args& in, const std::vector<Tensor>&, const std::vector<const Tensor*>& dout,
+                const std::vector<bool>& need, std::vector<Tensor>* din, Saved*) override {
+    if (!need[0]) return;
+    Tensor& dx = (*din)[0];
+    dx.Resize(in.x[0]->shape());
+    for (int64_t i = 0; i < dx.size(); ++i) dx[i] = (*dout[0])[i] * scale_;
+  }
+
+ private:
+  float scale_, offset_;
+};
+
+// Broadcasting index map from an output element to an input element (size-1 axes repeat).
+class Broadcast {
+ public:
+  Broadcast(const Shape& out, const Shape& in) : out_(out), in_(in) {}
+  bool identity() const { return out_ == in_; }
+  template <typename F>
+  void ForEach(F f) const {  // f(out_index, in_index)
+    const size_t r = out_.size();
+    std::vector<int64_t> idx(r, 0), stride(r, 1);
+    for (size_t a = r; a-- > 1;) stride[a - 1] = stride[a] * in_[a];
+    const int64_t n = NumElements(out_);
+    int64_t j = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      f(i, j);
+      for (size_t a = r; a-- > 0;) {
+        if (in_[a] != 1) j += stride[a];
+        if (++idx[a] < out_[a]) break;
+        if (in_[a] != 1) j -= stride[a] * out_[a];
+        idx[a] = 0;
+      }
+    }
+  }
+
+ private:
+  Shape out_, in_;
+};
+
+// The element of a broadcast input that output element `i` reads.
+int64_t BroadcastIndex(const Shape& out, const Shape& in, int64_t i) {
+  int64_t j = 0, mul = 1;
+  for (size_t a = out.size(); a-- > 0;) {
+    const int64_t c = i % out[a];
+    i /= out[a];
+    if (in[a] != 1) j += c * mul;
+    mul *= in[a];
+  }
+  return j;
+}
+
+class Merge final : public Layer {
+ public:
+  Merge(std::string name, std::string cls, MergeOp op)
+      : Layer(std::move(name), std::move(cls)), op_(op) {}
+  absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
+                                           const BuildContext&) override {
+    if (in.size() < 2) return LayerError(*this, "takes at least two inputs");
+    if (op_ == MergeOp::kSubtract && in.size() != 2) {
+      return LayerError(*this, "takes exactly two inputs");
+    }
+    Shape out = in[0];
+    for (const Shape& s : in) {
+      if (s.size() != out.size()) {
+        return LayerError(*this, "inputs of different ranks: " + Str(in[0]) + " and " + Str(s));
+      }
+      for (size_t a = 0; a < s.size(); ++a) {
+        if (s[a] == out[a] || s[a] == 1) continue;
+        if (out[a] == 1) {
+          out[a] = s[a];
+        } else {
+          return LayerError(*this,
+                            "inputs of incompatible shapes: " + Str(in[0]) + " and " + Str(s));
+        }
+      }
+    }
+    built_ = true;
+    return std::vector<Shape>{out};
+  }
+  void Forward(const Args& in, std::vector<Tensor>* out, Saved*, const CallContext&) override {
+    Shape os = in.x[0]->shape();
+    for (const Tensor* t : in.x) {
+      for (size_t a = 0; a < os.size(); ++a) os[a] = std::max(os[a], t->dim(a));
+    }
+    Tensor& y = (*out)[0];
+    y.Resize(os);
+    const size_t n = in.x.size();
+    for (size_t k = 0; k < n; ++k) {
+      const Tensor& x = *in.x[k];
+      Broadcast(os, x.shape()).ForEach([&](int64_t i, int64_t j) {
+        const float v = x[j];
+        if (k == 0) {
+          y[i] = v;
+          return;
+        }
+        switch (op_) {
+          case MergeOp::kAdd:
+          case MergeOp::kAverage:
+            y[i] += v;
+            break;
+          case MergeOp::kSubtract:
+            y[i] -= v;
+            break;
+          case MergeOp::kMultiply:
+            y[i] *= v;
+            break;
+          case MergeOp::kMaximum:
+            y[i] = std::max(y[i], v);
+            break;
+          case MergeOp::kMinimum:
+            y[i] = std::min(y[i], v);
+            break;
+        }
+      });
+    }
+    if (op_ == MergeOp::kAverage) {
+      for (float& v : y.values()) v /= static_cast<float>(n);
+    }
+  }
+  void Backward(const Args& in, const std::vector<Tensor>& out,
+                const std::vector<const Tensor*>& dout, const std::vector<bool>& need,
+                std::vector<Tensor>* din, Saved*) override {
+    const Tensor& y = out[0];
+    const Tensor& dy = *dout[0];
+    const size_t n = in.x.size();
+    for (size_t k = 0; k < n; ++k) {
+      if (!need[k]) continue;
+      const Tensor& x = *in.x[k];
+      Tensor& dx = (*din)[k];
+      dx.Resize(x.shape());
+      dx.Fill(0.0f);
+      Broadcast(y.shape(), x.shape()).ForEach([&](int64_t i, int64_t j) {
+        float g = 0;
+        switch (op_) {
+          case MergeOp::kAdd:
+            g = dy[i];
+            break;
+          case MergeOp::kAverage:
+            g = dy[i] / static_cast<float>(n);
+            break;
+          case MergeOp::kSubtract:
+            g = k == 0 ? dy[i] : -dy[i];
+            break;
+          case MergeOp::kMultiply: {
+            // The product of the others, recomputed (inputs may contain zeros).
+            float p = 1;
+            for (size_t o = 0; o < n; ++o) {
+              if (o != k) p *= (*in.x[o])[BroadcastIndex(y.shape(), in.x[o]->shape(), i)];
+            }
+            g = dy[i] * p;
+            break;
+          }
+          case MergeOp::kMaximum:
+          case MergeOp::kMinimum:
+            // The gradient goes to the first input holding the extreme value.
+            g = 0;
+            if (x[j] == y[i]) {
+              bool earlier = false;
+              for (size_t o = 0; o < k && !earlier; ++o) {
+                earlier = (*in.x[o])[BroadcastIndex(y.shape(), in.x[o]->shape(), i)] == y[i];
+              }
+              if (!earlier) g = dy[i];
+            }
+            break;
+        }
+        dx[j] += g;
+      });
+    }
+  }
+
+ private:
+  MergeOp op_;
+};
+
+class Concatenate final : public Layer {
+ public:
+  Concatenate(std::string name, int64_t axis)
+      : Layer(std::move(name), "Concatenate"), axis_(axis) {}
+  absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
+                                           const BuildContext&) override {
+    if (in.size() < 2) return LayerError(*this, "takes at least two inputs");
+    const auto rank = static_cast<int64_t>(in[0].size()) + 1;  // with the batch axis
+    a_ = axis_ < 0 ? axis_ + rank : axis_;
+    if (a_ < 1 || a_ >= rank) {
+      return LayerError(
+          *this, "axis " + std::to_string(axis_) + " is out of range for inputs " + Str(in[0]));
+    }
+    Shape out = in[0];
+    const auto ax = static_cast<size_t>(a_ - 1);
+    out[ax] = 0;
+    for (const Shape& s : in) {
+      if (s.size() != in[0].size()) return LayerError(*this, "inputs of different ranks");
+      for (size_t a = 0; a < s.size(); ++a) {
+        if (a != ax && s[a] != in[0][a]) {
+          return LayerError(*this, "inputs " + Str(in[0]) + " and " + Str(s) +
+                                       " differ outside the concatenation axis");
+        }
+      }
+      out[ax] = (out[ax] < 0 || s[ax] < 0) ? -1 : out[ax] + s[ax];
+    }
+    built_ = true;
+    return std::vector<Shape>{out};
+  }
+  void Forward(const Args& in, std::vector<Tensor>* out, Saved*, const CallContext&) override {
+    const Shape& s0 = in.x[0]->shape();
+    int64_t outer = 1, inner = 1;
+    for (int64_t a = 0; a < a_; ++a) outer *= s0[static_cast<size_t>(a)];
+    for (size_t a = static_cast<size_t>(a_) + 1; a < s0.size(); ++a) inner *= s0[a];
+    Shape os = s0;
+    os[static_cast<size_t>(a_)] = 0;
+    for (const Tensor* t : in.x) os[static_cast<size_t>(a_)] += t->dim(static_cast<size_t>(a_));
+    Tensor& y = (*out)[0];
+    y.Resize(os);
+    const int64_t row = os[static_cast<size_t>(a_)] * inner;
+    int64_t offset = 0;
+    for (const Tensor* t : in.x) {
+      const int64_t w = t->dim(static_cast<size_t>(a_)) * inner;
+      for (int64_t o = 0; o < outer; ++o)
+        std::copy_n(t->data() + o * w, w, y.data() + o * row + offset);
+      offset += w;
+    }
+  }
+  void Backward(const Args& in, const std::vector<Tensor>&, const std::vector<const Tensor*>& dout,
+                const std::vector<bool>& need, std::vector<Tensor>* din, Saved*) override {
+    const Tensor& dy = *dout[0];
+    int64_t outer = 1, inner = 1;
+    for (int64_t a = 0; a < a_; ++a) outer *= dy.dim(static_cast<size_t>(a));
+    for (size_t a = static_cast<size_t>(a_) + 1; a < dy.rank(); ++a) inner *= dy.dim(a);
+    const int64_t row = dy.dim(static_cast<size_t>(a_)) * inner;
+    int64_t offset = 0;
+    for (size_t k = 0; k < in.x.size(); ++k) {
+      const Tensor& x = *in.x[k];
+      const int64_t w = x.dim(static_cast<size_t>(a_)) * inner;
+      if (need[k]) {
+        Tensor& dx = (*din)[k];
+        dx.Resize(x.shape());
+        for (int64_t o = 0; o < outer; ++o)
+          std::copy_n(dy.data() + o * row + offset, w, dx.data() + o * w);
+      }
+      offset += w;
+    }
+  }
+
+ private:
+  int64_t axis_, a_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> MakeDense(std::string name, DenseOptions o) {
+  return std::make_unique<Dense>(std::move(name), std::move(o));
+}
+std::unique_ptr<Layer> MakeActivation(std::string name, std::string class_name, Activation a) {
+  return std::make_unique<ActivationLayer>(std::move(name), std::move(class_name), a);
+}
+std::unique_ptr<Layer> MakeRelu(std::string name, float max_value, float negative_slope,
+                                float threshold) {
+  return std::make_unique<ReluLayer>(std::move(name), max_value, negative_slope, threshold);
+}
+std::unique_ptr<Layer> MakeFlatten(std::string name) {
+  return std::make_unique<ReshapeLayer>(std::move(name), "Flatten", Shape{});
+}
+std::unique_ptr<Layer> MakeReshape(std::string name, Shape target) {
+  return std::make_unique<ReshapeLayer>(std::move(name), "Reshape", std::move(target));
+}
+std::unique_ptr<Layer> MakeRepeatVector(std::string name, int64_t n) {
+  return std::make_unique<RepeatVector>(std::move(name), n);
+}
+std::unique_ptr<Layer> MakeDropout(std::string name, float rate, Shape noise_shape) {
+  return std::make_unique<Dropout>(std::move(name), rate, std::move(noise_shape));
+}
+std::unique_ptr<Layer> MakeGaussianNoise(std::string name, float stddev) {
+  return std::make_unique<GaussianNoise>(std::move(name), stddev);
+}
+std::unique_ptr<Layer> MakeRescaling(std::string name, float scale, float offset) {
+  return std::make_unique<Rescaling>(std::move(name), scale, offset);
+}
+std::unique_ptr<Layer> MakeMerge(std::string name, std::string class_name, MergeOp op) {
+  return std::make_unique<Merge>(std::move(name), std::move(class_name), op);
+}
+std::unique_ptr<Layer> MakeConcatenate(std::string name, int64_t axis) {
+  return std::make_unique<Concatenate>(std::move(name), axis);
+}
+
+}  // namespace lockstep::trainer::graph

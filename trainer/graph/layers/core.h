@@ -1,0 +1,54 @@
+#pragma once
+// The core layers: Dense, activations as layers, shape layers, noise, and merges. Each takes
+// its options as a typed struct (the Keras loader fills them from a config).
+// Thread-safety: one thread per layer object (layer.h).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainer/graph/activation.h"
+#include "trainer/graph/initializer.h"
+#include "trainer/graph/layer.h"
+
+namespace lockstep::trainer::graph {
+
+struct DenseOptions {
+  int64_t units = 1;
+  Activation activation;
+  bool use_bias = true;
+  Initializer kernel_initializer = GlorotUniform();
+  Initializer bias_initializer = Zeros();
+  float kernel_l1 = 0, kernel_l2 = 0, bias_l1 = 0, bias_l2 = 0;
+};
+// y = act(x kernel + bias) over the last axis; kernel [in, units].
+std::unique_ptr<Layer> MakeDense(std::string name, DenseOptions o);
+
+// An activation as a layer (Activation, ReLU, LeakyReLU, ELU, Softmax over the last axis).
+std::unique_ptr<Layer> MakeActivation(std::string name, std::string class_name, Activation a);
+// Keras's ReLU layer: min(max_value, x) above threshold, negative_slope * (x - threshold)
+// below it.
+std::unique_ptr<Layer> MakeRelu(std::string name, float max_value, float negative_slope,
+                                float threshold);
+
+std::unique_ptr<Layer> MakeFlatten(std::string name);
+// Reshape to `target` (per example; one -1 is inferred).
+std::unique_ptr<Layer> MakeReshape(std::string name, Shape target);
+// [batch, d] -> [batch, n, d].
+std::unique_ptr<Layer> MakeRepeatVector(std::string name, int64_t n);
+// Inverted dropout in training (kept units scaled by 1/(1-rate)); identity otherwise.
+// `noise_shape` (per example, 1 = broadcast along that axis; empty: none) as Keras's.
+std::unique_ptr<Layer> MakeDropout(std::string name, float rate, Shape noise_shape);
+// Adds N(0, stddev) noise in training.
+std::unique_ptr<Layer> MakeGaussianNoise(std::string name, float stddev);
+// y = x * scale + offset.
+std::unique_ptr<Layer> MakeRescaling(std::string name, float scale, float offset);
+
+enum class MergeOp { kAdd, kSubtract, kMultiply, kAverage, kMaximum, kMinimum };
+// Elementwise merge of inputs of one shape (Keras broadcasts size-1 axes; so does this).
+std::unique_ptr<Layer> MakeMerge(std::string name, std::string class_name, MergeOp op);
+// Concatenation along `axis` (negative counts from the end, as Keras's; batch is axis 0).
+std::unique_ptr<Layer> MakeConcatenate(std::string name, int64_t axis);
+
+}  // namespace lockstep::trainer::graph

@@ -1,0 +1,127 @@
+// The core layers against finite differences and their defining formulas.
+#include "trainer/graph/layers/core.h"
+
+#include <gtest/gtest.h>
+
+#include "trainer/graph/testing/gradcheck.h"
+
+namespace lockstep::trainer::graph {
+namespace {
+
+using testing::CheckLayerGradients;
+using testing::RandomTensor;
+
+TEST(CoreLayersTest, DenseComputesXKernelPlusBias) {
+  DenseOptions o;
+  o.units = 2;
+  auto d = MakeDense("d", o);
+  std::mt19937_64 rng(1);
+  ASSERT_TRUE(d->Build({{3}}, BuildContext{&rng}).ok());
+  d->weights()[0].value = Tensor({3, 2}, {1, 2, 3, 4, 5, 6});  // [in, out]
+  d->weights()[1].value = Tensor({2}, {0.5f, -0.5f});
+  Tensor x({1, 3}, {1, 1, 2});
+  std::vector<Tensor> out(1);
+  Saved s;
+  d->Forward(Args{{&x}, {nullptr}}, &out, &s, CallContext{});
+  EXPECT_EQ(out[0], Tensor({1, 2}, {1 + 3 + 10 + 0.5f, 2 + 4 + 12 - 0.5f}));
+}
+
+TEST(CoreLayersTest, DenseGradientsOnRank3InputsAndEveryActivation) {
+  for (const char* a : {"linear", "relu", "sigmoid", "tanh", "softmax", "swish", "gelu", "elu",
+                        "selu", "softplus", "hard_sigmoid", "relu6", "softsign", "mish"}) {
+    DenseOptions o;
+    o.units = 4;
+    o.activation = *ParseActivation(a, false);
+    auto d = MakeDense("d", o);
+    EXPECT_EQ(CheckLayerGradients(*d, {RandomTensor({2, 3, 5}, 3)}), "") << a;
+  }
+}
+
+TEST(CoreLayersTest, HardSigmoidDiffersBetweenKerasVersions) {
+  Tensor z({1, 1}, {2.0f});
+  Tensor y;
+  ActivationForward(*ParseActivation("hard_sigmoid", false), z, &y);
+  EXPECT_FLOAT_EQ(y[0], 0.9f);  // 0.2 * 2 + 0.5
+  ActivationForward(*ParseActivation("hard_sigmoid", true), z, &y);
+  EXPECT_FLOAT_EQ(y[0], 2.0f / 6.0f + 0.5f);
+  EXPECT_FALSE(ParseActivation("crelu", false).ok());
+}
+
+TEST(CoreLayersTest, ShapeLayersAndNoiseHaveExactGradients) {
+  EXPECT_EQ(CheckLayerGradients(*MakeFlatten("f"), {RandomTensor({2, 3, 4}, 1)}), "");
+  EXPECT_EQ(CheckLayerGradients(*MakeReshape("r", {-1, 2}), {RandomTensor({2, 3, 4}, 1)}), "");
+  EXPECT_EQ(CheckLayerGradients(*MakeRepeatVector("r", 3), {RandomTensor({2, 4}, 1)}), "");
+  EXPECT_EQ(CheckLayerGradients(*MakeDropout("d", 0.5f, {}), {RandomTensor({4, 6}, 1)}), "");
+  EXPECT_EQ(CheckLayerGradients(*MakeDropout("d", 0.3f, {1, 5}), {RandomTensor({2, 4, 5}, 1)}), "");
+  EXPECT_EQ(CheckLayerGradients(*MakeGaussianNoise("n", 0.1f), {RandomTensor({3, 4}, 1)}), "");
+  EXPECT_EQ(CheckLayerGradients(*MakeRescaling("s", 1 / 255.0f, -1), {RandomTensor({3, 4}, 1)}),
+            "");
+  EXPECT_EQ(CheckLayerGradients(*MakeRelu("r", 6, 0.1f, 0.2f), {RandomTensor({3, 5}, 2)}), "");
+}
+
+TEST(CoreLayersTest, ReshapeRefusesWhatDoesNotFit) {
+  std::mt19937_64 rng(1);
+  EXPECT_FALSE(MakeReshape("r", {5, -1})->Build({{3, 4}}, BuildContext{&rng}).ok());
+  EXPECT_FALSE(MakeReshape("r", {5, 2})->Build({{3, 4}}, BuildContext{&rng}).ok());
+  auto r = MakeReshape("r", {2, -1});
+  auto out = r->Build({{3, 4}}, BuildContext{&rng});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)[0], Shape({2, 6}));
+  EXPECT_FALSE(MakeFlatten("f")->Build({{-1, 4}}, BuildContext{&rng}).ok());
+}
+
+TEST(CoreLayersTest, DropoutScalesKeptUnitsAndIsIdentityInInference) {
+  auto d = MakeDropout("d", 0.25f, {});
+  std::mt19937_64 rng(1);
+  ASSERT_TRUE(d->Build({{1000}}, BuildContext{&rng}).ok());
+  Tensor x({1, 1000}, 1.0f);
+  std::vector<Tensor> out(1);
+  Saved s;
+  d->Forward(Args{{&x}, {nullptr}}, &out, &s, CallContext{true, &rng});
+  int kept = 0;
+  for (float v : out[0].values()) {
+    EXPECT_TRUE(v == 0.0f || std::abs(v - 1 / 0.75f) < 1e-6f);
+    kept += v != 0.0f;
+  }
+  EXPECT_NEAR(kept, 750, 60);
+  d->Forward(Args{{&x}, {nullptr}}, &out, &s, CallContext{false, &rng});
+  EXPECT_EQ(out[0], x);
+}
+
+TEST(CoreLayersTest, MergesBroadcastAndDifferentiate) {
+  for (MergeOp op : {MergeOp::kAdd, MergeOp::kSubtract, MergeOp::kMultiply, MergeOp::kAverage,
+                     MergeOp::kMaximum, MergeOp::kMinimum}) {
+    auto m = MakeMerge("m", "Merge", op);
+    EXPECT_EQ(CheckLayerGradients(*m, {RandomTensor({2, 3, 4}, 1), RandomTensor({2, 3, 4}, 2)}), "")
+        << static_cast<int>(op);
+  }
+  // A squeeze-and-excitation product: [h, w, c] times [1, 1, c].
+  auto m = MakeMerge("m", "Multiply", MergeOp::kMultiply);
+  EXPECT_EQ(CheckLayerGradients(*m, {RandomTensor({2, 3, 3, 4}, 1), RandomTensor({2, 1, 1, 4}, 2)}),
+            "");
+  std::mt19937_64 rng(1);
+  EXPECT_FALSE(MakeMerge("m", "Add", MergeOp::kAdd)->Build({{3, 4}, {3, 5}}, {&rng}).ok());
+}
+
+TEST(CoreLayersTest, ConcatenateAlongAnyAxis) {
+  for (int64_t axis : {-1, 1, 2}) {
+    auto c = MakeConcatenate("c", axis);
+    EXPECT_EQ(CheckLayerGradients(*c, {RandomTensor({2, 3, 4}, 1), RandomTensor({2, 3, 4}, 2)}), "")
+        << axis;
+  }
+  auto c = MakeConcatenate("c", -1);
+  std::mt19937_64 rng(1);
+  auto out = c->Build({{3, 4}, {3, 2}}, BuildContext{&rng});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)[0], Shape({3, 6}));
+  Tensor a({1, 1, 2}, {1, 2}), b({1, 1, 1}, {3});
+  auto c2 = MakeConcatenate("c", -1);
+  ASSERT_TRUE(c2->Build({{1, 2}, {1, 1}}, BuildContext{&rng}).ok());
+  std::vector<Tensor> y(1);
+  Saved s;
+  c2->Forward(Args{{&a, &b}, {nullptr, nullptr}}, &y, &s, CallContext{});
+  EXPECT_EQ(y[0], Tensor({1, 1, 3}, {1, 2, 3}));
+}
+
+}  // namespace
+}  // namespace lockstep::trainer::graph

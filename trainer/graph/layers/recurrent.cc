@@ -1,0 +1,1 @@
+// Placeholder: this family's layers land in their own commit.

@@ -1,0 +1,1 @@
+// Placeholder: this family's tests land with its layers.
