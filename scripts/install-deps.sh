@@ -20,6 +20,8 @@ packages=(
   golang-github-xeipuuv-gojsonschema-dev
   # a second client of `lockstep local` in the end-to-end tests: the official Python client
   python3-kubernetes
+  # the numerical oracle of the layer tests, and the peer of the benchmarks: PyTorch
+  python3-torch
 )
 
 # kubectl for the end-to-end tests: Debian's kubernetes-client, unless a kubectl is already here

@@ -52,6 +52,12 @@ struct Args {
 struct CallContext {
   bool training = false;
   std::mt19937_64* rng = nullptr;  // Dropout and GaussianNoise draw from it
+  // Where a layer reports input it cannot compute on (an Embedding id out of range): the
+  // first report is kept, the layer computes something finite, and the caller fails the step.
+  std::string* error = nullptr;
+  void Report(const std::string& what) const {
+    if (error != nullptr && error->empty()) *error = what;
+  }
 };
 
 struct BuildContext {
