@@ -41,8 +41,19 @@ const Layer* Graph::producer(int tensor) const {
   return n < 0 ? nullptr : nodes_[static_cast<size_t>(n)].layer;
 }
 
+std::vector<const Layer*> Graph::Consumers(int tensor) const {
+  std::vector<const Layer*> out;
+  for (const Node& n : nodes_) {
+    if (std::find(n.inputs.begin(), n.inputs.end(), tensor) != n.inputs.end()) {
+      out.push_back(n.layer);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<int>> Graph::Call(Layer* layer, const std::vector<int>& inputs,
-                                             const BuildContext& ctx) {
+                                             const BuildContext& ctx,
+                                             std::optional<bool> training) {
   std::vector<Shape> in_shapes;
   for (int t : inputs) {
     if (t < 0 || static_cast<size_t>(t) >= shapes_.size()) {
@@ -58,6 +69,7 @@ absl::StatusOr<std::vector<int>> Graph::Call(Layer* layer, const std::vector<int
   n.layer = layer;
   n.inputs = inputs;
   n.first_call = first;
+  n.training = training;
   bool any_weights = false;
   for (const Weight& w : layer->weights()) any_weights |= w.trainable;
   bool needs_grad = any_weights;
@@ -124,7 +136,13 @@ void Graph::Forward(const std::vector<const Tensor*>& inputs, const CallContext&
       n.args.mask.push_back(masks_[static_cast<size_t>(t)]);
     }
     n.out.resize(n.outputs.size());
-    n.layer->Forward(n.args, &n.out, &n.saved, ctx);
+    if (n.training && *n.training != ctx.training) {
+      CallContext fixed = ctx;
+      fixed.training = *n.training;
+      n.layer->Forward(n.args, &n.out, &n.saved, fixed);
+    } else {
+      n.layer->Forward(n.args, &n.out, &n.saved, ctx);
+    }
     const Tensor* m = n.layer->OutputMask(n.args, n.saved);
     for (int t : n.outputs) masks_[static_cast<size_t>(t)] = m;
   }

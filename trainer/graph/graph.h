@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,11 @@ class Graph {
   int AddInput(std::string name, Shape shape);
   // Takes ownership; the returned pointer lives as long as the graph.
   Layer* AddLayer(std::unique_ptr<Layer> layer);
-  // Calls `layer` (added before) on existing tensors; returns its output tensors.
+  // Calls `layer` (added before) on existing tensors; returns its output tensors. `training`,
+  // when set, fixes this call's mode (a Keras 2 call with an explicit training argument).
   absl::StatusOr<std::vector<int>> Call(Layer* layer, const std::vector<int>& inputs,
-                                        const BuildContext& ctx);
+                                        const BuildContext& ctx,
+                                        std::optional<bool> training = std::nullopt);
   void SetOutputs(std::vector<int> outputs) { outputs_ = std::move(outputs); }
 
   size_t num_inputs() const { return inputs_.size(); }
@@ -44,6 +47,8 @@ class Graph {
   const std::string& input_name(size_t i) const { return input_names_.at(i); }
   // The layer that made an output tensor (null for a graph input).
   const Layer* producer(int tensor) const;
+  // The layers that take a tensor as an input (a graph input feeding an Embedding holds ids).
+  std::vector<const Layer*> Consumers(int tensor) const;
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   size_t num_nodes() const { return nodes_.size(); }
 
@@ -77,6 +82,7 @@ class Graph {
     Args args;
     std::vector<bool> need_din;
     bool first_call = false;  // the layer's first node: its gradients are final after it
+    std::optional<bool> training;
   };
   void Index();
 

@@ -98,12 +98,26 @@ LayerOr GaussianNoise(LayerConfig& c, const LayerFactories&) {
   return graph::MakeGaussianNoise(c.name(), c.Float("stddev", 0));
 }
 
-LayerOr Rescaling(LayerConfig& c, const LayerFactories&) {
-  if (!c.raw().contains("scale") || !c.raw()["scale"].is_number()) {
-    c.Refuse("option scale other than a single number");
+// A number or a list of numbers (one per channel).
+std::vector<float> Numbers(LayerConfig& c, const std::string& key, float def) {
+  if (c.raw().contains(key) && c.raw()[key].is_array()) {
+    std::vector<float> out;
+    for (const auto& v : c.raw()[key]) {
+      if (!v.is_number()) {
+        c.Error("option " + key + "=" + Show(c.raw()[key]) + " is not a list of numbers");
+        return {def};
+      }
+      out.push_back(v.get<float>());
+    }
+    c.Ignore(key);
+    return out;
   }
-  const float scale = c.Float("scale", 1);
-  const float offset = c.Float("offset", 0);
+  return {c.Float(key, def)};
+}
+
+LayerOr Rescaling(LayerConfig& c, const LayerFactories&) {
+  std::vector<float> scale = Numbers(c, "scale", 1);
+  std::vector<float> offset = Numbers(c, "offset", 0);
   return graph::MakeRescaling(c.name(), scale, offset);
 }
 

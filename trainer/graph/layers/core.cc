@@ -347,11 +347,18 @@ class GaussianNoise final : public Layer {
 
 class Rescaling final : public Layer {
  public:
-  Rescaling(std::string name, float scale, float offset)
-      : Layer(std::move(name), "Rescaling"), scale_(scale), offset_(offset) {}
+  Rescaling(std::string name, std::vector<float> scale, std::vector<float> offset)
+      : Layer(std::move(name), "Rescaling"), scale_(std::move(scale)), offset_(std::move(offset)) {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
                                            const BuildContext&) override {
     if (in.size() != 1) return LayerError(*this, "takes one input");
+    const int64_t c = in[0].empty() ? 1 : in[0].back();
+    for (const auto* v : {&scale_, &offset_}) {
+      if (v->size() != 1 && static_cast<int64_t>(v->size()) != c) {
+        return LayerError(*this, std::to_string(v->size()) + " scales or offsets for " +
+                                     std::to_string(c) + " channels");
+      }
+    }
     built_ = true;
     return in;
   }
@@ -359,18 +366,26 @@ class Rescaling final : public Layer {
     const Tensor& x = *in.x[0];
     Tensor& y = (*out)[0];
     y.Resize(x.shape());
-    for (int64_t i = 0; i < x.size(); ++i) y[i] = x[i] * scale_ + offset_;
+    const int64_t c = x.shape().back();
+    for (int64_t i = 0; i < x.size(); ++i) y[i] = x[i] * Scale(i % c) + Offset(i % c);
   }
   void Backward(const Args& in, const std::vector<Tensor>&, const std::vector<const Tensor*>& dout,
                 const std::vector<bool>& need, std::vector<Tensor>* din, Saved*) override {
     if (!need[0]) return;
     Tensor& dx = (*din)[0];
     dx.Resize(in.x[0]->shape());
-    for (int64_t i = 0; i < dx.size(); ++i) dx[i] = (*dout[0])[i] * scale_;
+    const int64_t c = dx.shape().back();
+    for (int64_t i = 0; i < dx.size(); ++i) dx[i] = (*dout[0])[i] * Scale(i % c);
   }
 
  private:
-  float scale_, offset_;
+  float Scale(int64_t ch) const {
+    return scale_.size() == 1 ? scale_[0] : scale_[static_cast<size_t>(ch)];
+  }
+  float Offset(int64_t ch) const {
+    return offset_.size() == 1 ? offset_[0] : offset_[static_cast<size_t>(ch)];
+  }
+  std::vector<float> scale_, offset_;
 };
 
 // Broadcasting index map from an output element to an input element (size-1 axes repeat).
@@ -608,7 +623,87 @@ class Concatenate final : public Layer {
   int64_t axis_, a_ = 0;
 };
 
+class Compare final : public Layer {
+ public:
+  Compare(std::string name, std::string cls, CompareOp op, float c)
+      : Layer(std::move(name), std::move(cls)), op_(op), c_(c) {}
+  absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
+                                           const BuildContext&) override {
+    if (in.size() != 1) return LayerError(*this, "takes one tensor and one constant");
+    built_ = true;
+    return in;
+  }
+  void Forward(const Args& in, std::vector<Tensor>* out, Saved*, const CallContext&) override {
+    const Tensor& x = *in.x[0];
+    Tensor& y = (*out)[0];
+    y.Resize(x.shape());
+    for (int64_t i = 0; i < x.size(); ++i) {
+      const float v = x[i];
+      bool r = false;
+      switch (op_) {
+        case CompareOp::kEqual:
+          r = v == c_;
+          break;
+        case CompareOp::kNotEqual:
+          r = v != c_;
+          break;
+        case CompareOp::kGreater:
+          r = v > c_;
+          break;
+        case CompareOp::kGreaterEqual:
+          r = v >= c_;
+          break;
+        case CompareOp::kLess:
+          r = v < c_;
+          break;
+        case CompareOp::kLessEqual:
+          r = v <= c_;
+          break;
+      }
+      y[i] = r ? 1.0f : 0.0f;
+    }
+  }
+  void Backward(const Args&, const std::vector<Tensor>&, const std::vector<const Tensor*>&,
+                const std::vector<bool>&, std::vector<Tensor>*, Saved*) override {}
+  bool Differentiable(size_t) const override { return false; }
+  const Tensor* OutputMask(const Args&, const Saved&) const override { return nullptr; }
+
+ private:
+  CompareOp op_;
+  float c_;
+};
+
+class MaskWith final : public Layer {
+ public:
+  explicit MaskWith(std::string name) : Layer(std::move(name), "mask") {}
+  absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
+                                           const BuildContext&) override {
+    if (in.size() != 2 || in[1].size() != 1) {
+      return LayerError(*this, "a mask must be [batch, time]");
+    }
+    built_ = true;
+    return std::vector<Shape>{in[0]};
+  }
+  void Forward(const Args& in, std::vector<Tensor>* out, Saved*, const CallContext&) override {
+    (*out)[0] = *in.x[0];
+  }
+  void Backward(const Args&, const std::vector<Tensor>&, const std::vector<const Tensor*>& dout,
+                const std::vector<bool>& need, std::vector<Tensor>* din, Saved*) override {
+    if (need[0]) (*din)[0] = *dout[0];
+  }
+  bool Differentiable(size_t input) const override { return input == 0; }
+  const Tensor* OutputMask(const Args& in, const Saved&) const override { return in.x[1]; }
+};
+
 }  // namespace
+
+std::unique_ptr<Layer> MakeCompare(std::string name, std::string class_name, CompareOp op,
+                                   float constant) {
+  return std::make_unique<Compare>(std::move(name), std::move(class_name), op, constant);
+}
+std::unique_ptr<Layer> MakeMaskWith(std::string name) {
+  return std::make_unique<MaskWith>(std::move(name));
+}
 
 std::unique_ptr<Layer> MakeDense(std::string name, DenseOptions o) {
   return std::make_unique<Dense>(std::move(name), std::move(o));
@@ -635,8 +730,9 @@ std::unique_ptr<Layer> MakeDropout(std::string name, float rate, Shape noise_sha
 std::unique_ptr<Layer> MakeGaussianNoise(std::string name, float stddev) {
   return std::make_unique<GaussianNoise>(std::move(name), stddev);
 }
-std::unique_ptr<Layer> MakeRescaling(std::string name, float scale, float offset) {
-  return std::make_unique<Rescaling>(std::move(name), scale, offset);
+std::unique_ptr<Layer> MakeRescaling(std::string name, std::vector<float> scale,
+                                     std::vector<float> offset) {
+  return std::make_unique<Rescaling>(std::move(name), std::move(scale), std::move(offset));
 }
 std::unique_ptr<Layer> MakeMerge(std::string name, std::string class_name, MergeOp op) {
   return std::make_unique<Merge>(std::move(name), std::move(class_name), op);

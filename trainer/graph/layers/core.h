@@ -42,13 +42,22 @@ std::unique_ptr<Layer> MakeRepeatVector(std::string name, int64_t n);
 std::unique_ptr<Layer> MakeDropout(std::string name, float rate, Shape noise_shape);
 // Adds N(0, stddev) noise in training.
 std::unique_ptr<Layer> MakeGaussianNoise(std::string name, float stddev);
-// y = x * scale + offset.
-std::unique_ptr<Layer> MakeRescaling(std::string name, float scale, float offset);
+// y = x * scale + offset; a list of scales or offsets applies along the last axis.
+std::unique_ptr<Layer> MakeRescaling(std::string name, std::vector<float> scale,
+                                     std::vector<float> offset);
 
 enum class MergeOp { kAdd, kSubtract, kMultiply, kAverage, kMaximum, kMinimum };
 // Elementwise merge of inputs of one shape (Keras broadcasts size-1 axes; so does this).
 std::unique_ptr<Layer> MakeMerge(std::string name, std::string class_name, MergeOp op);
 // Concatenation along `axis` (negative counts from the end, as Keras's; batch is axis 0).
 std::unique_ptr<Layer> MakeConcatenate(std::string name, int64_t axis);
+
+enum class CompareOp { kEqual, kNotEqual, kGreater, kGreaterEqual, kLess, kLessEqual };
+// 1 where `x op constant` holds, else 0 (Keras 3's comparison ops recorded as layers, such as
+// the NotEqual that makes a padding mask). Carries no gradient.
+std::unique_ptr<Layer> MakeCompare(std::string name, std::string class_name, CompareOp op,
+                                   float constant);
+// Inputs [x, m]: passes x through with m as its mask (a call's `mask=` argument).
+std::unique_ptr<Layer> MakeMaskWith(std::string name);
 
 }  // namespace lockstep::trainer::graph

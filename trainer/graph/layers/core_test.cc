@@ -54,7 +54,9 @@ TEST(CoreLayersTest, ShapeLayersAndNoiseHaveExactGradients) {
   EXPECT_EQ(CheckLayerGradients(*MakeDropout("d", 0.5f, {}), {RandomTensor({4, 6}, 1)}), "");
   EXPECT_EQ(CheckLayerGradients(*MakeDropout("d", 0.3f, {1, 5}), {RandomTensor({2, 4, 5}, 1)}), "");
   EXPECT_EQ(CheckLayerGradients(*MakeGaussianNoise("n", 0.1f), {RandomTensor({3, 4}, 1)}), "");
-  EXPECT_EQ(CheckLayerGradients(*MakeRescaling("s", 1 / 255.0f, -1), {RandomTensor({3, 4}, 1)}),
+  EXPECT_EQ(CheckLayerGradients(*MakeRescaling("s", {1 / 255.0f}, {-1}), {RandomTensor({3, 4}, 1)}),
+            "");
+  EXPECT_EQ(CheckLayerGradients(*MakeRescaling("s", {1, 2, 3, 4}, {0}), {RandomTensor({3, 4}, 1)}),
             "");
   EXPECT_EQ(CheckLayerGradients(*MakeRelu("r", 6, 0.1f, 0.2f), {RandomTensor({3, 5}, 2)}), "");
 }

@@ -147,7 +147,10 @@ std::string CheckGraphGradients(Graph& g, const std::vector<Tensor>& inputs,
   std::vector<Tensor*> params = g.Params();
   std::ostringstream report;
   std::mt19937_64 pick(o.seed + 99);
-  for (size_t p = 0; p < params.size(); ++p) {
+  const size_t stride =
+      o.max_tensors > 0 ? std::max<size_t>(1, params.size() / static_cast<size_t>(o.max_tensors))
+                        : 1;
+  for (size_t p = 0; p < params.size(); p += stride) {
     for (int64_t j : Sample(params[p]->size(), o.samples, pick)) {
       float* v = &(*params[p])[j];
       const float keep = *v;

@@ -20,6 +20,7 @@ struct GradCheckOptions {
   float eps = 1e-2f;
   double tolerance = 2e-2;  // |analytic - numeric| <= tolerance * max(1, |numeric|)
   int samples = 12;         // coordinates per tensor
+  int max_tensors = 0;      // graphs: check at most this many weight tensors, spread out (0: all)
   uint64_t seed = 7;
   std::vector<const Tensor*> masks;  // input masks (null: none)
 };

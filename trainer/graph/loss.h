@@ -1,0 +1,47 @@
+#pragma once
+// Losses as Keras computes them: each output element's loss over the last axis (summed over
+// the classes for cross-entropies, averaged for the regression losses), then the mean over the
+// batch and any other axes (Keras's sum_over_batch_size). Probabilities are clipped to
+// [1e-7, 1 - 1e-7] as Keras's backend does; from_logits computes from logits stably.
+// Thread-safety: pure functions.
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "trainer/tensor/tensor.h"
+
+namespace lockstep::trainer::graph {
+
+enum class LossKind {
+  kCategoricalCrossentropy,        // one-hot targets of the output's shape
+  kSparseCategoricalCrossentropy,  // class ids: the output's shape without its last axis
+  kBinaryCrossentropy,
+  kMeanSquaredError,
+  kMeanAbsoluteError,
+  kHuber,
+};
+
+struct Loss {
+  LossKind kind = LossKind::kSparseCategoricalCrossentropy;
+  bool from_logits = false;
+  float label_smoothing = 0;
+  float delta = 1;  // Huber
+};
+
+// A Keras loss as a compile config writes it: "sparse_categorical_crossentropy", "mse", or
+// {"class_name": "CategoricalCrossentropy", "config": {"from_logits": true, ...}}.
+// InvalidArgument names an unknown loss or option.
+absl::StatusOr<Loss> ParseLoss(const nlohmann::json& v);
+std::string LossName(const Loss& l);
+
+// The mean loss of `pred` against `target`; fills dpred (may be null) with dL/dpred. A
+// sparse target holds class ids (as floats); an id outside [0, classes) is InvalidArgument.
+absl::StatusOr<double> ComputeLoss(const Loss& l, const Tensor& pred, const Tensor& target,
+                                   Tensor* dpred);
+
+// Predictions counted right, Keras's accuracy for the loss: arg-max against the class id or
+// the one-hot arg-max, or a 0.5 threshold for binary outputs; `count` gets the elements judged.
+int64_t CountCorrect(const Loss& l, const Tensor& pred, const Tensor& target, int64_t* count);
+
+}  // namespace lockstep::trainer::graph

@@ -1,0 +1,245 @@
+// The loader on small configs in each format Keras writes, and its refusals.
+#include "trainer/keras/model_loader.h"
+
+#include <gtest/gtest.h>
+
+#include "trainer/graph/testing/gradcheck.h"
+
+namespace lockstep::trainer::keras {
+namespace {
+
+using nlohmann::json;
+
+json Dense(const std::string& name, int units, const char* act = "linear") {
+  return {{"class_name", "Dense"},
+          {"config", {{"name", name}, {"units", units}, {"activation", act}}}};
+}
+
+TEST(ModelLoaderTest, Keras2SequentialAsAListWithTheShapeOnTheFirstLayer) {
+  json first = Dense("d1", 5, "relu");
+  first["config"]["batch_input_shape"] = {nullptr, 3};
+  json doc = {{"class_name", "Sequential"},
+              {"keras_version", "2.1.2"},
+              {"config", json::array({first, Dense("d2", 2, "softmax")})}};
+  auto m = LoadKerasModel(doc);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->format, "keras2-sequential");
+  EXPECT_EQ(m->graph->NumParams(), 3 * 5 + 5 + 5 * 2 + 2);
+  EXPECT_EQ(m->graph->shape(m->graph->outputs()[0]), Shape({2}));
+  EXPECT_EQ(m->output_names, std::vector<std::string>{"d2"});
+}
+
+TEST(ModelLoaderTest, Keras2SequentialWithAnInputLayerAndNoShapeIsRefused) {
+  json input = {{"class_name", "InputLayer"},
+                {"config",
+                 {{"batch_input_shape", {nullptr, 4}},
+                  {"dtype", "float32"},
+                  {"sparse", false},
+                  {"ragged", false},
+                  {"name", "in"}}}};
+  json doc = {{"class_name", "Sequential"},
+              {"config", {{"name", "s"}, {"layers", {input, Dense("d", 3)}}}}};
+  auto m = LoadKerasModel(doc);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->graph->input_name(0), "in");
+  json none = {{"class_name", "Sequential"},
+               {"config", {{"name", "s"}, {"layers", {Dense("d", 3)}}}}};
+  auto bad = LoadKerasModel(none);
+  EXPECT_NE(bad.status().message().find("declares no input shape"), std::string::npos)
+      << bad.status();
+}
+
+// A functional model with a layer shared by two inputs, as Keras 2 writes it.
+json SharedFunctional() {
+  auto input = [](const char* n) {
+    return json{{"class_name", "InputLayer"},
+                {"name", n},
+                {"config", {{"batch_input_shape", {nullptr, 4}}, {"name", n}}},
+                {"inbound_nodes", json::array()}};
+  };
+  json shared = Dense("shared", 3, "tanh");
+  shared["name"] = "shared";
+  shared["inbound_nodes"] = {{{"a", 0, 0, json::object()}}, {{"b", 0, 0, json::object()}}};
+  json add = {
+      {"class_name", "Add"},
+      {"name", "add"},
+      {"config", {{"name", "add"}}},
+      {"inbound_nodes", {{{"shared", 0, 0, json::object()}, {"shared", 1, 0, json::object()}}}}};
+  json out = Dense("out", 2);
+  out["name"] = "out";
+  out["inbound_nodes"] = {{{"add", 0, 0, json::object()}}};
+  return {{"class_name", "Functional"},
+          {"config",
+           {{"name", "m"},
+            {"layers", {input("a"), input("b"), shared, add, out}},
+            {"input_layers", {{"a", 0, 0}, {"b", 0, 0}}},
+            {"output_layers", {{"out", 0, 0}}}}}};
+}
+
+TEST(ModelLoaderTest, Keras2FunctionalSharesALayerCalledTwice) {
+  auto m = LoadKerasModel(SharedFunctional());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->format, "keras2-functional");
+  EXPECT_EQ(m->graph->num_inputs(), 2u);
+  EXPECT_EQ(m->graph->Params().size(), 4u);
+  EXPECT_EQ(m->graph->num_nodes(), 4u);
+  EXPECT_EQ(
+      graph::testing::CheckGraphGradients(*m->graph, {graph::testing::RandomTensor({2, 4}, 1),
+                                                      graph::testing::RandomTensor({2, 4}, 2)}),
+      "");
+}
+
+TEST(ModelLoaderTest, ANestedModelCalledTwiceSharesItsWeights) {
+  // Keras 2 numbers a nested model's calls from 1.
+  json inner = SharedFunctional();
+  inner["name"] = "inner";
+  inner["config"]["name"] = "inner";
+  inner["inbound_nodes"] = {{{"x", 0, 0, json::object()}, {"y", 0, 0, json::object()}},
+                            {{"y", 0, 0, json::object()}, {"x", 0, 0, json::object()}}};
+  auto input = [](const char* n) {
+    return json{{"class_name", "InputLayer"},
+                {"name", n},
+                {"config", {{"batch_input_shape", {nullptr, 4}}, {"name", n}}},
+                {"inbound_nodes", json::array()}};
+  };
+  json cat = {
+      {"class_name", "Concatenate"},
+      {"name", "cat"},
+      {"config", {{"name", "cat"}, {"axis", -1}}},
+      {"inbound_nodes", {{{"inner", 1, 0, json::object()}, {"inner", 2, 0, json::object()}}}}};
+  json outer = {{"class_name", "Functional"},
+                {"config",
+                 {{"name", "outer"},
+                  {"layers", {input("x"), input("y"), inner, cat}},
+                  {"input_layers", {{"x", 0, 0}, {"y", 0, 0}}},
+                  {"output_layers", {{"cat", 0, 0}}}}}};
+  auto m = LoadKerasModel(outer);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->graph->Params().size(), 4u);  // one set, called twice
+  EXPECT_EQ(m->graph->shape(m->graph->outputs()[0]), Shape({4}));
+}
+
+TEST(ModelLoaderTest, Keras3FunctionalWithTensorsInCallArguments) {
+  auto kt = [](const char* layer) {
+    return json{
+        {"class_name", "__keras_tensor__"},
+        {"config",
+         {{"shape", {nullptr, 6}}, {"dtype", "float32"}, {"keras_history", {layer, 0, 0}}}}};
+  };
+  json policy = {{"module", "keras"},
+                 {"class_name", "DTypePolicy"},
+                 {"config", {{"name", "float32"}}},
+                 {"registered_name", nullptr}};
+  json input = {
+      {"module", "keras.layers"},
+      {"class_name", "InputLayer"},
+      {"config",
+       {{"batch_shape", {nullptr, 6}}, {"dtype", "float32"}, {"sparse", false}, {"name", "ids"}}},
+      {"registered_name", nullptr},
+      {"name", "ids"},
+      {"inbound_nodes", json::array()}};
+  json ne = {{"module", "keras.src.ops.numpy"},
+             {"class_name", "NotEqual"},
+             {"config", {{"name", "not_equal"}}},
+             {"registered_name", "NotEqual"},
+             {"name", "not_equal"},
+             {"inbound_nodes", {{{"args", {kt("ids"), 0}}, {"kwargs", json::object()}}}}};
+  json dense = {{"module", "keras.layers"},
+                {"class_name", "Dense"},
+                {"config", {{"name", "d"}, {"units", 2}, {"dtype", policy}, {"trainable", true}}},
+                {"registered_name", nullptr},
+                {"build_config", {{"input_shape", {nullptr, 6}}}},
+                {"name", "d"},
+                {"inbound_nodes",
+                 {{{"args", {kt("ids")}}, {"kwargs", {{"training", false}, {"mask", nullptr}}}}}}};
+  json mul = {
+      {"module", "keras.layers"},
+      {"class_name", "Multiply"},
+      {"config", {{"name", "mul"}, {"dtype", policy}}},
+      {"registered_name", nullptr},
+      {"name", "mul"},
+      {"inbound_nodes", {{{"args", {{kt("ids"), kt("not_equal")}}}, {"kwargs", json::object()}}}}};
+  json doc = {{"module", "keras"},
+              {"class_name", "Functional"},
+              {"config",
+               {{"name", "f"},
+                {"trainable", true},
+                {"layers", {input, ne, dense, mul}},
+                {"input_layers", {{"ids", 0, 0}}},
+                {"output_layers", {{"d", 0, 0}, {"mul", 0, 0}}}}},
+              {"registered_name", nullptr},
+              {"compile_config", {{"loss", "mse"}, {"optimizer", "adam"}}}};
+  auto m = LoadKerasModel(doc);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->format, "keras3");
+  EXPECT_EQ(m->training_config["loss"], "mse");
+  EXPECT_EQ(m->graph->outputs().size(), 2u);
+  Tensor x({1, 6}, {0, 1, 2, 0, 3, 0});
+  m->graph->Forward({&x}, graph::CallContext{});
+  EXPECT_EQ(m->graph->output(1), Tensor({1, 6}, {0, 1, 2, 0, 3, 0}));
+}
+
+TEST(ModelLoaderTest, TfjsModelTopologyAndItsTrainingConfig) {
+  json first = Dense("d1", 4, "relu");
+  first["config"]["batch_input_shape"] = {nullptr, 5};
+  json doc = {{"format", "layers-model"},
+              {"modelTopology",
+               {{"keras_version", "2.15.0"},
+                {"model_config",
+                 {{"class_name", "Sequential"},
+                  {"config", {{"name", "s"}, {"layers", {first, Dense("d2", 3, "softmax")}}}}}},
+                {"training_config", {{"loss", "sparse_categorical_crossentropy"}}}}},
+              {"weightsManifest", json::array()}};
+  auto m = LoadKerasModel(doc);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->format, "tfjs");
+  EXPECT_EQ(m->training_config["loss"], "sparse_categorical_crossentropy");
+}
+
+TEST(ModelLoaderTest, RefusalsNameTheLayerTheClassAndTheOption) {
+  json first = Dense("d1", 4);
+  first["config"]["batch_input_shape"] = {nullptr, 5};
+  first["config"]["kernel_constraint"] = {{"class_name", "MaxNorm"},
+                                          {"config", {{"max_value", 2}}}};
+  auto m = LoadKerasModel({{"class_name", "Sequential"}, {"config", json::array({first})}});
+  EXPECT_EQ(m.status().message(),
+            "layer 'd1' (Dense): option kernel_constraint={\"class_name\":\"MaxNorm\",\"config\":"
+            "{\"max_value\":2}} is not supported");
+  json lam = {{"class_name", "Lambda"}, {"config", {{"name", "fn"}, {"function", "..."}}}};
+  json seq = {{"class_name", "Sequential"}, {"config", json::array({first, lam})}};
+  seq["config"][0]["config"].erase("kernel_constraint");
+  auto l = LoadKerasModel(seq);
+  EXPECT_NE(l.status().message().find("layer 'fn' (Lambda)"), std::string::npos) << l.status();
+  EXPECT_NE(LoadKerasModel(json{{"class_name", "Dense"}}).status().message().find("not a model"),
+            std::string::npos);
+  EXPECT_EQ(LoadKerasModelFile("/nonexistent/model.json").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(ModelLoaderTest, Keras2ExplicitTrainingArgumentFixesTheCallsMode) {
+  auto input = json{{"class_name", "InputLayer"},
+                    {"name", "x"},
+                    {"config", {{"batch_input_shape", {nullptr, 100}}, {"name", "x"}}},
+                    {"inbound_nodes", json::array()}};
+  json drop = {{"class_name", "Dropout"},
+               {"name", "mc"},
+               {"config", {{"name", "mc"}, {"rate", 0.5}}},
+               {"inbound_nodes", {{{"x", 0, 0, {{"training", true}}}}}}};
+  json doc = {{"class_name", "Functional"},
+              {"config",
+               {{"name", "m"},
+                {"layers", {input, drop}},
+                {"input_layers", {{"x", 0, 0}}},
+                {"output_layers", {{"mc", 0, 0}}}}}};
+  auto m = LoadKerasModel(doc);
+  ASSERT_TRUE(m.ok()) << m.status();
+  Tensor x({1, 100}, 1.0f);
+  std::mt19937_64 rng(1);
+  m->graph->Forward({&x}, graph::CallContext{false, &rng});  // inference, yet it drops
+  int zeros = 0;
+  for (float v : m->graph->output(0).values()) zeros += v == 0.0f;
+  EXPECT_GT(zeros, 20);
+}
+
+}  // namespace
+}  // namespace lockstep::trainer::keras
