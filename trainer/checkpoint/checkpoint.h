@@ -26,7 +26,7 @@ struct CheckpointState {
   int64_t epoch_step = 0;
   std::string model;
   std::string optimizer;
-  std::vector<Tensor> params;
+  std::vector<Tensor> params;  // the model's parameters, then its kept state (Model::State)
   std::vector<Tensor> optimizer_state;
 };
 

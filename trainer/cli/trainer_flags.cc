@@ -44,7 +44,9 @@ std::string TrainerUsage() {
 
 Trains a model with a tf.distribute strategy and serves GET /progress and /metrics.
 
-  --model=mlp|cnn|mlp-large       (default mlp)
+  --model=mlp|cnn|mlp-large|FILE  a built-in model, or a Keras model file: model.to_json()
+                                  (Keras 2 or 3), a .keras archive's config.json, or a
+                                  TensorFlow.js model.json (default mlp; files train on the CPU)
   --dataset=fashion-mnist|synthetic   (default fashion-mnist)
   --data-dir=DIR                  Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)
   --synthetic-size=N              examples in the synthetic dataset (default 10000)
@@ -126,9 +128,9 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
     };
     absl::Status s;
     if (name == "model") {
-      if (value != "mlp" && value != "cnn" && value != "mlp-large") {
-        return Bad(name, value, "mlp, cnn or mlp-large");
-      }
+      // A built-in name, or a Keras model file (model.to_json(), a .keras archive's
+      // config.json, a TF.js model.json), which BuildModel reads and checks.
+      if (value.empty()) return Bad(name, value, "mlp, cnn, mlp-large or a Keras model file");
       c.model = value;
     } else if (name == "dataset") {
       if (value != "fashion-mnist" && value != "synthetic") {

@@ -106,7 +106,7 @@ TEST(TrainerFlagsTest, ErrorsNameTheFlagOrVariable) {
     std::string want;
   };
   for (const Case& c : std::vector<Case>{
-           {{"--model=resnet"}, {}, "--model"},
+           {{"--model="}, {}, "--model"},
            {{"--epochs=0"}, {}, "--epochs"},
            {{"--batch-size=-4"}, {}, "--batch-size"},
            {{"--learning-rate=fast"}, {}, "--learning-rate"},

@@ -85,21 +85,25 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, const std::stri
   return d;
 }
 
-Dataset SyntheticDataset(int64_t n, uint64_t seed, uint64_t split) {
+Dataset SyntheticDataset(int64_t n, uint64_t seed, uint64_t split, const Shape& example,
+                         int32_t classes) {
+  const int64_t size = NumElements(example);
   std::mt19937_64 proto_rng(seed);
   std::normal_distribution<float> noise(0.0f, 1.0f);
-  Tensor prototypes({10, 784});
+  Tensor prototypes({classes, size});
   for (int64_t i = 0; i < prototypes.size(); ++i) prototypes[i] = noise(proto_rng);
   std::mt19937_64 rng(seed * 1000003 + split + 1);
   Dataset d;
-  d.images = Tensor({n, 1, 28, 28});
+  Shape shape{n};
+  shape.insert(shape.end(), example.begin(), example.end());
+  d.images = Tensor(shape);
   d.labels.resize(static_cast<size_t>(n));
-  std::uniform_int_distribution<int32_t> label(0, 9);
+  std::uniform_int_distribution<int32_t> label(0, classes - 1);
   for (int64_t i = 0; i < n; ++i) {
     int32_t l = label(rng);
     d.labels[static_cast<size_t>(i)] = l;
-    for (int64_t j = 0; j < 784; ++j) {
-      d.images[i * 784 + j] = 0.5f * prototypes[l * 784 + j] + noise(rng);
+    for (int64_t j = 0; j < size; ++j) {
+      d.images[i * size + j] = 0.5f * prototypes[l * size + j] + noise(rng);
     }
   }
   return d;

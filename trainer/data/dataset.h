@@ -16,8 +16,8 @@ namespace lockstep::trainer {
 inline constexpr char kDefaultFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
 
 struct Dataset {
-  Tensor images;                // [N, 1, 28, 28]
-  std::vector<int32_t> labels;  // N values in [0, 10)
+  Tensor images;                // [N, 1, 28, 28] (or [N, example...] when synthetic)
+  std::vector<int32_t> labels;  // N values in [0, classes)
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
   int64_t example_size() const { return size() == 0 ? 0 : images.size() / size(); }
 };
@@ -26,9 +26,11 @@ struct Dataset {
 // one (bad magic, sizes that disagree, a label out of range, a short file).
 absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, const std::string& split);
 
-// `n` examples of 10 classes, each class a fixed random prototype plus noise: learnable, so a
-// test can train on it, and reproducible from `seed`. The prototypes come from `seed` alone,
-// so a training split (0) and a test split (1) of one seed are the same task.
-Dataset SyntheticDataset(int64_t n, uint64_t seed, uint64_t split = 0);
+// `n` examples of `classes` classes, each class a fixed random prototype plus noise:
+// learnable, so a test can train on it, and reproducible from `seed`. The prototypes come from
+// `seed` alone, so a training split (0) and a test split (1) of one seed are the same task.
+// Examples are `example`-shaped (Fashion-MNIST's [1, 28, 28] by default, or a model's input).
+Dataset SyntheticDataset(int64_t n, uint64_t seed, uint64_t split = 0,
+                         const Shape& example = {1, 28, 28}, int32_t classes = 10);
 
 }  // namespace lockstep::trainer

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainer/graph/activation.h"
 #include "trainer/tensor/tensor.h"
 
 namespace lockstep::trainer::graph {
@@ -98,6 +99,10 @@ class Layer {
     (void)input;
     return true;
   }
+
+  // The activation the layer ends in (Dense's, an Activation layer's), if any: a model whose
+  // output ends in softmax or sigmoid hands probabilities to its loss.
+  virtual const Activation* output_activation() const { return nullptr; }
 
   std::vector<Weight>& weights() { return weights_; }
   const std::vector<Weight>& weights() const { return weights_; }

@@ -146,7 +146,8 @@ void* DeviceModel::compute_copy() const {
   return compute_ == DType::kF32 ? nullptr : compute_copy_.data();
 }
 
-absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Create(GpuContext* ctx, Model& host,
+absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Create(GpuContext* ctx,
+                                                                 SequentialModel& host,
                                                                  DType compute) {
   std::unique_ptr<DeviceModel> m(new DeviceModel);
   m->ctx_ = ctx;

@@ -24,7 +24,8 @@ class DeviceLayer;
 class DeviceModel {
  public:
   // InvalidArgument naming the layer when one has no GPU implementation (Dropout).
-  static absl::StatusOr<std::unique_ptr<DeviceModel>> Create(cuda::GpuContext* ctx, Model& host,
+  static absl::StatusOr<std::unique_ptr<DeviceModel>> Create(cuda::GpuContext* ctx,
+                                                             SequentialModel& host,
                                                              cuda::DType compute);
   ~DeviceModel();
 

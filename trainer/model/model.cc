@@ -2,8 +2,8 @@
 
 namespace lockstep::trainer {
 
-cpu::XentResult Model::TrainStep(const Tensor& x, const std::vector<int32_t>& labels,
-                                 const GradsReady& grads_ready) {
+cpu::XentResult SequentialModel::TrainStep(const Tensor& x, const std::vector<int32_t>& labels,
+                                           const GradsReady& grads_ready) {
   const Tensor* h = &x;
   for (auto& l : layers_) h = &l->Forward(*h, true);
   cpu::XentResult r = cpu::SoftmaxCrossEntropy(*h, labels, &dlogits_);
@@ -19,13 +19,13 @@ cpu::XentResult Model::TrainStep(const Tensor& x, const std::vector<int32_t>& la
   return r;
 }
 
-cpu::XentResult Model::Evaluate(const Tensor& x, const std::vector<int32_t>& labels) {
+cpu::XentResult SequentialModel::Evaluate(const Tensor& x, const std::vector<int32_t>& labels) {
   const Tensor* h = &x;
   for (auto& l : layers_) h = &l->Forward(*h, false);
   return cpu::SoftmaxCrossEntropy(*h, labels, nullptr);
 }
 
-std::vector<Tensor*> Model::Params() {
+std::vector<Tensor*> SequentialModel::Params() {
   std::vector<Tensor*> out;
   for (auto& l : layers_) {
     for (Tensor* t : l->Params()) out.push_back(t);
@@ -33,7 +33,7 @@ std::vector<Tensor*> Model::Params() {
   return out;
 }
 
-std::vector<Tensor*> Model::Grads() {
+std::vector<Tensor*> SequentialModel::Grads() {
   std::vector<Tensor*> out;
   for (auto& l : layers_) {
     for (Tensor* t : l->Grads()) out.push_back(t);
@@ -47,7 +47,12 @@ int64_t Model::NumParams() {
   return n;
 }
 
-absl::StatusOr<std::unique_ptr<Model>> BuildModel(const std::string& name, uint64_t seed) {
+bool IsBuiltinModel(const std::string& name) {
+  return name == "mlp" || name == "cnn" || name == "mlp-large";
+}
+
+absl::StatusOr<std::unique_ptr<SequentialModel>> BuildBuiltinModel(const std::string& name,
+                                                                   uint64_t seed) {
   std::mt19937 rng(static_cast<uint32_t>(seed ^ (seed >> 32)));
   std::vector<std::unique_ptr<Layer>> l;
   if (name == "mlp") {
@@ -80,9 +85,9 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const std::string& name, uint6
     l.push_back(MakeDense(8192, 10, &rng));
   } else {
     return absl::InvalidArgumentError("--model: unknown model \"" + name +
-                                      "\" (known: mlp, cnn, mlp-large)");
+                                      "\" (known: mlp, cnn, mlp-large, or a Keras model file)");
   }
-  return std::make_unique<Model>(std::move(l));
+  return std::make_unique<SequentialModel>(std::move(l), Shape{1, 28, 28});
 }
 
 }  // namespace lockstep::trainer

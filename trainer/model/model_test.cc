@@ -21,7 +21,7 @@ Tensor Slice(const Dataset& d, int64_t n) {
 // dL/dp from TrainStep against central differences of Evaluate's loss, at a few coordinates of
 // every parameter tensor.
 void CheckModelGradients(const std::string& name) {
-  auto model = *BuildModel(name, 3);
+  auto model = *BuildBuiltinModel(name, 3);
   Dataset d = SyntheticDataset(3, 4);
   Tensor x = Slice(d, 3);
   model->TrainStep(x, d.labels);
@@ -49,18 +49,18 @@ TEST(ModelTest, MlpGradientsMatchFiniteDifferences) { CheckModelGradients("mlp")
 TEST(ModelTest, CnnGradientsMatchFiniteDifferences) { CheckModelGradients("cnn"); }
 
 TEST(ModelTest, ShapesAndParameterCounts) {
-  auto mlp = *BuildModel("mlp", 1);
+  auto mlp = *BuildBuiltinModel("mlp", 1);
   EXPECT_EQ(mlp->NumParams(), 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10);
-  auto cnn = *BuildModel("cnn", 1);
+  auto cnn = *BuildBuiltinModel("cnn", 1);
   EXPECT_EQ(cnn->NumParams(), 32 * 9 + 32 + 64 * 32 * 9 + 64 + 1600 * 128 + 128 + 128 * 10 + 10);
-  EXPECT_EQ(BuildModel("resnet", 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BuildBuiltinModel("resnet", 1).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ModelTest, SameSeedSameTraining) {
   Dataset d = SyntheticDataset(64, 9);
   std::vector<std::vector<float>> finals;
   for (int run = 0; run < 2; ++run) {
-    auto model = *BuildModel("mlp", 42);
+    auto model = *BuildBuiltinModel("mlp", 42);
     auto opt = MakeAdam(1e-3f);
     for (int step = 0; step < 3; ++step) {
       model->TrainStep(d.images, d.labels);
@@ -69,8 +69,8 @@ TEST(ModelTest, SameSeedSameTraining) {
     finals.push_back(model->Params()[0]->values());
   }
   EXPECT_EQ(finals[0], finals[1]);
-  auto other = *BuildModel("mlp", 43);
-  EXPECT_NE(other->Params()[0]->values(), (*BuildModel("mlp", 42))->Params()[0]->values());
+  auto other = *BuildBuiltinModel("mlp", 43);
+  EXPECT_NE(other->Params()[0]->values(), (*BuildBuiltinModel("mlp", 42))->Params()[0]->values());
 }
 
 TEST(ModelTest, DropoutScalesInTrainingAndIsIdentityOtherwise) {

@@ -25,9 +25,15 @@ class CpuEngine final : public Engine {
   absl::Status Load(bool) override { return absl::OkStatus(); }
   absl::Status Store() override { return absl::OkStatus(); }
   absl::StatusOr<cpu::XentResult> TrainStep(const Batch& b) override {
-    if (!reducer_) return model_->TrainStep(b.images, b.labels);
-    return model_->TrainStep(b.images, b.labels,
-                             [&](size_t first, size_t count) { reducer_->Ready(first, count); });
+    cpu::XentResult r =
+        !reducer_ ? model_->TrainStep(b.images, b.labels)
+                  : model_->TrainStep(b.images, b.labels, [&](size_t first, size_t count) {
+                      reducer_->Ready(first, count);
+                    });
+    if (std::string bad = model_->TakeInputError(); !bad.empty()) {
+      return absl::InvalidArgumentError("a batch the model cannot take: " + bad);
+    }
+    return r;
   }
   absl::Status FinishGradients(absl::Duration timeout) override {
     return reducer_ ? reducer_->Finish(timeout) : absl::OkStatus();
@@ -57,6 +63,15 @@ absl::StatusOr<Placement> PlaceReplicas(const TrainerConfig& c) {
     return absl::FailedPreconditionError(absl::StrCat("--device gpu: ", n.why_none));
   }
   Placement p{.gpu = n.count > 0, .gpus = n.count};
+  if (p.gpu && !IsBuiltinModel(c.model)) {
+    // Graph models (Keras model files) have CPU kernels only so far.
+    if (c.device == Device::kGpu) {
+      return absl::FailedPreconditionError(
+          "--device gpu: a Keras model file trains on the CPU in this version (its layers have "
+          "no GPU kernels yet); use --device cpu");
+    }
+    p = Placement{};
+  }
   if (!p.gpu && c.precision != Precision::kFloat32) {
     return absl::FailedPreconditionError(absl::StrCat("--precision ", PrecisionName(c.precision),
                                                       " needs a GPU; the replicas run on the CPU (",

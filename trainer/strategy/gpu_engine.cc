@@ -34,7 +34,7 @@ class GpuEngine final : public Engine {
         cuda::GpuContext::Create(device, {.tf32 = c.tf32});
     if (!ctx.ok()) return ctx.status();
     e->ctx_ = std::move(*ctx);
-    absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(c.model, c.seed);
+    absl::StatusOr<std::unique_ptr<SequentialModel>> model = BuildBuiltinModel(c.model, c.seed);
     if (!model.ok()) return model.status();
     e->model_ = std::move(*model);
     absl::StatusOr<std::unique_ptr<Optimizer>> opt =
@@ -225,7 +225,7 @@ class GpuEngine final : public Engine {
   float momentum_ = 0;
   LossScaler scaler_;
   std::unique_ptr<cuda::GpuContext> ctx_;
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<SequentialModel> model_;
   std::unique_ptr<Optimizer> opt_;
   std::unique_ptr<DeviceModel> dm_;
   cuda::DeviceTensor state1_, state2_;  // sgd: velocity; adam: m, v

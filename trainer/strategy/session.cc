@@ -34,10 +34,28 @@ absl::Status PeerLost(const absl::Status& s) {
 
 absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c) {
   Datasets d;
+  // What one example looks like to the model: a Keras model file says; the built-in models
+  // take Fashion-MNIST's images.
+  Shape example{1, 28, 28};
+  int64_t classes = 10;
+  if (!IsBuiltinModel(c.model)) {
+    absl::StatusOr<std::unique_ptr<Model>> m = BuildModel(c.model, c.seed);
+    if (!m.ok()) return m.status();
+    example = (*m)->example_shape();
+    classes = (*m)->classes();
+  }
   if (c.dataset == "synthetic") {
-    d.train = SyntheticDataset(c.synthetic_size, c.seed);
-    d.test = SyntheticDataset(std::max<int64_t>(c.synthetic_size / 5, 1), c.seed, 1);
+    d.train = SyntheticDataset(c.synthetic_size, c.seed, 0, example, static_cast<int32_t>(classes));
+    d.test = SyntheticDataset(std::max<int64_t>(c.synthetic_size / 5, 1), c.seed, 1, example,
+                              static_cast<int32_t>(classes));
   } else {
+    if (NumElements(example) != 28 * 28 || classes < 10) {
+      return absl::InvalidArgumentError(
+          "--model " + c.model + " takes examples of shape " + ShapeString(example) + " and " +
+          std::to_string(classes) +
+          " classes; Fashion-MNIST has 28x28 images of 10 classes (use --dataset synthetic to "
+          "train it on data of its own shape)");
+    }
     absl::StatusOr<Dataset> tr = LoadFashionMnist(c.data_dir, "train");
     if (!tr.ok()) return tr.status();
     absl::StatusOr<Dataset> te = LoadFashionMnist(c.data_dir, "t10k");
@@ -61,7 +79,9 @@ absl::Status RestoreCheckpoint(const CheckpointState& s, const TrainerConfig& c,
                                       ", not --model=" + c.model + " --optimizer=" + c.optimizer +
                                       "; use another --checkpoint-dir");
   }
+  // The parameters, then the model's kept state (moving statistics).
   std::vector<Tensor*> params = model->Params();
+  for (Tensor* t : model->State()) params.push_back(t);
   std::vector<Tensor*> state = opt->State();
   if (s.params.size() != params.size() || s.optimizer_state.size() != state.size()) {
     return absl::InvalidArgumentError("the checkpoint's tensors do not match the model");
@@ -86,6 +106,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& c, Model* model,
                     .model = c.model,
                     .optimizer = c.optimizer};
   for (Tensor* t : model->Params()) s.params.push_back(*t);
+  for (Tensor* t : model->State()) s.params.push_back(*t);
   for (Tensor* t : opt->State()) s.optimizer_state.push_back(*t);
   return WriteCheckpoint(c.checkpoint_dir, s, c.keep_checkpoints);
 }

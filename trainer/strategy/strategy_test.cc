@@ -38,10 +38,10 @@ std::string TempDir(const std::string& name) {
 }
 
 TrainerConfig Config(const std::string& dir, const std::string& optimizer, int64_t batch,
-                     int64_t steps) {
+                     int64_t steps, const std::string& model = "mlp") {
   TrainerConfig c;
   c.device = Device::kCpu;  // the comparisons below are bit for bit, which NCCL's sums are not
-  c.model = "mlp";
+  c.model = model;
   c.dataset = "synthetic";
   c.synthetic_size = 2048;
   c.batch_size = batch;
@@ -185,6 +185,28 @@ INSTANTIATE_TEST_SUITE_P(Workers, Equivalence,
                                   std::get<1>(p.param) +
                                   (std::get<2>(p.param) ? "_ring" : "_inprocess");
                          });
+
+// The same for graph models built from Keras model files (examples/models/).
+class GraphEquivalence : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GraphEquivalence, FourWorkersMatchOneWorkerWithFourTimesTheBatch) {
+  const std::string model = std::string(LOCKSTEP_SOURCE_DIR) + "/examples/models/" + GetParam();
+  const std::string one = TempDir("graph-one"), many = TempDir("graph-many");
+  TrainerConfig single = Config(one, "sgd", 32, 6, model);
+  single.synthetic_size = 512;
+  auto data = LoadDatasets(single);
+  ASSERT_TRUE(data.ok()) << data.status();
+  ASSERT_TRUE(RunReplica(single, *data, {.evaluate = false}).ok());
+  TrainerConfig multi = Config(many, "sgd", 32, 6, model);
+  auto members = InProcess(4);
+  for (auto& r : RunGroup(multi, *data, members)) ASSERT_TRUE(r.ok()) << r.status();
+  ExpectClose(FinalParams(one), FinalParams(many), 2e-5f);
+  fs::remove_all(one);
+  fs::remove_all(many);
+}
+
+INSTANTIATE_TEST_SUITE_P(KerasFiles, GraphEquivalence, ::testing::Values("mlp.json"),
+                         [](const auto& p) { return p.param.substr(0, p.param.find('.')); });
 
 TEST(MirroredTest, ReduceAlternativesAndCentralStorageTrainAlike) {
   const std::string base = TempDir("mirror-base");

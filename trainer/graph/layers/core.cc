@@ -19,6 +19,7 @@ std::string Str(const Shape& s) { return ShapeString(s); }
 class Dense final : public Layer {
  public:
   Dense(std::string name, DenseOptions o) : Layer(std::move(name), "Dense"), o_(std::move(o)) {}
+  const Activation* output_activation() const override { return &o_.activation; }
 
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
                                            const BuildContext& ctx) override {
@@ -102,6 +103,7 @@ class ActivationLayer final : public Layer {
  public:
   ActivationLayer(std::string name, std::string cls, Activation a)
       : Layer(std::move(name), std::move(cls)), a_(a) {}
+  const Activation* output_activation() const override { return &a_; }
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
                                            const BuildContext&) override {
     if (in.size() != 1) return LayerError(*this, "takes one input");

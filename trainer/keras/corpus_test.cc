@@ -1,0 +1,186 @@
+// The compatibility corpus: thirty model configs that Keras wrote, copied from public
+// repositories (../shared/testdata/keras-configs, see its README). Every file loads, or is
+// refused naming the layer that holds Python code or a user-defined class; every loaded model
+// trains 20 steps on synthetic data of its input and output shapes with a finite loss, and its
+// gradients match finite differences on a small batch.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "trainer/graph/loss.h"
+#include "trainer/graph/testing/gradcheck.h"
+#include "trainer/keras/model_loader.h"
+
+namespace lockstep::trainer::keras {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path CorpusDir() {
+  return fs::path(LOCKSTEP_SOURCE_DIR) / ".." / "shared" / "testdata" / "keras-configs";
+}
+
+std::vector<std::string> CorpusFiles() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(CorpusDir(), ec)) {
+    if (e.path().extension() == ".json") out.push_back(e.path().filename().string());
+  }
+  std::sort(out.begin(), out.end());
+  if (out.empty()) out.push_back("absent");
+  return out;
+}
+
+// The files whose models cannot run here, and the layer class each refusal must name.
+const std::map<std::string, std::string>& ExpectedRefusals() {
+  static const auto* m = new std::map<std::string, std::string>{
+      {"013-dec-nested-seq-customlayer.json", "(ClusteringLayer)"},
+      {"021-inpainting-tfoplayer.json", "(Lambda)"},
+      {"023-srgan-generator-customlayer.json", "(PixelShuffler)"},
+  };
+  return *m;
+}
+
+// Synthetic inputs: token ids where an input feeds an Embedding (or a comparison), values in
+// [-1, 1) elsewhere; an axis the config leaves open gets length 8.
+std::vector<Tensor> Inputs(const graph::Graph& g, int64_t batch, uint64_t seed) {
+  std::vector<Tensor> out;
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < g.num_inputs(); ++i) {
+    Shape s{batch};
+    for (int64_t d : g.shape(g.inputs()[i])) s.push_back(d > 0 ? d : 8);
+    int64_t vocab = 0;
+    for (const graph::Layer* l : g.Consumers(g.inputs()[i])) {
+      if (l->class_name() == "Embedding") vocab = l->weights()[0].value.dim(0);
+      if (vocab == 0 && l->class_name() == "NotEqual") vocab = 2;
+    }
+    Tensor t(s);
+    if (vocab > 0) {
+      std::uniform_int_distribution<int64_t> d(0, std::min<int64_t>(vocab, 40) - 1);
+      for (float& v : t.values()) v = static_cast<float>(d(rng));
+    } else {
+      std::uniform_real_distribution<float> d(-1, 1);
+      for (float& v : t.values()) v = d(rng);
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// A loss for each output from what it looks like: rows of probabilities (softmax) take
+// categorical cross-entropy, values in (0, 1) binary cross-entropy, anything else squared error.
+graph::Loss LossFor(const Tensor& y) {
+  graph::Loss l;
+  const int64_t c = y.shape().back();
+  bool unit = true, simplex = c > 1;
+  for (int64_t r = 0; r < y.size() / c; ++r) {
+    double sum = 0;
+    for (int64_t j = 0; j < c; ++j) {
+      const float v = y[r * c + j];
+      unit = unit && v >= 0 && v <= 1;
+      sum += v;
+    }
+    simplex = simplex && std::abs(sum - 1) < 1e-3;
+  }
+  l.kind = simplex ? graph::LossKind::kCategoricalCrossentropy
+           : unit  ? graph::LossKind::kBinaryCrossentropy
+                   : graph::LossKind::kMeanSquaredError;
+  return l;
+}
+
+Tensor Targets(const graph::Loss& l, const Tensor& y, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Tensor t(y.shape());
+  const int64_t c = y.shape().back();
+  if (l.kind == graph::LossKind::kCategoricalCrossentropy) {
+    std::uniform_int_distribution<int64_t> d(0, c - 1);
+    for (int64_t r = 0; r < y.size() / c; ++r) t[r * c + d(rng)] = 1.0f;
+  } else if (l.kind == graph::LossKind::kBinaryCrossentropy) {
+    std::bernoulli_distribution d(0.5);
+    for (float& v : t.values()) v = d(rng) ? 1.0f : 0.0f;
+  } else {
+    std::normal_distribution<float> d(0, 1);
+    for (float& v : t.values()) v = d(rng);
+  }
+  return t;
+}
+
+class CorpusTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CorpusTest, LoadsOrIsRefusedByNameAndTrains) {
+  if (GetParam() == "absent") {
+    GTEST_SKIP() << "no Keras config corpus at " << CorpusDir() << " (it lives in ../shared)";
+  }
+  const std::string path = (CorpusDir() / GetParam()).string();
+  absl::StatusOr<KerasModel> m = LoadKerasModelFile(path);
+  auto refusal = ExpectedRefusals().find(GetParam());
+  if (refusal != ExpectedRefusals().end()) {
+    ASSERT_FALSE(m.ok()) << GetParam() << " should be refused";
+    EXPECT_NE(m.status().message().find(refusal->second), std::string::npos) << m.status();
+    EXPECT_NE(m.status().message().find("layer '"), std::string::npos) << m.status();
+    return;
+  }
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  graph::Graph& g = *m->graph;
+  ASSERT_GT(g.NumParams(), 0);
+
+  // 20 steps of plain SGD at batch 2: the loss stays finite.
+  const int64_t batch = 2;
+  std::vector<Tensor> x = Inputs(g, batch, 1);
+  std::vector<const Tensor*> xp;
+  for (const Tensor& t : x) xp.push_back(&t);
+  std::mt19937_64 rng(5);
+  std::string error;
+  g.Forward(xp, graph::CallContext{true, &rng, &error});
+  ASSERT_EQ(error, "");
+  std::vector<graph::Loss> losses;
+  std::vector<Tensor> targets;
+  for (size_t k = 0; k < g.outputs().size(); ++k) {
+    losses.push_back(LossFor(g.output(k)));
+    targets.push_back(Targets(losses.back(), g.output(k), 10 + k));
+  }
+  std::vector<Tensor> dy(g.outputs().size());
+  for (int step = 0; step < 20; ++step) {
+    g.Forward(xp, graph::CallContext{true, &rng, &error});
+    ASSERT_EQ(error, "");
+    double loss = g.RegularizationLoss();
+    std::vector<const Tensor*> dyp;
+    for (size_t k = 0; k < dy.size(); ++k) {
+      absl::StatusOr<double> l = graph::ComputeLoss(losses[k], g.output(k), targets[k], &dy[k]);
+      ASSERT_TRUE(l.ok()) << l.status();
+      loss += *l;
+      dyp.push_back(&dy[k]);
+    }
+    ASSERT_TRUE(std::isfinite(loss)) << "step " << step;
+    g.Backward(dyp);
+    std::vector<Tensor*> p = g.Params(), gr = g.Grads();
+    for (size_t i = 0; i < p.size(); ++i) {
+      for (int64_t j = 0; j < p[i]->size(); ++j) (*p[i])[j] -= 0.01f * (*gr[i])[j];
+    }
+  }
+
+  // Gradients against finite differences, in inference mode (no dropout or noise draws; batch
+  // normalisation by its moving statistics) at a few coordinates of a few weights.
+  graph::testing::GradCheckOptions o;
+  o.training = false;
+  o.samples = 2;
+  o.max_tensors = 8;
+  o.eps = 1e-2f;
+  o.tolerance = 5e-2;
+  std::vector<Tensor> small = Inputs(g, 1, 3);
+  EXPECT_EQ(graph::testing::CheckGraphGradients(g, small, o), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Corpus, CorpusTest, ::testing::ValuesIn(CorpusFiles()),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           std::string n = p.param.substr(0, p.param.find('.'));
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return "f" + n;
+                         });
+
+}  // namespace
+}  // namespace lockstep::trainer::keras
