@@ -12,6 +12,7 @@ const LayerFactories& LayerFactories::Get() {
     AddNormalizationLayers(f);
     AddRecurrentLayers(f);
     AddAttentionLayers(f);
+    AddAugmentationLayers(f);
     return f;
   }();
   return *all;
