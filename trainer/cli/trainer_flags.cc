@@ -1,5 +1,9 @@
 #include "trainer/cli/trainer_flags.h"
 
+#include "trainer/keras/model_loader.h"
+#include "trainer/model/model.h"
+#include "trainer/optim/keras_optimizer.h"
+
 #include <algorithm>
 #include <charconv>
 #include <optional>
@@ -38,6 +42,43 @@ bool ParseFloat(const std::string& s, float* out) {
 }
 
 }  // namespace
+
+absl::Status ApplyModelCompileConfig(TrainerConfig* c) {
+  if (IsBuiltinModel(c->model) || c->optimizer_from_flag) return absl::OkStatus();
+  absl::StatusOr<nlohmann::json> doc = keras::ReadJsonFile(c->model);
+  if (!doc.ok()) {
+    return absl::InvalidArgumentError("--model: " + std::string(doc.status().message()));
+  }
+  const nlohmann::json tc = keras::TrainingConfigOf(*doc);
+  if (!tc.is_object()) return absl::OkStatus();
+  nlohmann::json opt =
+      tc.contains("optimizer") ? tc["optimizer"] : tc.value("optimizer_config", nlohmann::json());
+  if (opt.is_null()) return absl::OkStatus();
+  absl::StatusOr<KerasOptimizerOptions> o = ParseKerasOptimizer(opt);
+  if (!o.ok()) {
+    return absl::InvalidArgumentError("--model " + c->model + ": its compile config's " +
+                                      std::string(o.status().message()) +
+                                      " (--optimizer overrides it)");
+  }
+  if (opt.is_string()) opt = {{"class_name", opt}, {"config", nlohmann::json::object()}};
+  if (c->learning_rate_from_flag || c->lr_schedule_from_flag) {
+    // A flag's learning rate or schedule replaces the file's (and its schedule object).
+    if (!c->learning_rate_from_flag) c->learning_rate = o->learning_rate;
+    opt["config"]["learning_rate"] = c->learning_rate;
+  } else {
+    c->learning_rate = o->learning_rate;
+    c->lr_schedule = "constant";  // Keras keeps a plain learning rate constant
+  }
+  if (c->strategy == Strategy::kParameterServer && (o->clipnorm > 0 || o->global_clipnorm > 0)) {
+    return absl::InvalidArgumentError(
+        "--model " + c->model +
+        ": clipnorm and global_clipnorm need every gradient of a tensor in one place; "
+        "ParameterServer updates shards of tensors on several tasks (clipvalue works)");
+  }
+  c->optimizer = o->kind;
+  c->keras_optimizer = opt.dump();
+  return absl::OkStatus();
+}
 
 std::string TrainerUsage() {
   return R"(usage: lockstep-trainer [flags]
@@ -152,14 +193,17 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
     } else if (name == "optimizer") {
       if (value != "adam" && value != "sgd") return Bad(name, value, "adam or sgd");
       c.optimizer = value;
+      c.optimizer_from_flag = true;
     } else if (name == "learning-rate") {
       if (!ParseFloat(value, &c.learning_rate) || !(c.learning_rate > 0)) {
         return Bad(name, value, "a positive number");
       }
       lr_set = true;
+      c.learning_rate_from_flag = true;
     } else if (name == "lr-schedule") {
       if (value != "cosine" && value != "constant") return Bad(name, value, "cosine or constant");
       c.lr_schedule = value;
+      c.lr_schedule_from_flag = true;
     } else if (name == "momentum") {
       if (!ParseFloat(value, &c.momentum) || c.momentum < 0 || c.momentum >= 1) {
         return Bad(name, value, "a number in [0, 1)");

@@ -21,4 +21,9 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
                                                  const std::map<std::string, std::string>& env);
 std::string TrainerUsage();
 
+// For a Keras model file: takes the optimizer, learning rate and schedule it was compiled
+// with (TrainerConfig::keras_optimizer), except where flags said otherwise. Reads the file;
+// InvalidArgument names an optimizer or option the trainer does not support.
+absl::Status ApplyModelCompileConfig(TrainerConfig* c);
+
 }  // namespace lockstep::trainer

@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+
 #include "trainer/progress/progress.h"
 
 namespace lockstep::trainer {
@@ -143,6 +146,40 @@ TEST(TrainerFlagsTest, ErrorsNameTheFlagOrVariable) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.want));
   }
+}
+
+// A model file's compile config supplies the optimizer; flags override it.
+TEST(TrainerFlagsTest, AModelFilesCompileConfigUnlessFlagsSayOtherwise) {
+  const std::string path = ::testing::TempDir() + "/compiled-model.json";
+  {
+    std::ofstream f(path);
+    f << R"({"module": "keras", "class_name": "Sequential", "config": {"name": "s", "layers": []},
+             "compile_config": {"loss": "sparse_categorical_crossentropy",
+               "optimizer": {"module": "keras.optimizers", "class_name": "RMSprop",
+                 "config": {"learning_rate": 0.005, "rho": 0.8, "clipnorm": 1.0}}}})";
+  }
+  auto c = ParseTrainerConfig({"--model=" + path}, {});
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(ApplyModelCompileConfig(&*c).ok());
+  EXPECT_EQ(c->optimizer, "rmsprop");
+  EXPECT_FLOAT_EQ(c->learning_rate, 0.005f);
+  EXPECT_EQ(c->lr_schedule, "constant");
+  EXPECT_NE(c->keras_optimizer.find("\"rho\":0.8"), std::string::npos) << c->keras_optimizer;
+
+  auto lr = ParseTrainerConfig({"--model=" + path, "--learning-rate=0.1"}, {});
+  ASSERT_TRUE(ApplyModelCompileConfig(&*lr).ok());
+  EXPECT_EQ(lr->optimizer, "rmsprop");
+  EXPECT_NE(lr->keras_optimizer.find("\"learning_rate\":0.1"), std::string::npos);
+
+  auto flag = ParseTrainerConfig({"--model=" + path, "--optimizer=sgd"}, {});
+  ASSERT_TRUE(ApplyModelCompileConfig(&*flag).ok());
+  EXPECT_EQ(flag->optimizer, "sgd");
+  EXPECT_EQ(flag->keras_optimizer, "");
+
+  auto ps = ParseTrainerConfig({"--model=" + path, "--strategy=ParameterServer"}, {});
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  EXPECT_NE(ApplyModelCompileConfig(&*ps).message().find("clipnorm"), std::string::npos);
+  std::remove(path.c_str());
 }
 
 TEST(ProgressTrackerTest, ReportsStepLossRateCheckpointAndEta) {

@@ -43,6 +43,13 @@ int main(int argc, char** argv) {
     return kExitBadConfig;
   }
   if (config->json_logs) lockstep::common::SetLogFormat(lockstep::common::LogFormat::kJson);
+  if (!config->help && !config->version) {
+    if (absl::Status s = ApplyModelCompileConfig(&*config); !s.ok()) {
+      WriteTerminationMessage(config->termination_log, "BadConfig", false,
+                              std::string(s.message()));
+      return kExitBadConfig;
+    }
+  }
   if (config->help) {
     std::cout << TrainerUsage();
     return kExitOk;

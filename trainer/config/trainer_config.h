@@ -63,6 +63,10 @@ struct TrainerConfig {
   float learning_rate = 0.001f;
   float momentum = 0.9f;
   std::string lr_schedule = "cosine";  // or "constant"
+  // The Keras optimizer a model file was compiled with (its JSON), used unless --optimizer
+  // was given; --learning-rate and --lr-schedule override its learning rate and schedule.
+  std::string keras_optimizer;
+  bool optimizer_from_flag = false, learning_rate_from_flag = false, lr_schedule_from_flag = false;
   uint64_t seed = 1;
   std::string checkpoint_dir;               // empty: no checkpoints
   std::optional<int64_t> checkpoint_every;  // steps; default: once per epoch

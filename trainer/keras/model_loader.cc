@@ -540,14 +540,38 @@ bool LooksKeras3(const json& m) {
 
 }  // namespace
 
+json TrainingConfigOf(const json& doc) {
+  if (!doc.is_object()) return json();
+  if (doc.contains("modelTopology") && doc["modelTopology"].is_object()) {
+    return doc["modelTopology"].value("training_config", json());
+  }
+  if (doc.contains("compile_config") && doc["compile_config"].is_object()) {
+    return doc["compile_config"];
+  }
+  if (doc.contains("training_config") && doc["training_config"].is_object()) {
+    return doc["training_config"];
+  }
+  return json();
+}
+
+absl::StatusOr<json> ReadJsonFile(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return absl::NotFoundError("model file " + path + " cannot be read");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  json doc = json::parse(ss.str(), nullptr, false);
+  if (doc.is_discarded()) return absl::InvalidArgumentError(path + ": not JSON");
+  return doc;
+}
+
 absl::StatusOr<KerasModel> LoadKerasModel(const json& doc, const LoadOptions& o) {
   KerasModel out;
   const json* model = &doc;
+  out.training_config = TrainingConfigOf(doc);
   if (doc.is_object() && doc.contains("modelTopology")) {  // TensorFlow.js
     const json& topo = doc["modelTopology"];
     out.format = "tfjs";
     model = topo.contains("model_config") ? &topo["model_config"] : &topo;
-    if (topo.contains("training_config")) out.training_config = topo["training_config"];
   }
   const std::string cls = ClassOf(*model);
   if (!IsModelClass(cls)) {
@@ -560,8 +584,6 @@ absl::StatusOr<KerasModel> LoadKerasModel(const json& doc, const LoadOptions& o)
                  : cls == "Sequential" ? "keras2-sequential"
                                        : "keras2-functional";
   }
-  if (out.keras3 && model->contains("compile_config"))
-    out.training_config = (*model)["compile_config"];
   out.name = NameOf(*model);
   if (absl::Status s = CheckClasses(*model, out.keras3); !s.ok()) return s;
   out.graph = std::make_unique<Graph>();
@@ -574,13 +596,9 @@ absl::StatusOr<KerasModel> LoadKerasModel(const json& doc, const LoadOptions& o)
 }
 
 absl::StatusOr<KerasModel> LoadKerasModelFile(const std::string& path, const LoadOptions& o) {
-  std::ifstream f(path);
-  if (!f) return absl::NotFoundError("model file " + path + " cannot be read");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  json doc = json::parse(ss.str(), nullptr, false);
-  if (doc.is_discarded()) return absl::InvalidArgumentError(path + ": not JSON");
-  absl::StatusOr<KerasModel> m = LoadKerasModel(doc, o);
+  absl::StatusOr<json> doc = ReadJsonFile(path);
+  if (!doc.ok()) return doc.status();
+  absl::StatusOr<KerasModel> m = LoadKerasModel(*doc, o);
   if (!m.ok())
     return absl::Status(m.status().code(), path + ": " + std::string(m.status().message()));
   return m;

@@ -46,6 +46,16 @@ struct LoadOptions {
 };
 
 absl::StatusOr<KerasModel> LoadKerasModel(const nlohmann::json& doc, const LoadOptions& o = {});
+// The compile settings a model document carries (TF.js's training_config, Keras 3's
+// compile_config), or null.
+nlohmann::json TrainingConfigOf(const nlohmann::json& doc);
+// Reads a JSON file; NotFound or InvalidArgument naming the path.
+absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path);
+// The compile settings a model document carries (TF.js's training_config, Keras 3's
+// compile_config), or null.
+nlohmann::json TrainingConfigOf(const nlohmann::json& doc);
+// Reads a JSON file; NotFound or InvalidArgument naming the path.
+absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path);
 // Reads a .json file (to_json, a config.json, or a TF.js model.json).
 absl::StatusOr<KerasModel> LoadKerasModelFile(const std::string& path, const LoadOptions& o = {});
 

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "trainer/optim/keras_optimizer.h"
+
 namespace lockstep::trainer {
 namespace {
 
@@ -102,8 +104,34 @@ float ScheduledLearningRate(const std::string& schedule, float base, int64_t ste
   return static_cast<float>(base * 0.5 * (1.0 + std::cos(3.14159265358979323846 * t)));
 }
 
+absl::StatusOr<LearningRate> LearningRate::Make(const std::string& schedule, float base,
+                                                const std::string& keras_optimizer) {
+  LearningRate r;
+  r.schedule_ = schedule;
+  r.base_ = base;
+  if (!keras_optimizer.empty()) {
+    absl::StatusOr<KerasOptimizerOptions> o =
+        ParseKerasOptimizer(nlohmann::json::parse(keras_optimizer, nullptr, false));
+    if (!o.ok()) return o.status();
+    r.keras_schedule_ = o->schedule;
+  }
+  return r;
+}
+
+float LearningRate::At(int64_t step, int64_t total) const {
+  if (!keras_schedule_.is_null()) return KerasScheduleAt(keras_schedule_, step);
+  return ScheduledLearningRate(schedule_, base_, step, total);
+}
+
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const std::string& name, float lr,
-                                                         float momentum) {
+                                                         float momentum,
+                                                         const std::string& keras_optimizer) {
+  if (!keras_optimizer.empty()) {
+    absl::StatusOr<KerasOptimizerOptions> o =
+        ParseKerasOptimizer(nlohmann::json::parse(keras_optimizer, nullptr, false));
+    if (!o.ok()) return o.status();
+    return MakeKerasOptimizer(*o);
+  }
   if (!(lr > 0.0f)) return absl::InvalidArgumentError("--learning-rate must be positive");
   if (name == "sgd") {
     if (momentum < 0.0f || momentum >= 1.0f) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 #include "trainer/tensor/tensor.h"
 
 namespace lockstep::trainer {
@@ -36,12 +37,30 @@ std::unique_ptr<Optimizer> MakeSgd(float lr, float momentum);
 // Adam (Kingma & Ba) with bias correction; beta1 0.9, beta2 0.999, epsilon 1e-7.
 std::unique_ptr<Optimizer> MakeAdam(float lr);
 
-// "sgd" or "adam"; InvalidArgument otherwise.
 // The learning rate at `step` of `total`: `base` throughout ("constant"), or cosine decay
-// from `base` to zero ("cosine").
+// from `base` to zero ("cosine"), or the Keras schedule of `keras_optimizer` (the JSON of a
+// Keras optimizer a model file compiled with; see keras_optimizer.h), whose constant
+// learning rate otherwise holds unless `schedule` came from a flag.
 float ScheduledLearningRate(const std::string& schedule, float base, int64_t step, int64_t total);
 
+// "sgd" or "adam" (the trainer's flags, PyTorch's update rules), or, when `keras_optimizer` is
+// not empty, that Keras optimizer with Keras's rules; InvalidArgument otherwise.
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const std::string& name, float lr,
-                                                         float momentum);
+                                                         float momentum,
+                                                         const std::string& keras_optimizer = "");
+
+// A run's learning rate per step, decided once: a Keras schedule, or ScheduledLearningRate.
+class LearningRate {
+ public:
+  // InvalidArgument when `keras_optimizer` is not a Keras optimizer.
+  static absl::StatusOr<LearningRate> Make(const std::string& schedule, float base,
+                                           const std::string& keras_optimizer);
+  float At(int64_t step, int64_t total) const;
+
+ private:
+  std::string schedule_;
+  float base_ = 0;
+  nlohmann::json keras_schedule_;  // a Keras LearningRateSchedule, or null
+};
 
 }  // namespace lockstep::trainer

@@ -40,6 +40,7 @@ class Service final : public pb::Variables::Service {
                   .learning_rate = req->learning_rate(),
                   .momentum = req->momentum(),
                   .lr_schedule = req->lr_schedule(),
+                  .keras_optimizer = req->keras_optimizer(),
                   .total_steps = req->total_steps(),
                   .sync = req->sync(),
                   .replicas_to_aggregate = req->replicas_to_aggregate()};
@@ -161,6 +162,7 @@ absl::StatusOr<std::pair<bool, int64_t>> PsClient::Init(int task, const ShardVal
   req.set_learning_rate(c.learning_rate);
   req.set_momentum(c.momentum);
   req.set_lr_schedule(c.lr_schedule);
+  req.set_keras_optimizer(c.keras_optimizer);
   req.set_total_steps(c.total_steps);
   req.set_sync(c.sync);
   req.set_replicas_to_aggregate(c.replicas_to_aggregate);

@@ -14,8 +14,8 @@ absl::StatusOr<bool> VariableStore::Init(const std::map<int, std::vector<float>>
     s.value = Tensor({static_cast<int64_t>(v.size())});
     std::copy(v.begin(), v.end(), s.value.data());
     s.grad_sum = Tensor({static_cast<int64_t>(v.size())});
-    absl::StatusOr<std::unique_ptr<Optimizer>> opt =
-        MakeOptimizer(config.optimizer, config.learning_rate, config.momentum);
+    absl::StatusOr<std::unique_ptr<Optimizer>> opt = MakeOptimizer(
+        config.optimizer, config.learning_rate, config.momentum, config.keras_optimizer);
     if (!opt.ok()) return opt.status();
     s.opt = std::move(*opt);
     s.opt->Init({&s.value});
@@ -35,6 +35,10 @@ absl::StatusOr<bool> VariableStore::Init(const std::map<int, std::vector<float>>
     }
     shards_.emplace(id, std::move(s));
   }
+  absl::StatusOr<LearningRate> rate =
+      LearningRate::Make(config.lr_schedule, config.learning_rate, config.keras_optimizer);
+  if (!rate.ok()) return rate.status();
+  rate_ = *rate;
   config_ = std::move(config);
   if (config_.replicas_to_aggregate < 1) config_.replicas_to_aggregate = 1;
   version_ = version;
@@ -80,9 +84,7 @@ void VariableStore::ApplyLocked(const std::map<int, std::vector<float>>& grads, 
       if (it == grads.end()) continue;
       std::copy(it->second.begin(), it->second.end(), g.data());
     }
-    s.opt->set_learning_rate(ScheduledLearningRate(config_.lr_schedule, config_.learning_rate,
-                                                   version_,
-                                                   std::max<int64_t>(config_.total_steps, 1)));
+    s.opt->set_learning_rate(rate_->At(version_, std::max<int64_t>(config_.total_steps, 1)));
     s.opt->Step({&s.value}, {&g});
   }
   ++version_;

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@ struct StoreConfig {
   float learning_rate = 0.001f;
   float momentum = 0.9f;
   std::string lr_schedule = "constant";
+  std::string keras_optimizer;  // TrainerConfig::keras_optimizer
   int64_t total_steps = 0;
   bool sync = false;
   int replicas_to_aggregate = 1;
@@ -73,6 +75,7 @@ class VariableStore {
   bool initialized_ = false;
   bool closed_ = false;
   StoreConfig config_;
+  std::optional<LearningRate> rate_;
   int64_t version_ = 0;
   std::map<int, Shard> shards_;
   int pending_ = 0;  // sync mode: pushes accumulated for the current version

@@ -52,10 +52,13 @@ absl::Status RunSteps(const Run& run, Batcher& batches, int64_t total, int64_t e
   const TrainerConfig& c = run.c;
   const Replica& r = run.r;
   const int64_t per_epoch = batches.steps_per_epoch();
+  absl::StatusOr<LearningRate> rate =
+      LearningRate::Make(c.lr_schedule, c.learning_rate, c.keras_optimizer);
+  if (!rate.ok()) return rate.status();
   while (pos.step < total) {
     const bool stop_here = r.stop_requested && r.stop_requested();
     Batch b = batches.Next();
-    const float lr = ScheduledLearningRate(c.lr_schedule, c.learning_rate, pos.step, total);
+    const float lr = rate->At(pos.step, total);
     absl::StatusOr<cpu::XentResult> out = run.engine.TrainStep(b);
     if (!out.ok()) return out.status();
     const float samples = static_cast<float>(b.labels.size());

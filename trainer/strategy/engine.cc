@@ -93,7 +93,7 @@ absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(const TrainerConfig& c,
   absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(c.model, c.seed);
   if (!model.ok()) return model.status();
   absl::StatusOr<std::unique_ptr<Optimizer>> opt =
-      MakeOptimizer(c.optimizer, c.learning_rate, c.momentum);
+      MakeOptimizer(c.optimizer, c.learning_rate, c.momentum, c.keras_optimizer);
   if (!opt.ok()) return opt.status();
   return std::make_unique<CpuEngine>(std::move(*model), std::move(*opt), comm);
 }

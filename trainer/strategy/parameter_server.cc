@@ -106,6 +106,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
                  .learning_rate = c.learning_rate,
                  .momentum = c.momentum,
                  .lr_schedule = c.lr_schedule,
+                 .keras_optimizer = c.keras_optimizer,
                  .total_steps = total,
                  .sync = sync,
                  .replicas_to_aggregate = sync ? trainers - c.backup_workers : 1};
