@@ -1,1 +1,449 @@
-// Placeholder: this family's layers land in their own commit.
+#include "trainer/graph/layers/normalization.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace lockstep::trainer::graph {
+namespace {
+
+// Keras 3's masked moments divide by sum(mask) + this (backend.epsilon()).
+constexpr double kMaskEpsilon = 1e-7;
+// Normalization's floor on the standard deviation (backend.epsilon()).
+constexpr float kStdFloor = 1e-7f;
+
+class BatchNorm final : public Layer {
+ public:
+  BatchNorm(std::string name, BatchNormOptions o)
+      : Layer(std::move(name), "BatchNormalization"), o_(std::move(o)) {}
+
+  absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
+                                           const BuildContext& ctx) override {
+    if (in.size() != 1 || in[0].empty()) return LayerError(*this, "takes one input of rank >= 2");
+    const auto rank = static_cast<int64_t>(in[0].size());  // without the batch axis
+    if (o_.axis != -1 && o_.axis != rank) {
+      return LayerError(*this, "axis " + std::to_string(o_.axis) +
+                                   " is not the last axis of input " + ShapeString(in[0]) +
+                                   " (only channels-last normalization is supported)");
+    }
+    const int64_t c = in[0].back();
+    if (c <= 0) return LayerError(*this, "the last axis of its input must be known");
+    if (!built_) {
+      if (o_.scale) {
+        Weight& g = AddWeight("gamma", Initialize(o_.gamma_initializer, {c}, ctx.rng));
+        g.l1 = o_.gamma_l1;
+        g.l2 = o_.gamma_l2;
+      }
+      if (o_.center) {
+        Weight& b = AddWeight("beta", Initialize(o_.beta_initializer, {c}, ctx.rng));
+        b.l1 = o_.beta_l1;
+        b.l2 = o_.beta_l2;
+      }
+      AddWeight("moving_mean", Initialize(o_.moving_mean_initializer, {c}, ctx.rng), false);
+      AddWeight("moving_variance", Initialize(o_.moving_variance_initializer, {c}, ctx.rng), false);
+      c_ = c;
+      built_ = true;
+    } else if (c != c_) {
+      return LayerError(*this, "called on inputs of " + std::to_string(c) +
+                                   " channels, built for " + std::to_string(c_));
+    }
+    return in;
+  }
+
+  void Forward(const Args& in, std::vector<Tensor>* out, Saved* s,
+               const CallContext& ctx) override {
+    const Tensor& x = *in.x[0];
+    const int64_t c = c_, rows = x.size() / c;
+    const bool batch = ctx.training && trainable();
+    const Tensor* mask = batch ? Mask(in, rows) : nullptr;
+    s->t.resize(3);
+    s->i.assign({batch ? 1 : 0});
+    Tensor& mean = s->t[0];
+    Tensor& rstd = s->t[1];
+    Tensor& denom = s->t[2];  // the statistics' divisor
+    mean.Resize({c});
+    rstd.Resize({c});
+    denom.Resize({1});
+    const float* xp = x.data();
+    if (batch) {
+      std::vector<double> sum(static_cast<size_t>(c), 0.0), sq(static_cast<size_t>(c), 0.0);
+      double d = static_cast<double>(rows);
+      if (mask != nullptr) {
+        d = kMaskEpsilon;
+        for (int64_t r = 0; r < rows; ++r) d += (*mask)[r];
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        const float m = mask == nullptr ? 1.0f : (*mask)[r];
+        if (m == 0) continue;
+        const float* xr = xp + r * c;
+        for (int64_t j = 0; j < c; ++j) sum[static_cast<size_t>(j)] += m * xr[j];
+      }
+      for (int64_t j = 0; j < c; ++j) mean[j] = static_cast<float>(sum[static_cast<size_t>(j)] / d);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float m = mask == nullptr ? 1.0f : (*mask)[r];
+        if (m == 0) continue;
+        const float* xr = xp + r * c;
+        for (int64_t j = 0; j < c; ++j) {
+          const double v = xr[j] - mean[j];
+          sq[static_cast<size_t>(j)] += m * v * v;
+        }
+      }
+      Tensor& mm = Moving(0);
+      Tensor& mv = Moving(1);
+      const float mo = o_.momentum;
+      for (int64_t j = 0; j < c; ++j) {
+        const auto var = static_cast<float>(sq[static_cast<size_t>(j)] / d);
+        rstd[j] = 1.0f / std::sqrt(var + o_.epsilon);
+        mm[j] = mm[j] * mo + mean[j] * (1 - mo);
+        mv[j] = mv[j] * mo + var * (1 - mo);
+      }
+      denom[0] = static_cast<float>(d);
+    } else {
+      const Tensor& mm = Moving(0);
+      const Tensor& mv = Moving(1);
+      for (int64_t j = 0; j < c; ++j) {
+        mean[j] = mm[j];
+        rstd[j] = 1.0f / std::sqrt(mv[j] + o_.epsilon);
+      }
+    }
+    // y = x * scale + shift per channel.
+    std::vector<float> scale(static_cast<size_t>(c)), shift(static_cast<size_t>(c));
+    for (int64_t j = 0; j < c; ++j) {
+      const auto u = static_cast<size_t>(j);
+      scale[u] = rstd[j] * (o_.scale ? Gamma()[j] : 1.0f);
+      shift[u] = (o_.center ? Beta()[j] : 0.0f) - mean[j] * scale[u];
+    }
+    Tensor& y = (*out)[0];
+    y.Resize(x.shape());
+    float* yp = y.data();
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = xp + r * c;
+      float* yr = yp + r * c;
+      for (int64_t j = 0; j < c; ++j) {
+        yr[j] = xr[j] * scale[static_cast<size_t>(j)] + shift[static_cast<size_t>(j)];
+      }
+    }
+  }
+
+  void Backward(const Args& in, const std::vector<Tensor>&, const std::vector<const Tensor*>& dout,
+                const std::vector<bool>& need, std::vector<Tensor>* din, Saved* s) override {
+    const Tensor& x = *in.x[0];
+    const Tensor& dy = *dout[0];
+    const int64_t c = c_, rows = x.size() / c;
+    const bool batch = s->i[0] != 0;
+    const Tensor* mask = batch ? Mask(in, rows) : nullptr;
+    const Tensor& mean = s->t[0];
+    const Tensor& rstd = s->t[1];
+    const float* xp = x.data();
+    const float* gp = dy.data();
+    // Per channel: A = sum dy, B = sum dy (x - mean), Q = sum m (x - mean).
+    std::vector<double> a(static_cast<size_t>(c), 0.0), b(a), q(a);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = xp + r * c;
+      const float* gr = gp + r * c;
+      for (int64_t j = 0; j < c; ++j) {
+        const auto u = static_cast<size_t>(j);
+        a[u] += gr[j];
+        b[u] += static_cast<double>(gr[j]) * (xr[j] - mean[j]);
+      }
+    }
+    if (mask != nullptr) {
+      for (int64_t r = 0; r < rows; ++r) {
+        if ((*mask)[r] == 0) continue;
+        const float* xr = xp + r * c;
+        for (int64_t j = 0; j < c; ++j) q[static_cast<size_t>(j)] += xr[j] - mean[j];
+      }
+    }
+    if (trainable()) {
+      size_t w = 0;
+      if (o_.scale && weights()[w].trainable) {
+        float* dg = weights()[w].grad.data();
+        for (int64_t j = 0; j < c; ++j) {
+          dg[j] += static_cast<float>(b[static_cast<size_t>(j)]) * rstd[j];
+        }
+      }
+      if (o_.scale) ++w;
+      if (o_.center && weights()[w].trainable) {
+        float* db = weights()[w].grad.data();
+        for (int64_t j = 0; j < c; ++j) db[j] += static_cast<float>(a[static_cast<size_t>(j)]);
+      }
+    }
+    if (!need[0]) return;
+    Tensor& dx = (*din)[0];
+    dx.Resize(x.shape());
+    float* dxp = dx.data();
+    // dx = g r + m (dmean + 2 dvar (x - mean)) / D with g = dy gamma; in inference only g r.
+    std::vector<float> gr_scale(static_cast<size_t>(c)), k0(gr_scale), k1(gr_scale);
+    const double d = batch ? s->t[2][0] : 1.0;
+    for (int64_t j = 0; j < c; ++j) {
+      const auto u = static_cast<size_t>(j);
+      const double gamma = o_.scale ? Gamma()[j] : 1.0f;
+      const double r = rstd[j];
+      gr_scale[u] = static_cast<float>(gamma * r);
+      if (batch) {
+        const double dvar = -0.5 * r * r * r * gamma * b[u];
+        const double dmean = -r * gamma * a[u] - 2.0 * dvar * q[u] / d;
+        k0[u] = static_cast<float>(dmean / d);
+        k1[u] = static_cast<float>(2.0 * dvar / d);
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = xp + r * c;
+      const float* g = gp + r * c;
+      float* dr = dxp + r * c;
+      const float m = !batch ? 0.0f : mask == nullptr ? 1.0f : (*mask)[r];
+      for (int64_t j = 0; j < c; ++j) {
+        const auto u = static_cast<size_t>(j);
+        dr[j] = g[j] * gr_scale[u] + m * (k0[u] + k1[u] * (xr[j] - mean[j]));
+      }
+    }
+  }
+
+ private:
+  // A [batch, time] mask over the rows (null when absent or shaped otherwise).
+  static const Tensor* Mask(const Args& in, int64_t rows) {
+    const Tensor* m = in.mask0();
+    return m != nullptr && m->size() == rows ? m : nullptr;
+  }
+  const Tensor& Gamma() const { return weights()[0].value; }
+  const Tensor& Beta() const { return weights()[o_.scale ? 1 : 0].value; }
+  // 0: moving_mean, 1: moving_variance.
+  Tensor& Moving(size_t k) { return weights()[(o_.scale ? 1 : 0) + (o_.center ? 1 : 0) + k].value; }
+
+  BatchNormOptions o_;
+  int64_t c_ = 0;
+};
+
+class LayerNorm final : public Layer {
+ public:
+  LayerNorm(std::string name, LayerNormOptions o)
+      : Layer(std::move(name), "LayerNormalization"), o_(std::move(o)) {}
+
+  absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
+                                           const BuildContext& ctx) override {
+    if (in.size() != 1 || in[0].empty()) return LayerError(*this, "takes one input of rank >= 2");
+    const auto rank = static_cast<int64_t>(in[0].size()) + 1;  // with the batch axis
+    std::vector<int64_t> axes;
+    for (int64_t a : o_.axes) axes.push_back(a < 0 ? a + rank : a);
+    bool trailing = !axes.empty() && static_cast<int64_t>(axes.size()) < rank;
+    for (size_t i = 0; i < axes.size(); ++i) {
+      trailing = trailing && axes[i] == rank - static_cast<int64_t>(axes.size() - i);
+    }
+    if (!trailing) {
+      return LayerError(*this, "axis " + ShapeString(o_.axes) + " of input " + ShapeString(in[0]) +
+                                   " is not supported (the axes must be the trailing ones, "
+                                   "in order)");
+    }
+    Shape group(in[0].end() - static_cast<int64_t>(axes.size()), in[0].end());
+    if (std::any_of(group.begin(), group.end(), [](int64_t d) { return d <= 0; })) {
+      return LayerError(*this,
+                        "the normalized axes of input " + ShapeString(in[0]) + " must be known");
+    }
+    if (!built_) {
+      if (o_.scale) {
+        Weight& g = AddWeight("gamma", Initialize(o_.gamma_initializer, group, ctx.rng));
+        g.l1 = o_.gamma_l1;
+        g.l2 = o_.gamma_l2;
+      }
+      if (o_.center) {
+        Weight& b = AddWeight("beta", Initialize(o_.beta_initializer, group, ctx.rng));
+        b.l1 = o_.beta_l1;
+        b.l2 = o_.beta_l2;
+      }
+      group_ = group;
+      built_ = true;
+    } else if (group != group_) {
+      return LayerError(*this, "called on input " + ShapeString(in[0]) + ", built for axes of " +
+                                   ShapeString(group_));
+    }
+    return in;
+  }
+
+  void Forward(const Args& in, std::vector<Tensor>* out, Saved* s, const CallContext&) override {
+    const Tensor& x = *in.x[0];
+    const int64_t g = NumElements(group_), rows = x.size() / g;
+    s->t.resize(2);
+    Tensor& mean = s->t[0];
+    Tensor& rstd = s->t[1];
+    mean.Resize({rows});
+    rstd.Resize({rows});
+    Tensor& y = (*out)[0];
+    y.Resize(x.shape());
+    const float* gamma = o_.scale ? weights()[0].value.data() : nullptr;
+    const float* beta = o_.center ? weights()[o_.scale ? 1 : 0].value.data() : nullptr;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x.data() + r * g;
+      float* yr = y.data() + r * g;
+      double sum = 0;
+      for (int64_t j = 0; j < g; ++j) sum += xr[j];
+      const auto mu = static_cast<float>(sum / static_cast<double>(g));
+      double sq = 0;
+      for (int64_t j = 0; j < g; ++j) {
+        const double v = xr[j] - mu;
+        sq += v * v;
+      }
+      const auto rs = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(g) + o_.epsilon));
+      mean[r] = mu;
+      rstd[r] = rs;
+      for (int64_t j = 0; j < g; ++j) {
+        float v = (xr[j] - mu) * rs;
+        if (gamma != nullptr) v *= gamma[j];
+        if (beta != nullptr) v += beta[j];
+        yr[j] = v;
+      }
+    }
+  }
+
+  void Backward(const Args& in, const std::vector<Tensor>&, const std::vector<const Tensor*>& dout,
+                const std::vector<bool>& need, std::vector<Tensor>* din, Saved* s) override {
+    const Tensor& x = *in.x[0];
+    const Tensor& dy = *dout[0];
+    const int64_t g = NumElements(group_), rows = x.size() / g;
+    const Tensor& mean = s->t[0];
+    const Tensor& rstd = s->t[1];
+    const float* gamma = o_.scale ? weights()[0].value.data() : nullptr;
+    float* dgamma = o_.scale && weights()[0].trainable ? weights()[0].grad.data() : nullptr;
+    const size_t bi = o_.scale ? 1 : 0;
+    float* dbeta = o_.center && weights()[bi].trainable ? weights()[bi].grad.data() : nullptr;
+    if (need[0]) (*din)[0].Resize(x.shape());
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x.data() + r * g;
+      const float* gr = dy.data() + r * g;
+      const float mu = mean[r], rs = rstd[r];
+      double sg = 0, sgx = 0;  // sums of gamma dy and of gamma dy xhat
+      for (int64_t j = 0; j < g; ++j) {
+        const float xhat = (xr[j] - mu) * rs;
+        const float gj = gamma != nullptr ? gr[j] * gamma[j] : gr[j];
+        sg += gj;
+        sgx += static_cast<double>(gj) * xhat;
+        if (dgamma != nullptr) dgamma[j] += gr[j] * xhat;
+        if (dbeta != nullptr) dbeta[j] += gr[j];
+      }
+      if (!need[0]) continue;
+      const auto mg = static_cast<float>(sg / static_cast<double>(g));
+      const auto mgx = static_cast<float>(sgx / static_cast<double>(g));
+      float* dr = (*din)[0].data() + r * g;
+      for (int64_t j = 0; j < g; ++j) {
+        const float xhat = (xr[j] - mu) * rs;
+        const float gj = gamma != nullptr ? gr[j] * gamma[j] : gr[j];
+        dr[j] = rs * (gj - mg - xhat * mgx);
+      }
+    }
+  }
+
+ private:
+  LayerNormOptions o_;
+  Shape group_;
+};
+
+class Normalization final : public Layer {
+ public:
+  Normalization(std::string name, NormalizationOptions o)
+      : Layer(std::move(name), "Normalization"), o_(std::move(o)) {}
+
+  absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
+                                           const BuildContext&) override {
+    if (in.size() != 1) return LayerError(*this, "takes one input");
+    const auto rank = static_cast<int64_t>(in[0].size());  // without the batch axis
+    int64_t c = 1;
+    if (o_.axis) {
+      const int64_t a = *o_.axis < 0 ? *o_.axis + rank + 1 : *o_.axis;
+      if (rank == 0 || a != rank) {
+        return LayerError(*this, "axis " + std::to_string(*o_.axis) +
+                                     " is not the last axis of input " + ShapeString(in[0]) +
+                                     " (supported: the last axis, or None)");
+      }
+      c = in[0].back();
+      if (c <= 0) return LayerError(*this, "the last axis of its input must be known");
+    }
+    if (o_.mean) {
+      for (const auto* v : {&*o_.mean, &*o_.variance}) {
+        if (v->size() != 1 && static_cast<int64_t>(v->size()) != c) {
+          return LayerError(*this, "mean and variance have " + std::to_string(v->size()) +
+                                       " values; the input has " + std::to_string(c) + " channels");
+        }
+      }
+    }
+    if (!built_) {
+      if (!o_.mean) {
+        const Shape shape = o_.axis ? Shape{c} : Shape{};
+        AddWeight("mean", Tensor(shape, 0.0f), false);
+        AddWeight("variance", Tensor(shape, 1.0f), false);
+        AddWeight("count", Tensor(Shape{}, 0.0f), false);  // Keras keeps an int64
+      }
+      c_ = c;
+      built_ = true;
+    } else if (c != c_) {
+      return LayerError(*this, "called on inputs of " + std::to_string(c) +
+                                   " channels, built for " + std::to_string(c_));
+    }
+    return in;
+  }
+
+  void Forward(const Args& in, std::vector<Tensor>* out, Saved*, const CallContext&) override {
+    const Tensor& x = *in.x[0];
+    Stats();
+    const int64_t c = c_, rows = x.size() / c;
+    Tensor& y = (*out)[0];
+    y.Resize(x.shape());
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x.data() + r * c;
+      float* yr = y.data() + r * c;
+      for (int64_t j = 0; j < c; ++j) {
+        const auto u = static_cast<size_t>(j);
+        yr[j] = o_.invert ? xr[j] * std_[u] + mean_[u] : (xr[j] - mean_[u]) / std_[u];
+      }
+    }
+  }
+
+  void Backward(const Args& in, const std::vector<Tensor>&, const std::vector<const Tensor*>& dout,
+                const std::vector<bool>& need, std::vector<Tensor>* din, Saved*) override {
+    if (!need[0]) return;
+    const Tensor& x = *in.x[0];
+    Stats();
+    const int64_t c = c_, rows = x.size() / c;
+    Tensor& dx = (*din)[0];
+    dx.Resize(x.shape());
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* g = dout[0]->data() + r * c;
+      float* d = dx.data() + r * c;
+      for (int64_t j = 0; j < c; ++j) {
+        const auto u = static_cast<size_t>(j);
+        d[j] = o_.invert ? g[j] * std_[u] : g[j] / std_[u];
+      }
+    }
+  }
+
+ private:
+  // The per-channel mean and max(sqrt(variance), 1e-7) from the config or the weights.
+  void Stats() {
+    const auto c = static_cast<size_t>(c_);
+    mean_.assign(c, 0.0f);
+    std_.assign(c, 1.0f);
+    const float* m = o_.mean ? o_.mean->data() : weights()[0].value.data();
+    const float* v = o_.mean ? o_.variance->data() : weights()[1].value.data();
+    const size_t n = o_.mean ? o_.mean->size() : static_cast<size_t>(weights()[0].value.size());
+    for (size_t j = 0; j < c; ++j) {
+      const size_t k = n == 1 ? 0 : j;
+      mean_[j] = m[k];
+      std_[j] = std::max(std::sqrt(v[k]), kStdFloor);
+    }
+  }
+
+  NormalizationOptions o_;
+  int64_t c_ = 1;
+  std::vector<float> mean_, std_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> MakeBatchNormalization(std::string name, BatchNormOptions o) {
+  return std::make_unique<BatchNorm>(std::move(name), std::move(o));
+}
+std::unique_ptr<Layer> MakeLayerNormalization(std::string name, LayerNormOptions o) {
+  return std::make_unique<LayerNorm>(std::move(name), std::move(o));
+}
+std::unique_ptr<Layer> MakeNormalization(std::string name, NormalizationOptions o) {
+  return std::make_unique<Normalization>(std::move(name), std::move(o));
+}
+
+}  // namespace lockstep::trainer::graph
