@@ -116,12 +116,23 @@ LayerOr Recurrent(LayerConfig& c, graph::RnnCell cell) {
   NoConstraints(c, {"kernel_constraint", "recurrent_constraint", "bias_constraint"});
   o.dropout = c.Float("dropout", 0);
   if (o.dropout < 0 || o.dropout > 1) c.Error("option dropout must be in [0, 1]");
-  // Dropout on the recurrent state is not implemented.
-  c.Expect("recurrent_dropout", 0.0);
-  // Keras 2's implementation 0 and 1 draw an input dropout mask per gate, 2 one for all; the
-  // arithmetic is the same (Keras 3 does not write it).
+  o.recurrent_dropout = c.Float("recurrent_dropout", 0);
+  if (o.recurrent_dropout < 0 || o.recurrent_dropout > 1) {
+    c.Error("option recurrent_dropout must be in [0, 1]");
+  }
+  const bool rdrop = o.recurrent_dropout > 0 && o.recurrent_dropout < 1;
+  // Implementation 0 and 1 draw a dropout mask per gate, 2 one for all; otherwise the
+  // arithmetic is the same. Keras 3 does not write it and switches to 1 under recurrent
+  // dropout, as tf.keras does (and then writes 1).
   const int64_t implementation = c.Int("implementation", 2);
-  o.dropout_per_gate = gated && implementation < 2;
+  const bool per_gate = gated && (implementation < 2 || (c.keras3() && rdrop));
+  o.dropout_per_gate = per_gate;
+  o.recurrent_dropout_per_gate = per_gate;
+  if (cell == graph::RnnCell::kGru && rdrop && !per_gate) {
+    // Keras 2.1-2.2's GRU with implementation 2 dropped out the state it carries too.
+    c.Refuse("option recurrent_dropout=" + Show(c.raw()["recurrent_dropout"]) +
+             " with implementation=2");
+  }
   o.return_sequences = c.Bool("return_sequences", false);
   o.return_state = c.Bool("return_state", false);
   o.go_backwards = c.Bool("go_backwards", false);

@@ -278,22 +278,23 @@ void AddColumnSums(const float* src, int64_t rows, int64_t n, float* dst) {
 
 // What a call keeps in Saved::t.
 enum SavedSlot : size_t {
-  kX,     // [T*B, in] inputs in processing order (dropout applied when one mask)
-  kA,     // [T*B, G*u] gate pre-activations
-  kG,     // [T*B, G*u] gate activations (SimpleRNN: the candidate h)
-  kH,     // [(T+1)*B, u] hidden states, h0 first
-  kC,     // [(T+1)*B, u] LSTM cell states, c0 first
-  kE,     // [T*B, u] LSTM act(c); GRU reset_after h' U_h + b'_h; reset_before r * h'
-  kM,     // [T*B] the mask of each step's rows (1: step taken)
-  kDrop,  // [masks, B, in] input dropout masks (scaled), empty when none
-  kYc,    // [B, u] the output carried over masked steps
-  kDA,    // backward: [T*B, G*u] d(pre-activations)
-  kDR,    // backward: GRU reset_after [T*B, 3u] d(h' U + b')
-  kGH,    // backward: [B, u] dL/dh carried back
-  kGC,    // backward: [B, u] dL/dc carried back
-  kGY,    // backward: [B, u] dL/d(carried output)
-  kT1,    // scratch
-  kT2,    // scratch
+  kX,      // [T*B, in] inputs in processing order (dropout applied when one mask)
+  kA,      // [T*B, G*u] gate pre-activations
+  kG,      // [T*B, G*u] gate activations (SimpleRNN: the candidate h)
+  kH,      // [(T+1)*B, u] hidden states, h0 first
+  kC,      // [(T+1)*B, u] LSTM cell states, c0 first
+  kE,      // [T*B, u] LSTM act(c); GRU reset_after h' U_h + b'_h; reset_before r * h'
+  kM,      // [T*B] the mask of each step's rows (1: step taken)
+  kDrop,   // [masks, B, in] input dropout masks (scaled), empty when none
+  kRDrop,  // [masks, B, u] recurrent dropout masks (scaled), empty when none
+  kYc,     // [B, u] the output carried over masked steps
+  kDA,     // backward: [T*B, G*u] d(pre-activations)
+  kDR,     // backward: GRU reset_after [T*B, 3u] d(h' U + b')
+  kGH,     // backward: [B, u] dL/dh carried back
+  kGC,     // backward: [B, u] dL/dc carried back
+  kGY,     // backward: [B, u] dL/d(carried output)
+  kT1,     // scratch
+  kT2,     // scratch
   kSlots,
 };
 
@@ -460,7 +461,18 @@ class Rnn final : public Layer {
     yc.Fill(0.0f);
     const bool zero_out = o_.zero_output_for_mask && o_.return_sequences;
     const float* rk = weights()[1].value.data();
-    if (cell_ == RnnCell::kGru && !o_.reset_after) SplitGruRecurrent(rk);
+    // Recurrent dropout: masks on the state each gate's recurrent product reads.
+    const bool rdrop =
+        ctx.training && o_.recurrent_dropout > 0 && o_.recurrent_dropout < 1 && ctx.rng != nullptr;
+    Tensor& rm = st[kRDrop];
+    rm.Resize({rdrop ? (o_.recurrent_dropout_per_gate ? gates_ : 1) : 0, b, u});
+    if (rdrop) {
+      std::bernoulli_distribution keep(1.0 - static_cast<double>(o_.recurrent_dropout));
+      const float scale = 1.0f / (1.0f - o_.recurrent_dropout);
+      for (float& v : rm.values()) v = keep(*ctx.rng) ? scale : 0.0f;
+    }
+    PrepareRecurrent(rk, rm.dim(0));
+    const float* cand = CandidateMask(rm);
 
     for (int64_t step = 0; step < (b > 0 ? t : 0); ++step) {
       const int64_t off = step * b;
@@ -471,11 +483,11 @@ class Rnn final : public Layer {
       const float* ms = m.data() + off;
       switch (cell_) {
         case RnnCell::kSimpleRnn:
-          cpu::Gemm(false, false, b, u, u, 1.0f, hp, rk, 1.0f, as);
+          RecurrentProject(hp, b, 0, 1, as, gu, rm);
           act_.Forward(o_.activation, as, gs, b, u, 0, u);
           break;
         case RnnCell::kLstm: {
-          cpu::Gemm(false, false, b, gu, u, 1.0f, hp, rk, 1.0f, as);
+          RecurrentProject(hp, b, 0, gates_, as, gu, rm);
           act_.Forward(o_.recurrent_activation, as, gs, b, gu, 0, 2 * u);
           act_.Forward(o_.activation, as, gs, b, gu, 2 * u, u);
           act_.Forward(o_.recurrent_activation, as, gs, b, gu, 3 * u, u);
@@ -499,9 +511,10 @@ class Rnn final : public Layer {
             rr.Resize({b, gu});
             if (bias != nullptr) {
               for (int64_t r = 0; r < b; ++r) std::copy_n(bias + gu, gu, rr.data() + r * gu);
+            } else {
+              rr.Fill(0.0f);
             }
-            cpu::Gemm(false, false, b, gu, u, 1.0f, hp, rk, bias != nullptr ? 1.0f : 0.0f,
-                      rr.data());
+            RecurrentProject(hp, b, 0, gates_, rr.data(), gu, rm);
             for (int64_t r = 0; r < b; ++r) {
               for (int64_t j = 0; j < 2 * u; ++j) as[r * gu + j] += rr[r * gu + j];
             }
@@ -514,13 +527,13 @@ class Rnn final : public Layer {
               }
             }
           } else {
-            Tensor& t1 = st[kT1];
-            t1.Resize({b, 2 * u});
-            cpu::Gemm(false, false, b, 2 * u, u, 1.0f, hp, uzr_.data(), 0.0f, t1.data());
-            AddCols(t1.data(), b, gu, 0, 2 * u, as);
+            RecurrentProject(hp, b, 0, 2, as, gu, rm);
             act_.Forward(o_.recurrent_activation, as, gs, b, gu, 0, 2 * u);
             for (int64_t r = 0; r < b; ++r) {
-              for (int64_t j = 0; j < u; ++j) es[r * u + j] = gs[r * gu + u + j] * hp[r * u + j];
+              for (int64_t j = 0; j < u; ++j) {
+                const int64_t k = r * u + j;
+                es[k] = gs[r * gu + u + j] * hp[k] * (cand != nullptr ? cand[k] : 1.0f);
+              }
             }
             Tensor& t2 = st[kT2];
             t2.Resize({b, u});
@@ -608,7 +621,9 @@ class Rnn final : public Layer {
     const float* dys = o_.return_sequences ? dout[0]->data() : nullptr;
     const bool zero_out = o_.zero_output_for_mask && o_.return_sequences;
     const float* rk = weights()[1].value.data();
-    if (cell_ == RnnCell::kGru && !o_.reset_after) SplitGruRecurrent(rk);
+    const Tensor& rm = st[kRDrop];
+    PrepareRecurrent(rk, rm.dim(0));
+    const float* cand = CandidateMask(rm);
     Tensor& dr = st[kDR];
     if (cell_ == RnnCell::kGru && o_.reset_after) dr.Resize({t * b, gu});
     Tensor& t1 = st[kT1];
@@ -643,7 +658,7 @@ class Rnn final : public Layer {
         case RnnCell::kSimpleRnn:
           std::copy_n(gn, b * u, das);
           act_.Backward(o_.activation, as, gs, das, das, b, u, 0, u);
-          cpu::Gemm(false, true, b, u, u, 1.0f, das, rk, 1.0f, gh.data());
+          RecurrentBackInput(das, b, 0, 1, gu, rm, gh.data());
           break;
         case RnnCell::kLstm: {
           const float* cp = c.data() + off * u;
@@ -678,7 +693,7 @@ class Rnn final : public Layer {
           act_.Backward(o_.recurrent_activation, as, gs, das, das, b, gu, 0, 2 * u);
           act_.Backward(o_.activation, as, gs, das, das, b, gu, 2 * u, u);
           act_.Backward(o_.recurrent_activation, as, gs, das, das, b, gu, 3 * u, u);
-          cpu::Gemm(false, true, b, u, gu, 1.0f, das, rk, 1.0f, gh.data());
+          RecurrentBackInput(das, b, 0, gates_, gu, rm, gh.data());
           break;
         }
         case RnnCell::kGru: {
@@ -707,7 +722,7 @@ class Rnn final : public Layer {
             }
             act_.Backward(o_.recurrent_activation, as, gs, das, das, b, gu, 0, 2 * u);
             for (int64_t r = 0; r < b; ++r) std::copy_n(das + r * gu, 2 * u, drs + r * gu);
-            cpu::Gemm(false, true, b, u, gu, 1.0f, drs, rk, 1.0f, gh.data());
+            RecurrentBackInput(drs, b, 0, gates_, gu, rm, gh.data());
           } else {
             // d(r h') = dhh U_h^T.
             t2.Resize({b, u});
@@ -719,13 +734,13 @@ class Rnn final : public Layer {
               for (int64_t j = 0; j < u; ++j) {
                 const int64_t k = r * u + j;
                 const float drh = t3[r * u + j];
-                das[r * gu + u + j] = drh * hp[k];
-                gh[k] += drh * gs[r * gu + u + j];
+                const float mk = cand != nullptr ? cand[k] : 1.0f;
+                das[r * gu + u + j] = drh * hp[k] * mk;
+                gh[k] += drh * gs[r * gu + u + j] * mk;
               }
             }
             act_.Backward(o_.recurrent_activation, as, gs, das, das, b, gu, 0, 2 * u);
-            CopyCols(das, b, gu, 0, 2 * u, t3.data());
-            cpu::Gemm(false, true, b, u, 2 * u, 1.0f, t3.data(), uzr_.data(), 1.0f, gh.data());
+            RecurrentBackInput(das, b, 0, 2, gu, rm, gh.data());
           }
           break;
         }
@@ -763,15 +778,11 @@ class Rnn final : public Layer {
       // Recurrent kernel: h' (the first T steps of H) against the recurrent gradients.
       float* du = weights()[1].grad.data();
       if (cell_ != RnnCell::kGru) {
-        cpu::Gemm(true, false, u, gu, t * b, 1.0f, h.data(), da.data(), 1.0f, du);
+        RecurrentBackWeight(h.data(), t * b, 0, gates_, da.data(), rm, du);
       } else if (o_.reset_after) {
-        cpu::Gemm(true, false, u, gu, t * b, 1.0f, h.data(), dr.data(), 1.0f, du);
+        RecurrentBackWeight(h.data(), t * b, 0, gates_, dr.data(), rm, du);
       } else {
-        t2.Resize({t * b, 2 * u});
-        CopyCols(da.data(), t * b, gu, 0, 2 * u, t2.data());
-        scratch_.Resize({u, 2 * u});
-        cpu::Gemm(true, false, u, 2 * u, t * b, 1.0f, h.data(), t2.data(), 0.0f, scratch_.data());
-        AddCols(scratch_.data(), u, gu, 0, 2 * u, du);
+        RecurrentBackWeight(h.data(), t * b, 0, 2, da.data(), rm, du);
         t2.Resize({t * b, u});
         CopyCols(da.data(), t * b, gu, 2 * u, u, t2.data());
         scratch_.Resize({u, u});
@@ -858,20 +869,146 @@ class Rnn final : public Layer {
     }
   }
 
-  // GRU reset_before: the recurrent kernel's z, r columns [u, 2u] and h columns [u, u].
-  void SplitGruRecurrent(const float* rk) {
+  // Contiguous copies of the recurrent kernel's column blocks the products below need: the
+  // z, r columns [u, 2u] and the h columns [u, u] of a GRU computing reset_before, and each
+  // gate's [u, u] when every gate has its own recurrent dropout mask (`masks` > 1).
+  void PrepareRecurrent(const float* rk, int64_t masks) {
+    const int64_t u = o_.units, gu = gates_ * u;
+    if (cell_ == RnnCell::kGru && !o_.reset_after) {
+      uzr_.Resize({u, 2 * u});
+      uh_.Resize({u, u});
+      CopyCols(rk, u, gu, 0, 2 * u, uzr_.data());
+      CopyCols(rk, u, gu, 2 * u, u, uh_.data());
+    }
+    if (masks > 1) {
+      uq_.resize(static_cast<size_t>(gates_));
+      for (int64_t q = 0; q < gates_; ++q) {
+        uq_[static_cast<size_t>(q)].Resize({u, u});
+        CopyCols(rk, u, gu, q * u, u, uq_[static_cast<size_t>(q)].data());
+      }
+    }
+  }
+
+  // The recurrent kernel's columns of gates [q0, q1) (contiguous).
+  const float* Columns(int64_t q0, int64_t q1) {
+    if (q0 == 0 && q1 == gates_) return weights()[1].value.data();
+    return q0 == 0 && q1 == 2 ? uzr_.data() : uq_[static_cast<size_t>(q0)].data();
+  }
+
+  // Gate q's recurrent dropout mask [B, u] (null: none).
+  static const float* GateMask(const Tensor& rm, int64_t q) {
+    const int64_t masks = rm.dim(0);
+    if (masks == 0) return nullptr;
+    return rm.data() + (masks == 1 ? 0 : q) * rm.dim(1) * rm.dim(2);
+  }
+  // The mask on the state a GRU's reset_before candidate reads (gate h's).
+  const float* CandidateMask(const Tensor& rm) const {
+    return cell_ == RnnCell::kGru && !o_.reset_after ? GateMask(rm, 2) : nullptr;
+  }
+
+  // out[r] = h[r] * mask[r % batch] over `rows` rows of u (the rows of several steps).
+  void MaskRows(const float* h, const float* mask, int64_t rows, int64_t batch, Tensor* out) const {
     const int64_t u = o_.units;
-    uzr_.Resize({u, 2 * u});
-    uh_.Resize({u, u});
-    CopyCols(rk, u, 3 * u, 0, 2 * u, uzr_.data());
-    CopyCols(rk, u, 3 * u, 2 * u, u, uh_.data());
+    out->Resize({rows, u});
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* m = mask + (r % batch) * u;
+      const float* src = h + r * u;
+      float* dst = out->data() + r * u;
+      for (int64_t j = 0; j < u; ++j) dst[j] = src[j] * m[j];
+    }
+  }
+
+  // dst's columns of gates [q0, q1) (rows `ld` apart, dst at gate q0's first column) +=
+  // (h * mask_q) U_q over `rows` rows of h.
+  void RecurrentProject(const float* h, int64_t rows, int64_t q0, int64_t q1, float* dst,
+                        int64_t ld, const Tensor& rm) {
+    const int64_t u = o_.units, n = (q1 - q0) * u;
+    const int64_t batch = rm.dim(1);
+    if (rm.dim(0) <= 1) {
+      const float* src = h;
+      if (rm.dim(0) == 1) {
+        MaskRows(h, GateMask(rm, 0), rows, batch, &ra_);
+        src = ra_.data();
+      }
+      if (ld == n) {
+        cpu::Gemm(false, false, rows, n, u, 1.0f, src, Columns(q0, q1), 1.0f, dst);
+      } else {
+        rb_.Resize({rows, n});
+        cpu::Gemm(false, false, rows, n, u, 1.0f, src, Columns(q0, q1), 0.0f, rb_.data());
+        AddCols(rb_.data(), rows, ld, 0, n, dst);
+      }
+      return;
+    }
+    rb_.Resize({rows, u});
+    for (int64_t q = q0; q < q1; ++q) {
+      MaskRows(h, GateMask(rm, q), rows, batch, &ra_);
+      cpu::Gemm(false, false, rows, u, u, 1.0f, ra_.data(), Columns(q, q + 1), 0.0f, rb_.data());
+      AddCols(rb_.data(), rows, ld, (q - q0) * u, u, dst);
+    }
+  }
+
+  // gh [rows, u] += sum over gates q in [q0, q1) of (dx_q U_q^T) * mask_q, dx's columns of
+  // gate q0 first, rows `ld` apart.
+  void RecurrentBackInput(const float* dx, int64_t rows, int64_t q0, int64_t q1, int64_t ld,
+                          const Tensor& rm, float* gh) {
+    const int64_t u = o_.units, n = (q1 - q0) * u;
+    const int64_t batch = rm.dim(1);
+    const bool per_gate = rm.dim(0) > 1;
+    for (int64_t q = q0; q < (per_gate ? q1 : q0 + 1); ++q) {
+      const int64_t w = per_gate ? u : n;
+      const float* src = dx + (q - q0) * u;
+      if (ld != w) {
+        ra_.Resize({rows, w});
+        CopyCols(dx, rows, ld, (q - q0) * u, w, ra_.data());
+        src = ra_.data();
+      }
+      const float* cols = per_gate ? Columns(q, q + 1) : Columns(q0, q1);
+      const float* mask = GateMask(rm, q);
+      if (mask == nullptr) {
+        cpu::Gemm(false, true, rows, u, w, 1.0f, src, cols, 1.0f, gh);
+        continue;
+      }
+      rb_.Resize({rows, u});
+      cpu::Gemm(false, true, rows, u, w, 1.0f, src, cols, 0.0f, rb_.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* m = mask + (r % batch) * u;
+        for (int64_t j = 0; j < u; ++j) gh[r * u + j] += rb_[r * u + j] * m[j];
+      }
+    }
+  }
+
+  // The recurrent kernel's gradient (du [u, G*u]) in the columns of gates [q0, q1):
+  // (h * mask_q)^T dx_q over `rows` rows, dx's rows G*u apart.
+  void RecurrentBackWeight(const float* h, int64_t rows, int64_t q0, int64_t q1, const float* dx,
+                           const Tensor& rm, float* du) {
+    const int64_t u = o_.units, gu = gates_ * u, n = (q1 - q0) * u;
+    const int64_t batch = rm.dim(1);
+    const bool per_gate = rm.dim(0) > 1;
+    for (int64_t q = q0; q < (per_gate ? q1 : q0 + 1); ++q) {
+      const int64_t w = per_gate ? u : n;
+      const float* src = h;
+      if (const float* mask = GateMask(rm, q); mask != nullptr) {
+        MaskRows(h, mask, rows, batch, &rc_);
+        src = rc_.data();
+      }
+      if (w == gu) {
+        cpu::Gemm(true, false, u, gu, rows, 1.0f, src, dx, 1.0f, du);
+        continue;
+      }
+      ra_.Resize({rows, w});
+      CopyCols(dx, rows, gu, q * u, w, ra_.data());
+      rb_.Resize({u, w});
+      cpu::Gemm(true, false, u, w, rows, 1.0f, src, ra_.data(), 0.0f, rb_.data());
+      AddCols(rb_.data(), u, gu, q * u, w, du);
+    }
   }
 
   RnnCell cell_;
   RnnOptions o_;
   int64_t gates_ = 1, states_ = 1, in_ = 0;
   BlockActivation act_;
-  Tensor uzr_, uh_, scratch_;
+  Tensor uzr_, uh_, scratch_, ra_, rb_, rc_;
+  std::vector<Tensor> uq_;
 };
 
 // ---------------------------------------------------------------------------------------------

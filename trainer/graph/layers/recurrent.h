@@ -16,8 +16,10 @@
 // step), or is zero when zero_output_for_mask (which Bidirectional forces for sequences); the
 // last output is the last step's output under that rule without zeroing. go_backwards reads
 // the sequence from its end and returns the outputs in that (reversed) order, as Keras does.
-// Input dropout draws one mask per sequence ([batch, features]) shared by all time steps, one
-// per gate for Keras 2's implementation 0 and 1, as Keras does.
+// Dropout draws one mask per sequence ([batch, features]) shared by all time steps, as Keras
+// does: on the inputs (dropout) and on the previous state where each gate's recurrent product
+// reads it (recurrent_dropout); one mask per gate where Keras's implementation 1 draws them
+// (Keras 2 configs stating implementation 0 or 1; Keras 3 whenever recurrent_dropout is set).
 //
 // Wrappers hold their inner layers and expose the inner weights as their own (Bidirectional
 // names them "forward_lstm/kernel", TimeDistributed keeps the inner names); a wrapper's calls
@@ -78,7 +80,11 @@ struct RnnOptions {
   bool unit_forget_bias = true;  // LSTM: the forget gate's bias starts at 1
   float kernel_l1 = 0, kernel_l2 = 0, recurrent_l1 = 0, recurrent_l2 = 0, bias_l1 = 0, bias_l2 = 0;
   float dropout = 0;              // on the inputs, in training, when in (0, 1)
-  bool dropout_per_gate = false;  // Keras 2's implementation 0/1: one mask per gate
+  bool dropout_per_gate = false;  // implementation 0/1 (Keras 3: any recurrent_dropout)
+  // On the state each gate's recurrent product reads (the carried state itself is not
+  // dropped), in training, when in (0, 1): one mask per sequence, per gate when set.
+  float recurrent_dropout = 0;
+  bool recurrent_dropout_per_gate = false;
   bool return_sequences = false;
   bool return_state = false;
   bool go_backwards = false;

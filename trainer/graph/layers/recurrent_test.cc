@@ -233,6 +233,34 @@ TEST(RecurrentTest, InputDropoutDrawsOneMaskPerSequence) {
   EXPECT_EQ(Values(RunLayer(*l, {x}).out[0]), std::vector<float>(8 * 6 * 4, 1.0f));
 }
 
+TEST(RecurrentTest, RecurrentDropoutDrawsOneMaskPerSequenceAndKeepsTheState) {
+  // h = 1 + (h' * m) I, linear: per unit either 1, 1, 1 (m = 0) or 1, 3, 7 (m = 2); the
+  // state itself is not dropped (h2 = 1 + m h1, not m (1 + h1)).
+  RnnOptions o = Units(4);
+  o.activation = Activation{Act::kLinear, 0};
+  o.return_sequences = true;
+  o.recurrent_dropout = 0.5f;
+  o.recurrent_initializer.kind = Initializer::Kind::kIdentity;
+  o.kernel_initializer = Zeros();
+  o.bias_initializer = Ones();
+  auto l = MakeRnn("rnn", RnnCell::kSimpleRnn, o);
+  Tensor x({16, 3, 2});
+  Call c = RunLayer(*l, {x}, {}, /*training=*/true);
+  int dropped = 0;
+  for (int64_t b = 0; b < 16; ++b) {
+    for (int64_t j = 0; j < 4; ++j) {
+      const float h1 = c.out[0][(b * 3) * 4 + j], h2 = c.out[0][(b * 3 + 1) * 4 + j],
+                  h3 = c.out[0][(b * 3 + 2) * 4 + j];
+      EXPECT_EQ(h1, 1.0f);
+      EXPECT_TRUE((h2 == 1 && h3 == 1) || (h2 == 3 && h3 == 7)) << h2 << " " << h3;
+      dropped += h2 == 1;
+    }
+  }
+  EXPECT_GT(dropped, 16);
+  EXPECT_LT(dropped, 48);
+  EXPECT_EQ(Values(RunLayer(*l, {x}).out[0])[8], 3.0f);  // inference: 1 + 1 + 1
+}
+
 // --- Gradients -------------------------------------------------------------------------------
 
 TEST(RecurrentTest, GradientsOfEveryCellAndOption) {
@@ -332,6 +360,30 @@ TEST(RecurrentTest, GradientsOfOtherActivationsDropoutAndNoBias) {
     opt.samples = 20;
     EXPECT_EQ(CheckLayerGradients(*l, {RandomTensor({2, 4, 3}, 3, -0.5f, 0.5f)}, opt), "")
         << RnnClassName(k.cell) << " " << k.act << " " << k.rec << " dropout " << k.dropout;
+  }
+}
+
+TEST(RecurrentTest, GradientsUnderRecurrentDropout) {
+  Tensor mask = MaskOf({{1, 1, 1, 0}, {0, 1, 1, 1}});
+  for (RnnCell cell : {RnnCell::kSimpleRnn, RnnCell::kLstm, RnnCell::kGru}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      RnnOptions o = Units(3);
+      o.return_sequences = variant != 1;
+      o.return_state = variant >= 2;
+      o.go_backwards = variant == 3;
+      o.reset_after = variant % 2 == 0;
+      o.recurrent_dropout = 0.4f;
+      o.dropout = variant >= 2 ? 0.3f : 0.0f;
+      o.recurrent_dropout_per_gate = o.dropout_per_gate =
+          cell != RnnCell::kSimpleRnn && variant != 2;
+      o.bias_initializer = RandomUniformInit(-0.3f, 0.3f);
+      auto l = MakeRnn("rnn", cell, o);
+      GradCheckOptions opt;
+      opt.samples = 16;
+      if (variant == 3) opt.masks = {&mask};
+      EXPECT_EQ(CheckLayerGradients(*l, {RandomTensor({2, 4, 3}, 9)}, opt), "")
+          << RnnClassName(cell) << " " << variant;
+    }
   }
 }
 
@@ -723,8 +775,16 @@ TEST(RecurrentFactoryTest, RefusesWhatItDoesNotImplement) {
   };
   EXPECT_EQ(with(k027Lstm, "stateful", true).message(),
             "layer 'lstm_2' (LSTM): option stateful=true is not supported");
+  // Keras 2.1-2.2's GRU with implementation 2 also dropped out the state it carried.
   EXPECT_EQ(with(k005Gru, "recurrent_dropout", 0.2).message(),
-            "layer 'gru_24' (GRU): option recurrent_dropout=0.2 is not supported");
+            "layer 'gru_24' (GRU): option recurrent_dropout=0.2 with implementation=2 is not "
+            "supported");
+  EXPECT_TRUE(with(k027Lstm, "recurrent_dropout", 0.2).ok());
+  json gru1 = json::parse(k005Gru);
+  gru1["config"]["recurrent_dropout"] = 0.2;
+  gru1["config"]["implementation"] = 1;  // what tf.keras writes under recurrent_dropout
+  EXPECT_TRUE(keras::LayerFactories::Get().Build(gru1, false).ok());
+  EXPECT_TRUE(keras::LayerFactories::Get().Build(json::parse(k005Gru), true).ok());
   EXPECT_EQ(with(k005Gru, "time_major", true).message(),
             "layer 'gru_24' (GRU): option time_major=true is not supported");
   EXPECT_EQ(with(k027Lstm, "kernel_constraint", json{{"class_name", "MaxNorm"}}).code(),
