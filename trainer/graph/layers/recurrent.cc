@@ -1077,11 +1077,11 @@ class Wrapper : public Layer {
   using Layer::Layer;
 
  protected:
-  // The inner layer's Build (its weights lent after the first).
+  // The inner layer's Build (its weights lent once this layer holds them).
   absl::StatusOr<std::vector<Shape>> BuildInner(size_t k, const std::vector<Shape>& in,
                                                 const BuildContext& ctx) {
     Layer* l = inner_[k].get();
-    if (!l->built()) return l->Build(in, ctx);
+    if (!built_) return l->Build(in, ctx);
     Lend lend(l, &weights(), first_[k]);
     return l->Build(in, ctx);
   }
@@ -1267,15 +1267,9 @@ class Bidirectional final : public Wrapper {
     return a;
   }
 
-  // The element of the backward output that lines up with element i of the forward one: the
-  // same, or (sequences) the same feature at the mirrored time step.
-  struct Flip {
-    int64_t t = 1, u = 1;
-    bool seq = false;
-    int64_t operator()(int64_t row, int64_t step, int64_t j) const {
-      return seq ? (row * t + (t - 1 - step)) * u + j : row * u + j;
-    }
-  };
+  // Calls f(forward offset, backward offset, merged offset, forward width, backward width) for
+  // each (row, step) of the outputs: the backward output's element that lines up is at the
+  // mirrored time step (sequences) and the merged output holds both widths.
   template <typename F>
   void ForEach(const Tensor& yf, const Tensor& yb, F f) const {
     const int64_t b = yf.dim(0);
