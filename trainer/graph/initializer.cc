@@ -33,27 +33,31 @@ void Orthogonal(Tensor* t, float gain, std::mt19937_64& g) {
   const Shape& s = t->shape();
   const int64_t cols = s.empty() ? 1 : s.back();
   const int64_t rows = t->size() / std::max<int64_t>(cols, 1);
-  // QR of a normal [max, min] matrix by modified Gram-Schmidt over its columns; the sign of
-  // R's diagonal is folded in, as Keras does, so the result is uniform over orthogonal ones.
+  // Orthonormalises `small` normal vectors of length `big` (modified Gram-Schmidt, each
+  // vector contiguous): the columns of Q in a QR of a normal [big, small] matrix, with R's
+  // diagonal signs folded in as Keras does, so the result is uniform over orthogonal ones.
   const int64_t big = std::max(rows, cols), small = std::min(rows, cols);
-  std::vector<double> a(static_cast<size_t>(big * small));
+  std::vector<double> q(static_cast<size_t>(big * small));  // vector j at [j * big, (j+1) * big)
   std::normal_distribution<double> nd(0.0, 1.0);
-  for (double& v : a) v = nd(g);
+  for (double& v : q) v = nd(g);
   for (int64_t j = 0; j < small; ++j) {
+    double* vj = q.data() + j * big;
     for (int64_t k = 0; k < j; ++k) {
+      const double* vk = q.data() + k * big;
       double dot = 0;
-      for (int64_t i = 0; i < big; ++i) dot += a[i * small + j] * a[i * small + k];
-      for (int64_t i = 0; i < big; ++i) a[i * small + j] -= dot * a[i * small + k];
+      for (int64_t i = 0; i < big; ++i) dot += vj[i] * vk[i];
+      for (int64_t i = 0; i < big; ++i) vj[i] -= dot * vk[i];
     }
     double norm = 0;
-    for (int64_t i = 0; i < big; ++i) norm += a[i * small + j] * a[i * small + j];
+    for (int64_t i = 0; i < big; ++i) norm += vj[i] * vj[i];
     norm = std::sqrt(std::max(norm, 1e-30));
-    for (int64_t i = 0; i < big; ++i) a[i * small + j] /= norm;
+    for (int64_t i = 0; i < big; ++i) vj[i] /= norm;
   }
-  // q is [big, small]; the weight is q when rows >= cols, else its transpose.
+  // The weight is Q [big, small] when rows >= cols, else its transpose: element (r, c) is
+  // vector c's entry r, or vector r's entry c.
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
-      const double v = rows >= cols ? a[r * small + c] : a[c * small + r];
+      const double v = rows >= cols ? q[c * big + r] : q[r * big + c];
       (*t)[r * cols + c] = static_cast<float>(gain * v);
     }
   }

@@ -185,8 +185,9 @@ graph::Initializer LayerConfig::Initializer(const std::string& key, const graph:
     Error("option " + key + "=" + Show(*v) + " is not an initializer");
     return def;
   }
-  const std::string n =
-      cls.find('_') != std::string::npos || std::islower(cls[0]) ? cls : Snake(cls);
+  std::string n = cls.find('_') != std::string::npos || std::islower(cls[0]) ? cls : Snake(cls);
+  // Keras 3 also names some classes ...Initializer (OrthogonalInitializer, IdentityInitializer).
+  if (n.size() > 12 && n.substr(n.size() - 12) == "_initializer") n.resize(n.size() - 12);
   I out;
   auto num = [&](const char* k, float d) {
     return cfg.contains(k) && cfg[k].is_number() ? cfg[k].get<float>() : d;

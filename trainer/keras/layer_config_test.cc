@@ -50,6 +50,15 @@ TEST(LayerConfigTest, InitializersInEveryKerasSpelling) {
   EXPECT_EQ(u.kind, graph::Initializer::Kind::kRandomUniform);
   EXPECT_FLOAT_EQ(u.maxval, 0.2f);
   EXPECT_TRUE(c.Finish().ok());
+  LayerConfig k3(json{{"o",
+                       {{"module", "keras.initializers"},
+                        {"class_name", "OrthogonalInitializer"},
+                        {"config", {{"gain", 2.0}, {"seed", nullptr}}}}}},
+                 "x", "LSTM", true);
+  graph::Initializer orth = k3.Initializer("o", graph::Zeros());
+  EXPECT_EQ(orth.kind, graph::Initializer::Kind::kOrthogonal);
+  EXPECT_EQ(orth.value, 2.0f);
+  EXPECT_TRUE(k3.Finish().ok());
   LayerConfig bad(json{{"k", "my_init"}}, "x", "Dense", true);
   bad.Initializer("k", graph::Zeros());
   EXPECT_FALSE(bad.Finish().ok());
