@@ -205,7 +205,8 @@ TEST_P(GraphEquivalence, FourWorkersMatchOneWorkerWithFourTimesTheBatch) {
   fs::remove_all(many);
 }
 
-INSTANTIATE_TEST_SUITE_P(KerasFiles, GraphEquivalence, ::testing::Values("mlp.json"),
+INSTANTIATE_TEST_SUITE_P(KerasFiles, GraphEquivalence,
+                         ::testing::Values("mlp.json", "cnn.json", "lstm.json", "attention.json"),
                          [](const auto& p) { return p.param.substr(0, p.param.find('.')); });
 
 TEST(MirroredTest, ReduceAlternativesAndCentralStorageTrainAlike) {
