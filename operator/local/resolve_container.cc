@@ -1,6 +1,7 @@
 #include "operator/local/resolve_container.h"
 
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/escaping.h"
@@ -112,11 +113,74 @@ std::variant<std::vector<std::string>, Waiting> ResolveArgv(const json& cs,
   return argv;
 }
 
+// A configMap or secret volume: its keys (or the `items` chosen, at their paths) as files in
+// the pod's volume directory, as the kubelet projects them. A missing object, or a missing
+// item key, keeps the container waiting unless the volume is optional.
+std::optional<Waiting> ProjectVolume(const json& vol, bool secret, const std::string& dir,
+                                     const ContainerContext& ctx,
+                                     std::vector<ProjectedFile>* files) {
+  const json& src = secret ? vol["secret"] : vol["configMap"];
+  const std::string name = Str(src, secret ? "secretName" : "name");
+  const bool optional = src.is_object() && src.value("optional", false);
+  const int mode = src.is_object() && src.contains("defaultMode") && src["defaultMode"].is_number()
+                       ? src["defaultMode"].get<int>()
+                       : 0644;
+  const std::string what = StrCat(secret ? "secret" : "configmap", " \"", name, "\"");
+  absl::StatusOr<json> obj = ctx.get_object(secret, name);
+  if (!obj.ok()) {
+    if (optional) return std::nullopt;
+    return Waiting{"CreateContainerConfigError",
+                   StrCat("volume \"", Str(vol, "name"), "\": ", what, " not found")};
+  }
+  // Every key, and whether its value is base64 (a Secret's data, a ConfigMap's binaryData).
+  std::map<std::string, std::pair<std::string, bool>> keys;
+  for (const char* field : {"data", "binaryData"}) {
+    const json* d = api::ObjectAt(*obj, field);
+    if (d == nullptr) continue;
+    const bool base64 = secret || std::string(field) == "binaryData";
+    for (auto it = d->begin(); it != d->end(); ++it) {
+      keys[it.key()] = {it->is_string() ? it->get<std::string>() : "", base64};
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> chosen;  // key, path
+  if (auto items = src.find("items"); items != src.end() && items->is_array()) {
+    for (const json& item : *items) {
+      const std::string key = Str(item, "key");
+      if (keys.count(key) == 0) {
+        if (optional) continue;
+        return Waiting{"CreateContainerConfigError", StrCat(what, " has no key \"", key, "\"")};
+      }
+      chosen.emplace_back(key, Str(item, "path"));
+    }
+  } else {
+    for (const auto& [k, v] : keys) chosen.emplace_back(k, k);
+  }
+  for (const auto& [key, path] : chosen) {
+    if (path.empty() || path[0] == '/' || path.find("..") != std::string::npos) {
+      return Waiting{"CreateContainerConfigError",
+                     StrCat("volume \"", Str(vol, "name"), "\": item path \"", path,
+                            "\" must be relative and stay inside the volume")};
+    }
+    auto [value, base64] = keys[key];
+    if (base64) {
+      std::string decoded;
+      if (!absl::Base64Unescape(value, &decoded)) {
+        return Waiting{"CreateContainerConfigError",
+                       StrCat(what, " key \"", key, "\" is not base64")};
+      }
+      value = std::move(decoded);
+    }
+    files->push_back({StrCat(dir, "/", path), std::move(value), mode});
+  }
+  return std::nullopt;
+}
+
 // Volumes: a persistentVolumeClaim is a directory under the state directory shared by every
 // pod that claims it (it outlives pods, as a PersistentVolume does), an emptyDir one per pod,
-// a hostPath the host's path.
+// a hostPath the host's path, a configMap or secret a per-pod directory of its keys.
 std::optional<Waiting> ResolveMounts(const json& spec, const json& cs, const ContainerContext& ctx,
-                                     std::vector<VolumeMount>* mounts) {
+                                     std::vector<VolumeMount>* mounts,
+                                     std::vector<ProjectedFile>* files) {
   auto vm = cs.find("volumeMounts");
   if (vm == cs.end() || !vm->is_array()) return std::nullopt;
   for (const json& m : *vm) {
@@ -138,11 +202,17 @@ std::optional<Waiting> ResolveMounts(const json& spec, const json& cs, const Con
       source = StrCat(ctx.pod_dir, "/volumes/", vname);
     } else if (vol->contains("hostPath")) {
       source = Str((*vol)["hostPath"], "path");
+    } else if (vol->contains("configMap") || vol->contains("secret")) {
+      source = StrCat(ctx.pod_dir, "/volumes/", vname);
+      if (std::optional<Waiting> w =
+              ProjectVolume(*vol, vol->contains("secret"), source, ctx, files)) {
+        return w;
+      }
     } else {
       return Waiting{"CreateContainerConfigError",
                      StrCat("volume \"", vname,
-                            "\": lockstep local mounts persistentVolumeClaim, emptyDir "
-                            "and hostPath volumes only")};
+                            "\": lockstep local mounts persistentVolumeClaim, emptyDir, "
+                            "hostPath, configMap and secret volumes only")};
     }
     mounts->push_back({source, Str(m, "mountPath")});
   }
@@ -231,7 +301,9 @@ std::variant<LaunchSpec, Waiting> ResolveContainer(const json& pod, size_t index
         StrCat("KUBECONFIG=", ctx.private_mounts ? kServiceAccountDir : *dir, "/kubeconfig"));
     launch.kubeconfig_fallback = StrCat("KUBECONFIG=", *dir, "/kubeconfig");
   }
-  if (std::optional<Waiting> w = ResolveMounts(spec, cs, ctx, &launch.mounts)) return *w;
+  if (std::optional<Waiting> w = ResolveMounts(spec, cs, ctx, &launch.mounts, &launch.files)) {
+    return *w;
+  }
   launch.working_dir = Str(cs, "workingDir");
   launch.log_path = PodLogPath(ctx.state_dir, ctx.ns, ctx.name, ctx.uid, Str(cs, "name"));
   launch.hosts_path = ctx.pod_dir + "/hosts";

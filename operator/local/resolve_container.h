@@ -28,11 +28,19 @@ struct VolumeMount {
   std::string target;  // the container's mountPath
 };
 
+// A file the runner writes before the container starts (a configMap or secret volume's keys).
+struct ProjectedFile {
+  std::string path;  // on this machine
+  std::string content;
+  int mode = 0644;
+};
+
 struct LaunchSpec {
   std::vector<std::string> argv;  // argv[0] is the program's path
   std::vector<std::string> env;   // NAME=value
   std::string working_dir;        // "" for the runner's own
   std::vector<VolumeMount> mounts;
+  std::vector<ProjectedFile> files;  // written (replacing what is there) before the start
   // The directory holding the service account's files, bind-mounted at kServiceAccountDir;
   // "" when the pod gets none. env[*kubeconfig_env] names the kubeconfig there; where the
   // child gets no mount namespace it is replaced by `kubeconfig_fallback`.

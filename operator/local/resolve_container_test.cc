@@ -104,7 +104,7 @@ TEST(ResolveContainerTest, WaitingReasons) {
                 {"image", "lockstep/trainer"},
                 {"volumeMounts", {{{"name", "data"}, {"mountPath", "/data"}}}}},
                {{"volumes", {{{"name", "data"}, {"nfs", {{"server", "x"}}}}}}}),
-       "CreateContainerConfigError", "mounts persistentVolumeClaim, emptyDir and hostPath"},
+       "CreateContainerConfigError", "mounts persistentVolumeClaim, emptyDir, hostPath, configMap"},
       // The program is checked before the environment: the first problem is the one shown.
       {"program before env",
        PodWith({{"name", "main"},
@@ -178,6 +178,54 @@ TEST(ResolveContainerTest, EnvironmentFromValuesFieldsSecretsAndConfigMaps) {
   EXPECT_EQ(spec.hosts_path, "/state/pods/ns_p_u1/hosts");
   EXPECT_TRUE(spec.service_account_dir.empty());  // no API server address in this context
   EXPECT_FALSE(spec.kubeconfig_env.has_value());
+}
+
+TEST(ResolveContainerTest, ConfigMapAndSecretVolumesProjectTheirKeys) {
+  ContainerContext ctx = Context();
+  json container = {{"name", "main"},
+                    {"image", "lockstep/trainer"},
+                    {"volumeMounts",
+                     {{{"name", "model"}, {"mountPath", "/model"}},
+                      {{"name", "creds"}, {"mountPath", "/creds"}}}}};
+  json volumes = {
+      {"volumes",
+       {{{"name", "model"},
+         {"configMap",
+          {{"name", "settings"}, {"items", {{{"key", "mode"}, {"path", "conf/mode.txt"}}}}}}},
+        {{"name", "creds"},
+         {"secret",
+          {{"secretName", "token"},
+           {"defaultMode", 0400},
+           {"items", {{{"key", "key"}, {"path", "k"}}}}}}}}}};
+  LaunchSpec spec = Launch(ResolveContainer(PodWith(container, volumes), 0, ctx));
+  ASSERT_EQ(spec.mounts.size(), 2u);
+  EXPECT_EQ(spec.mounts[0].source, "/state/pods/ns_p_u1/volumes/model");
+  EXPECT_EQ(spec.mounts[0].target, "/model");
+  ASSERT_EQ(spec.files.size(), 2u);
+  EXPECT_EQ(spec.files[0].path, "/state/pods/ns_p_u1/volumes/model/conf/mode.txt");
+  EXPECT_EQ(spec.files[0].content, "fast");
+  EXPECT_EQ(spec.files[1].path, "/state/pods/ns_p_u1/volumes/creds/k");
+  EXPECT_EQ(spec.files[1].content, "s3cret");  // decoded
+  EXPECT_EQ(spec.files[1].mode, 0400);
+
+  // A missing ConfigMap waits, unless the volume is optional; a missing item key waits.
+  json missing = volumes;
+  missing["volumes"][0]["configMap"] = {{"name", "absent"}};
+  auto r = ResolveContainer(PodWith(container, missing), 0, ctx);
+  ASSERT_TRUE(std::holds_alternative<Waiting>(r));
+  EXPECT_EQ(std::get<Waiting>(r).message, "volume \"model\": configmap \"absent\" not found");
+  missing["volumes"][0]["configMap"]["optional"] = true;
+  EXPECT_EQ(Launch(ResolveContainer(PodWith(container, missing), 0, ctx)).files.size(), 1u);
+  json nokey = volumes;
+  nokey["volumes"][0]["configMap"]["items"][0]["key"] = "speed";
+  r = ResolveContainer(PodWith(container, nokey), 0, ctx);
+  ASSERT_TRUE(std::holds_alternative<Waiting>(r));
+  EXPECT_EQ(std::get<Waiting>(r).message, "configmap \"settings\" has no key \"speed\"");
+  json escape = volumes;
+  escape["volumes"][0]["configMap"]["items"][0]["path"] = "../../etc/passwd";
+  r = ResolveContainer(PodWith(container, escape), 0, ctx);
+  ASSERT_TRUE(std::holds_alternative<Waiting>(r));
+  EXPECT_NE(std::get<Waiting>(r).message.find("must be relative"), std::string::npos);
 }
 
 TEST(ResolveContainerTest, ServiceAccountAndVolumes) {

@@ -27,6 +27,25 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A configMap or secret volume's files, each replaced whole (written beside, then renamed).
+absl::Status WriteProjectedFiles(const std::vector<ProjectedFile>& files) {
+  for (const ProjectedFile& f : files) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(f.path).parent_path(), ec);
+    const std::string tmp = f.path + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out << f.content;
+      if (!out) return absl::InternalError("cannot write " + f.path);
+    }
+    std::filesystem::permissions(tmp, static_cast<std::filesystem::perms>(f.mode), ec);
+    if (std::rename(tmp.c_str(), f.path.c_str()) != 0) {
+      return absl::InternalError("cannot write " + f.path);
+    }
+  }
+  return absl::OkStatus();
+}
+
 constexpr char kLog[] = "runner";
 
 // A whole object, with the metadata the cache indexes.
@@ -206,6 +225,11 @@ struct Runner::Impl {
       return;
     }
     const LaunchSpec& spec = std::get<LaunchSpec>(resolved);
+    if (absl::Status s = WriteProjectedFiles(spec.files); !s.ok()) {
+      c.waiting_reason = "CreateContainerConfigError";
+      c.waiting_message = std::string(s.message());
+      return;
+    }
     std::ofstream(c.termination_log, std::ios::trunc).close();
     absl::StatusOr<int> pid = launcher->Start(spec);
     if (!pid.ok()) {
