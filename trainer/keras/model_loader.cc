@@ -1,5 +1,7 @@
 #include "trainer/keras/model_loader.h"
 
+#include <zip.h>
+
 #include <fstream>
 #include <map>
 #include <optional>
@@ -554,12 +556,50 @@ json TrainingConfigOf(const json& doc) {
   return json();
 }
 
+namespace {
+
+// The config.json of a .keras archive (a zip file), through libzip.
+absl::StatusOr<std::string> ReadKerasArchiveConfig(const std::string& path) {
+  int err = 0;
+  zip_t* z = zip_open(path.c_str(), ZIP_RDONLY, &err);
+  if (z == nullptr) {
+    zip_error_t e;
+    zip_error_init_with_code(&e, err);
+    std::string why = zip_error_strerror(&e);
+    zip_error_fini(&e);
+    return absl::InvalidArgumentError(path + ": not a readable .keras archive (" + why + ")");
+  }
+  zip_stat_t st;
+  zip_file_t* f = nullptr;
+  std::string out;
+  if (zip_stat(z, "config.json", 0, &st) == 0 && (st.valid & ZIP_STAT_SIZE) != 0 &&
+      st.size < (256u << 20) && (f = zip_fopen(z, "config.json", 0)) != nullptr) {
+    out.resize(static_cast<size_t>(st.size));
+    const zip_int64_t n = zip_fread(f, out.data(), st.size);
+    zip_fclose(f);
+    if (n < 0 || static_cast<zip_uint64_t>(n) != st.size) out.clear();
+  }
+  zip_close(z);
+  if (out.empty()) {
+    return absl::InvalidArgumentError(path + ": a .keras archive without a readable config.json");
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<json> ReadJsonFile(const std::string& path) {
-  std::ifstream f(path);
+  std::ifstream f(path, std::ios::binary);
   if (!f) return absl::NotFoundError("model file " + path + " cannot be read");
   std::stringstream ss;
   ss << f.rdbuf();
-  json doc = json::parse(ss.str(), nullptr, false);
+  std::string text = ss.str();
+  if (text.rfind("PK\x03\x04", 0) == 0) {  // a zip file: Keras 3's .keras archive
+    absl::StatusOr<std::string> config = ReadKerasArchiveConfig(path);
+    if (!config.ok()) return config.status();
+    text = std::move(*config);
+  }
+  json doc = json::parse(text, nullptr, false);
   if (doc.is_discarded()) return absl::InvalidArgumentError(path + ": not JSON");
   return doc;
 }

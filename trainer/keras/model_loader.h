@@ -49,14 +49,16 @@ absl::StatusOr<KerasModel> LoadKerasModel(const nlohmann::json& doc, const LoadO
 // The compile settings a model document carries (TF.js's training_config, Keras 3's
 // compile_config), or null.
 nlohmann::json TrainingConfigOf(const nlohmann::json& doc);
-// Reads a JSON file; NotFound or InvalidArgument naming the path.
+// Reads a JSON file, or the config.json of a .keras archive (a zip file); NotFound or
+// InvalidArgument naming the path.
 absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path);
 // The compile settings a model document carries (TF.js's training_config, Keras 3's
 // compile_config), or null.
 nlohmann::json TrainingConfigOf(const nlohmann::json& doc);
-// Reads a JSON file; NotFound or InvalidArgument naming the path.
+// Reads a JSON file, or the config.json of a .keras archive (a zip file); NotFound or
+// InvalidArgument naming the path.
 absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path);
-// Reads a .json file (to_json, a config.json, or a TF.js model.json).
+// Reads a .json file (to_json, a config.json, or a TF.js model.json) or a .keras archive.
 absl::StatusOr<KerasModel> LoadKerasModelFile(const std::string& path, const LoadOptions& o = {});
 
 }  // namespace lockstep::trainer::keras

@@ -2,6 +2,10 @@
 #include "trainer/keras/model_loader.h"
 
 #include <gtest/gtest.h>
+#include <zip.h>
+
+#include <cstdio>
+#include <map>
 
 #include "trainer/graph/testing/gradcheck.h"
 
@@ -214,6 +218,39 @@ TEST(ModelLoaderTest, RefusalsNameTheLayerTheClassAndTheOption) {
             std::string::npos);
   EXPECT_EQ(LoadKerasModelFile("/nonexistent/model.json").status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// A .keras archive (Keras 3's zip of config.json, metadata.json and the weights).
+void WriteZip(const std::string& path, const std::map<std::string, std::string>& entries) {
+  int err = 0;
+  zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);
+  ASSERT_NE(z, nullptr);
+  for (const auto& [name, text] : entries) {
+    zip_source_t* src = zip_source_buffer(z, text.data(), text.size(), 0);
+    ASSERT_GE(zip_file_add(z, name.c_str(), src, ZIP_FL_OVERWRITE), 0);
+  }
+  ASSERT_EQ(zip_close(z), 0);
+}
+
+TEST(ModelLoaderTest, ReadsTheConfigOfAKerasArchive) {
+  json first = Dense("d1", 4, "relu");
+  first["config"]["batch_input_shape"] = {nullptr, 5};
+  const std::string config = json{
+      {"module", "keras"},
+      {"class_name", "Sequential"},
+      {"config", {{"name", "s"}, {"layers", {first, Dense("d2", 3)}}}},
+      {"compile_config",
+       {{"loss", "mse"}}}}.dump();
+  const std::string path = ::testing::TempDir() + "/model.keras";
+  WriteZip(path, {{"config.json", config}, {"metadata.json", R"({"keras_version": "3.5.0"})"}});
+  auto m = LoadKerasModelFile(path);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->graph->NumParams(), 5 * 4 + 4 + 4 * 3 + 3);
+  EXPECT_EQ(m->training_config["loss"], "mse");
+  WriteZip(path, {{"metadata.json", "{}"}});
+  EXPECT_NE(LoadKerasModelFile(path).status().message().find("without a readable config.json"),
+            std::string::npos);
+  std::remove(path.c_str());
 }
 
 TEST(ModelLoaderTest, Keras2ExplicitTrainingArgumentFixesTheCallsMode) {
