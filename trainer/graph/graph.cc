@@ -144,7 +144,9 @@ void Graph::Forward(const std::vector<const Tensor*>& inputs, const CallContext&
       n.layer->Forward(n.args, &n.out, &n.saved, ctx);
     }
     const Tensor* m = n.layer->OutputMask(n.args, n.saved);
-    for (int t : n.outputs) masks_[static_cast<size_t>(t)] = m;
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      masks_[static_cast<size_t>(n.outputs[k])] = k < n.layer->MaskedOutputs() ? m : nullptr;
+    }
   }
 }
 

@@ -89,11 +89,13 @@ class Layer {
   virtual void Backward(const Args& in, const std::vector<Tensor>& out,
                         const std::vector<const Tensor*>& dout, const std::vector<bool>& need_din,
                         std::vector<Tensor>* din, Saved* s) = 0;
-  // The mask of the outputs after Forward: by default the first input's passes through.
+  // The mask of the outputs after Forward: by default the first input's passes through. It
+  // applies to the first `MaskedOutputs()` outputs (a recurrent layer's states get none).
   virtual const Tensor* OutputMask(const Args& in, const Saved& s) const {
     (void)s;
     return in.mask0();
   }
+  virtual size_t MaskedOutputs() const { return 1; }
   // Inputs that carry no gradient (an Embedding's token ids).
   virtual bool Differentiable(size_t input) const {
     (void)input;

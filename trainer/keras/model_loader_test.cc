@@ -253,6 +253,38 @@ TEST(ModelLoaderTest, ReadsTheConfigOfAKerasArchive) {
   std::remove(path.c_str());
 }
 
+TEST(ModelLoaderTest, ARecurrentLayersStatesCarryNoMask) {
+  auto input = json{{"class_name", "InputLayer"},
+                    {"name", "ids"},
+                    {"config", {{"batch_input_shape", {nullptr, 5}}, {"name", "ids"}}},
+                    {"inbound_nodes", json::array()}};
+  json emb = {
+      {"class_name", "Embedding"},
+      {"name", "emb"},
+      {"config", {{"name", "emb"}, {"input_dim", 10}, {"output_dim", 3}, {"mask_zero", true}}},
+      {"inbound_nodes", {{{"ids", 0, 0, json::object()}}}}};
+  json lstm = {
+      {"class_name", "LSTM"},
+      {"name", "lstm"},
+      {"config",
+       {{"name", "lstm"}, {"units", 2}, {"return_sequences", true}, {"return_state", true}}},
+      {"inbound_nodes", {{{"emb", 0, 0, json::object()}}}}};
+  json doc = {{"class_name", "Functional"},
+              {"config",
+               {{"name", "m"},
+                {"layers", {input, emb, lstm}},
+                {"input_layers", {{"ids", 0, 0}}},
+                {"output_layers", {{"lstm", 0, 0}, {"lstm", 0, 1}, {"lstm", 0, 2}}}}}};
+  auto m = LoadKerasModel(doc);
+  ASSERT_TRUE(m.ok()) << m.status();
+  Tensor ids({1, 5}, {3, 4, 0, 0, 0});
+  m->graph->Forward({&ids}, graph::CallContext{});
+  ASSERT_NE(m->graph->output_mask(0), nullptr);  // the sequence keeps the padding mask
+  EXPECT_EQ(*m->graph->output_mask(0), Tensor({1, 5}, {1, 1, 0, 0, 0}));
+  EXPECT_EQ(m->graph->output_mask(1), nullptr);  // h
+  EXPECT_EQ(m->graph->output_mask(2), nullptr);  // c
+}
+
 TEST(ModelLoaderTest, Keras2ExplicitTrainingArgumentFixesTheCallsMode) {
   auto input = json{{"class_name", "InputLayer"},
                     {"name", "x"},

@@ -1254,6 +1254,8 @@ class Bidirectional final : public Wrapper {
   const Tensor* OutputMask(const Args& in, const Saved&) const override {
     return seq_ ? in.mask0() : nullptr;
   }
+  // merge_mode None returns the two directions' sequences; the states after them get none.
+  size_t MaskedOutputs() const override { return merge_ == BidirectionalMerge::kNone ? 2 : 1; }
 
  private:
   Args InnerArgs(const Args& in, size_t dir) const {
