@@ -157,6 +157,9 @@ void AddCoreLayers(LayerFactories* f) {
   f->Add("Minimum",
          [](LayerConfig& c, const LayerFactories&) { return Merge(c, graph::MergeOp::kMinimum); });
   f->Add("Concatenate", Concatenate);
+  f->Add("Masking", [](LayerConfig& c, const LayerFactories&) -> LayerOr {
+    return graph::MakeMasking(c.name(), c.Float("mask_value", 0.0f));
+  });
 }
 
 }  // namespace lockstep::trainer::keras

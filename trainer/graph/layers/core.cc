@@ -675,6 +675,47 @@ class Compare final : public Layer {
   float c_;
 };
 
+class Masking final : public Layer {
+ public:
+  Masking(std::string name, float value) : Layer(std::move(name), "Masking"), value_(value) {}
+  absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
+                                           const BuildContext&) override {
+    if (in.size() != 1 || in[0].size() < 2) {
+      return LayerError(*this, "takes one input of [batch, time, features...]");
+    }
+    built_ = true;
+    return in;
+  }
+  void Forward(const Args& in, std::vector<Tensor>* out, Saved* s, const CallContext&) override {
+    const Tensor& x = *in.x[0];
+    const int64_t b = x.dim(0), t = x.dim(1), f = x.size() / (b * t);
+    s->mask.Resize({b, t});
+    Tensor& y = (*out)[0];
+    y.Resize(x.shape());
+    for (int64_t r = 0; r < b * t; ++r) {
+      const float* xr = x.data() + r * f;
+      const bool keep = std::any_of(xr, xr + f, [&](float v) { return v != value_; });
+      s->mask[r] = keep ? 1.0f : 0.0f;
+      for (int64_t j = 0; j < f; ++j) y[r * f + j] = keep ? xr[j] : 0.0f;
+    }
+  }
+  void Backward(const Args& in, const std::vector<Tensor>&, const std::vector<const Tensor*>& dout,
+                const std::vector<bool>& need, std::vector<Tensor>* din, Saved* s) override {
+    if (!need[0]) return;
+    const Tensor& x = *in.x[0];
+    const int64_t rows = x.dim(0) * x.dim(1), f = x.size() / rows;
+    Tensor& dx = (*din)[0];
+    dx.Resize(x.shape());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < f; ++j) dx[r * f + j] = s->mask[r] * (*dout[0])[r * f + j];
+    }
+  }
+  const Tensor* OutputMask(const Args&, const Saved& s) const override { return &s.mask; }
+
+ private:
+  float value_;
+};
+
 class MaskWith final : public Layer {
  public:
   explicit MaskWith(std::string name) : Layer(std::move(name), "mask") {}
@@ -702,6 +743,9 @@ class MaskWith final : public Layer {
 std::unique_ptr<Layer> MakeCompare(std::string name, std::string class_name, CompareOp op,
                                    float constant) {
   return std::make_unique<Compare>(std::move(name), std::move(class_name), op, constant);
+}
+std::unique_ptr<Layer> MakeMasking(std::string name, float value) {
+  return std::make_unique<Masking>(std::move(name), value);
 }
 std::unique_ptr<Layer> MakeMaskWith(std::string name) {
   return std::make_unique<MaskWith>(std::move(name));

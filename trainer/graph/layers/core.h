@@ -57,6 +57,9 @@ enum class CompareOp { kEqual, kNotEqual, kGreater, kGreaterEqual, kLess, kLessE
 // the NotEqual that makes a padding mask). Carries no gradient.
 std::unique_ptr<Layer> MakeCompare(std::string name, std::string class_name, CompareOp op,
                                    float constant);
+// Keras's Masking: a time step whose features all equal `value` is masked (zeroed, and 0 in
+// the [batch, time] mask that follows the output).
+std::unique_ptr<Layer> MakeMasking(std::string name, float value);
 // Inputs [x, m]: passes x through with m as its mask (a call's `mask=` argument).
 std::unique_ptr<Layer> MakeMaskWith(std::string name);
 

@@ -105,6 +105,20 @@ TEST(CoreLayersTest, MergesBroadcastAndDifferentiate) {
   EXPECT_FALSE(MakeMerge("m", "Add", MergeOp::kAdd)->Build({{3, 4}, {3, 5}}, {&rng}).ok());
 }
 
+TEST(CoreLayersTest, MaskingMasksStepsWhoseFeaturesAllEqualTheValue) {
+  auto m = MakeMasking("m", -1);
+  std::mt19937_64 rng(1);
+  ASSERT_TRUE(m->Build({{3, 2}}, BuildContext{&rng}).ok());
+  Tensor x({1, 3, 2}, {1, 2, -1, -1, -1, 5});
+  std::vector<Tensor> y(1);
+  Saved s;
+  Args a{{&x}, {nullptr}};
+  m->Forward(a, &y, &s, CallContext{});
+  EXPECT_EQ(y[0], Tensor({1, 3, 2}, {1, 2, 0, 0, -1, 5}));
+  EXPECT_EQ(*m->OutputMask(a, s), Tensor({1, 3}, {1, 0, 1}));
+  EXPECT_EQ(CheckLayerGradients(*MakeMasking("m", 0), {RandomTensor({2, 4, 3}, 5)}), "");
+}
+
 TEST(CoreLayersTest, ConcatenateAlongAnyAxis) {
   for (int64_t axis : {-1, 1, 2}) {
     auto c = MakeConcatenate("c", axis);
