@@ -122,8 +122,29 @@ const Tensor* Graph::value(int tensor) const {
   return &node.out[static_cast<size_t>(k)];
 }
 
+namespace {
+
+// An activity penalty on y, and (into dy, when given) its gradient.
+double ActivityPenalty(const Layer::ActivityPenalty& p, const Tensor& y, Tensor* dy) {
+  const double scale = p.per_example && y.rank() > 0 ? 1.0 / static_cast<double>(y.dim(0)) : 1.0;
+  double a = 0, q = 0;
+  for (int64_t i = 0; i < y.size(); ++i) {
+    const float v = y[i];
+    a += std::abs(v);
+    q += static_cast<double>(v) * v;
+    if (dy != nullptr) {
+      (*dy)[i] += static_cast<float>(
+          scale * (p.l1 * static_cast<double>((v > 0) - (v < 0)) + 2.0 * p.l2 * v));
+    }
+  }
+  return scale * (p.l1 * a + p.l2 * q);
+}
+
+}  // namespace
+
 void Graph::Forward(const std::vector<const Tensor*>& inputs, const CallContext& ctx) {
   if (!indexed_) Index();
+  activity_loss_ = 0;
   for (size_t i = 0; i < inputs_.size(); ++i) {
     input_values_[i] = inputs.at(i);
     masks_[static_cast<size_t>(inputs_[i])] = nullptr;
@@ -142,6 +163,9 @@ void Graph::Forward(const std::vector<const Tensor*>& inputs, const CallContext&
       n.layer->Forward(n.args, &n.out, &n.saved, fixed);
     } else {
       n.layer->Forward(n.args, &n.out, &n.saved, ctx);
+    }
+    if (n.layer->activity_penalty().any() && !n.out.empty()) {
+      activity_loss_ += ActivityPenalty(n.layer->activity_penalty(), n.out[0], nullptr);
     }
     const Tensor* m = n.layer->OutputMask(n.args, n.saved);
     for (size_t k = 0; k < n.outputs.size(); ++k) {
@@ -166,6 +190,15 @@ void Graph::Backward(const std::vector<const Tensor*>& doutputs, const GradsRead
   std::vector<const Tensor*> dout;
   for (size_t ni = nodes_.size(); ni-- > 0;) {
     Node& n = nodes_[ni];
+    if (n.layer->activity_penalty().any() && !n.outputs.empty()) {
+      const auto t = static_cast<size_t>(n.outputs[0]);
+      if (!has_grad_[t]) {
+        grads_[t].Resize(n.out[0].shape());
+        grads_[t].Fill(0.0f);
+        has_grad_[t] = true;
+      }
+      ActivityPenalty(n.layer->activity_penalty(), n.out[0], &grads_[t]);
+    }
     bool any = false;
     dout.clear();
     for (size_t k = 0; k < n.outputs.size(); ++k) {
@@ -210,7 +243,7 @@ void Graph::Backward(const std::vector<const Tensor*>& doutputs, const GradsRead
 }
 
 double Graph::RegularizationLoss() {
-  double loss = 0;
+  double loss = activity_loss_;
   for (Layer* l : call_order_) {
     for (const Weight& w : l->weights()) {
       if (!w.trainable || (w.l1 == 0 && w.l2 == 0)) continue;

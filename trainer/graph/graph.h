@@ -63,7 +63,8 @@ class Graph {
   using GradsReady = std::function<void(size_t first, size_t count)>;
   void Backward(const std::vector<const Tensor*>& doutputs, const GradsReady& ready = nullptr);
 
-  // The weight regularizers' penalty at the current weights (Backward adds its gradient).
+  // The weight regularizers' penalty at the current weights, plus the activity regularizers'
+  // on the last Forward's outputs (Backward adds both gradients).
   double RegularizationLoss();
 
   std::vector<Tensor*> Params();
@@ -101,6 +102,7 @@ class Graph {
   std::vector<bool> has_grad_;
   std::vector<std::pair<size_t, size_t>> param_range_;  // per node: its layer's Params() range
   bool indexed_ = false;
+  double activity_loss_ = 0;
 };
 
 }  // namespace lockstep::trainer::graph

@@ -79,5 +79,32 @@ TEST(GraphTest, RegularizersAddTheirPenaltyAndGradient) {
   EXPECT_EQ(CheckGraphGradients(g, {RandomTensor({2, 4}, 1)}), "");
 }
 
+TEST(GraphTest, ActivityRegularizersPenaliseOutputsPerExampleAsKeras2Does) {
+  Graph g;
+  std::mt19937_64 rng(3);
+  BuildContext ctx{&rng};
+  const int x = g.AddInput("x", {4});
+  Layer* d = g.AddLayer(MakeDense("d", Units(3, "tanh")));
+  d->set_activity_penalty({0.01f, 0.05f, true});
+  const int h = (*g.Call(d, {x}, ctx))[0];
+  g.SetOutputs({(*g.Call(g.AddLayer(MakeDense("o", Units(2))), {h}, ctx))[0]});
+  Tensor in = RandomTensor({2, 4}, 1);
+  g.Forward({&in}, CallContext{});
+  // The hidden output, recomputed: tanh(x W + b).
+  double want = 0;
+  const Tensor& w = d->weights()[0].value;
+  const Tensor& b = d->weights()[1].value;
+  for (int r = 0; r < 2; ++r) {
+    for (int j = 0; j < 3; ++j) {
+      double z = b[j];
+      for (int k = 0; k < 4; ++k) z += in[r * 4 + k] * w[k * 3 + j];
+      const double y = std::tanh(z);
+      want += (0.01 * std::abs(y) + 0.05 * y * y) / 2;  // divided by the batch
+    }
+  }
+  EXPECT_NEAR(g.RegularizationLoss(), want, 1e-6);
+  EXPECT_EQ(CheckGraphGradients(g, {in}), "");
+}
+
 }  // namespace
 }  // namespace lockstep::trainer::graph

@@ -112,6 +112,15 @@ class Layer {
   // Frozen (Keras's trainable=false): the weights get no gradient.
   void set_trainable(bool t) { trainable_ = t; }
   bool trainable() const { return trainable_; }
+  // An activity regularizer on the first output: l1 * sum|y| + l2 * sum y^2, divided by the
+  // batch size when `per_example` (Keras 2 does; Keras 3 does not).
+  struct ActivityPenalty {
+    float l1 = 0, l2 = 0;
+    bool per_example = false;
+    bool any() const { return l1 != 0 || l2 != 0; }
+  };
+  void set_activity_penalty(ActivityPenalty p) { activity_ = p; }
+  const ActivityPenalty& activity_penalty() const { return activity_; }
 
  protected:
   // Adds a weight (trainable only when the layer is): the value is `init`'s shape.
@@ -122,6 +131,7 @@ class Layer {
   std::string name_, class_name_;
   std::vector<Weight> weights_;
   bool trainable_ = true;
+  ActivityPenalty activity_;
 };
 
 // InvalidArgument "layer 'name' (Class): message".

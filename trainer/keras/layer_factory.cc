@@ -85,6 +85,8 @@ absl::StatusOr<std::unique_ptr<graph::Layer>> LayerFactories::Build(const json& 
                     " is not supported (supported classes are listed in the README)");
   }
   ReadCommonOptions(c);
+  // Any layer may carry an activity regularizer: the graph applies it to the first output.
+  const Regularizer activity = c.Regularization("activity_regularizer");
   const bool trainable =
       config.is_object() && config.contains("trainable") && config["trainable"].is_boolean()
           ? config["trainable"].get<bool>()
@@ -93,6 +95,7 @@ absl::StatusOr<std::unique_ptr<graph::Layer>> LayerFactories::Build(const json& 
   if (!l.ok()) return l.status();
   if (absl::Status s = c.Finish(); !s.ok()) return s;
   (*l)->set_trainable(trainable);
+  (*l)->set_activity_penalty({activity.l1, activity.l2, !keras3});
   return l;
 }
 

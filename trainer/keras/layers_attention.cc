@@ -35,7 +35,6 @@ LayerOr MultiHeadAttention(LayerConfig& c, const LayerFactories&) {
   o.kernel_l2 = kr.l2;
   o.bias_l1 = br.l1;
   o.bias_l2 = br.l2;
-  c.Expect("activity_regularizer", nullptr);
   c.Expect("kernel_constraint", nullptr);
   c.Expect("bias_constraint", nullptr);
   c.Ignore("flash_attention");  // Keras 3: which kernel computes the same attention

@@ -93,7 +93,6 @@ LayerOr Conv(LayerConfig& c, int rank) {
   o.kernel_l2 = kr.l2;
   o.bias_l1 = br.l1;
   o.bias_l2 = br.l2;
-  c.Expect("activity_regularizer", nullptr);
   NoConstraints(c, {"kernel_constraint", "bias_constraint"});
   NoLowRank(c);
   return graph::MakeConv(c.name(), o);
@@ -134,7 +133,6 @@ LayerOr ConvTranspose(LayerConfig& c, int rank) {
   o.kernel_l2 = kr.l2;
   o.bias_l1 = br.l1;
   o.bias_l2 = br.l2;
-  c.Expect("activity_regularizer", nullptr);
   NoConstraints(c, {"kernel_constraint", "bias_constraint"});
   NoLowRank(c);
   return graph::MakeConvTranspose(c.name(), o);
@@ -165,7 +163,6 @@ LayerOr DepthwiseConv(LayerConfig& c, int rank) {
   o.depthwise_l2 = dr.l2;
   o.bias_l1 = br.l1;
   o.bias_l2 = br.l2;
-  c.Expect("activity_regularizer", nullptr);
   NoConstraints(c, {"depthwise_constraint", "bias_constraint"});
   return graph::MakeDepthwiseConv(c.name(), o);
 }
@@ -199,7 +196,6 @@ LayerOr SeparableConv(LayerConfig& c, int rank) {
   o.pointwise_l2 = pr.l2;
   o.bias_l1 = br.l1;
   o.bias_l2 = br.l2;
-  c.Expect("activity_regularizer", nullptr);
   NoConstraints(c, {"depthwise_constraint", "pointwise_constraint", "bias_constraint"});
   return graph::MakeSeparableConv(c.name(), o);
 }

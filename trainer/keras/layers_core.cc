@@ -26,7 +26,6 @@ LayerOr Dense(LayerConfig& c, const LayerFactories&) {
   o.kernel_l2 = kr.l2;
   o.bias_l1 = br.l1;
   o.bias_l2 = br.l2;
-  c.Expect("activity_regularizer", nullptr);
   NoConstraints(c, {"kernel_constraint", "bias_constraint"});
   c.Expect("lora_rank", nullptr);
   c.Expect("lora_alpha", nullptr);

@@ -57,7 +57,6 @@ LayerOr Embedding(LayerConfig& c, const LayerFactories&) {
   const Regularizer r = c.Regularization("embeddings_regularizer");
   o.l1 = r.l1;
   o.l2 = r.l2;
-  c.Expect("activity_regularizer", nullptr);
   c.Expect("embeddings_constraint", nullptr);
   o.mask_zero = c.Bool("mask_zero", false);
   // Keras 2's input_length (an int, a list for inputs of higher rank, or null): inert, but
@@ -112,7 +111,6 @@ LayerOr Recurrent(LayerConfig& c, graph::RnnCell cell) {
   o.recurrent_l2 = rr.l2;
   o.bias_l1 = br.l1;
   o.bias_l2 = br.l2;
-  c.Expect("activity_regularizer", nullptr);
   NoConstraints(c, {"kernel_constraint", "recurrent_constraint", "bias_constraint"});
   o.dropout = c.Float("dropout", 0);
   if (o.dropout < 0 || o.dropout > 1) c.Error("option dropout must be in [0, 1]");

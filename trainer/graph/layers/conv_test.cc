@@ -420,10 +420,6 @@ TEST(ConvFactoryTest, RefusalsNameTheOption) {
        "layer 'c' (Conv1D): option kernel_constraint={\"class_name\":\"MaxNorm\",\"config\":"
        "{\"max_value\":2}} is not supported"},
       {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 4, "kernel_size": 3,
-        "activity_regularizer": {"class_name": "L2", "config": {"l2": 0.1}}}})",
-       "layer 'c' (Conv2D): option activity_regularizer={\"class_name\":\"L2\",\"config\":"
-       "{\"l2\":0.1}} is not supported"},
-      {R"({"class_name": "Conv2D", "config": {"name": "c", "filters": 4, "kernel_size": 3,
         "lora_rank": 4}})",
        "layer 'c' (Conv2D): option lora_rank=4 is not supported"},
       {R"({"class_name": "Conv2DTranspose", "config": {"name": "t", "filters": 4,
