@@ -112,3 +112,33 @@ TEST(BatcherTest, StartingAtAPositionContinuesTheSameSequence) {
 
 }  // namespace
 }  // namespace lockstep::trainer
+
+namespace lockstep::trainer {
+namespace {
+
+TEST(SyntheticTokensTest, IdsInRangePaddedAtTheEndAndRepeatable) {
+  Dataset d = SyntheticTokens(200, 4, 0, {12}, 3, 50);
+  ASSERT_EQ(d.images.shape(), Shape({200, 12}));
+  int padded = 0;
+  for (int64_t i = 0; i < 200; ++i) {
+    bool seen_pad = false;
+    for (int64_t j = 0; j < 12; ++j) {
+      const float v = d.images[i * 12 + j];
+      EXPECT_EQ(v, std::floor(v));
+      EXPECT_GE(v, 0.0f);
+      EXPECT_LT(v, 50.0f);
+      if (v == 0.0f) seen_pad = true;
+      if (seen_pad) {
+        EXPECT_EQ(v, 0.0f) << "padding is a tail";
+      }
+    }
+    padded += seen_pad;
+    EXPECT_LT(d.labels[static_cast<size_t>(i)], 3);
+  }
+  EXPECT_GT(padded, 50);
+  EXPECT_EQ(SyntheticTokens(200, 4, 0, {12}, 3, 50).images, d.images);
+  EXPECT_NE(SyntheticTokens(200, 4, 1, {12}, 3, 50).images, d.images);
+}
+
+}  // namespace
+}  // namespace lockstep::trainer

@@ -85,6 +85,37 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, const std::stri
   return d;
 }
 
+Dataset SyntheticTokens(int64_t n, uint64_t seed, uint64_t split, const Shape& example,
+                        int32_t classes, int64_t vocabulary) {
+  const int64_t size = NumElements(example);
+  const int64_t vocab = std::max<int64_t>(vocabulary, 2);
+  std::mt19937_64 proto_rng(seed);
+  std::uniform_int_distribution<int64_t> id(1, vocab - 1);
+  std::vector<int64_t> prototypes(static_cast<size_t>(classes * size));
+  for (int64_t& v : prototypes) v = id(proto_rng);
+  std::mt19937_64 rng(seed * 1000003 + split + 1);
+  Dataset d;
+  Shape shape{n};
+  shape.insert(shape.end(), example.begin(), example.end());
+  d.images = Tensor(shape);
+  d.labels.resize(static_cast<size_t>(n));
+  std::uniform_int_distribution<int32_t> label(0, classes - 1);
+  std::uniform_int_distribution<int64_t> length(std::max<int64_t>(size / 2, 1), size);
+  std::bernoulli_distribution redraw(0.25);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t l = label(rng);
+    d.labels[static_cast<size_t>(i)] = l;
+    const int64_t len = length(rng);
+    for (int64_t j = 0; j < size; ++j) {
+      const int64_t v = j >= len      ? 0
+                        : redraw(rng) ? id(rng)
+                                      : prototypes[static_cast<size_t>(l * size + j)];
+      d.images[i * size + j] = static_cast<float>(v);
+    }
+  }
+  return d;
+}
+
 Dataset SyntheticDataset(int64_t n, uint64_t seed, uint64_t split, const Shape& example,
                          int32_t classes) {
   const int64_t size = NumElements(example);

@@ -32,5 +32,10 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, const std::stri
 // Examples are `example`-shaped (Fashion-MNIST's [1, 28, 28] by default, or a model's input).
 Dataset SyntheticDataset(int64_t n, uint64_t seed, uint64_t split = 0,
                          const Shape& example = {1, 28, 28}, int32_t classes = 10);
+// The same for a model that reads token ids: each class a fixed random sequence of ids in
+// [1, vocabulary), each example its class's sequence with a quarter of the ids redrawn and a
+// random tail of padding (id 0), as a text classifier's data looks.
+Dataset SyntheticTokens(int64_t n, uint64_t seed, uint64_t split, const Shape& example,
+                        int32_t classes, int64_t vocabulary);
 
 }  // namespace lockstep::trainer

@@ -97,6 +97,14 @@ int64_t GraphModel::classes() const {
   return c == 1 ? 2 : c;
 }
 
+int64_t GraphModel::vocabulary() const {
+  for (const graph::Layer* l : m_.graph->Consumers(m_.graph->inputs()[0])) {
+    if (l->class_name() == "Embedding" && !l->weights().empty())
+      return l->weights()[0].value.dim(0);
+  }
+  return 0;
+}
+
 std::string GraphModel::TakeInputError() {
   std::string e;
   std::swap(e, error_);

@@ -31,6 +31,7 @@ class GraphModel final : public Model {
   std::vector<Tensor*> State() override;
   Shape example_shape() const override;
   int64_t classes() const override;
+  int64_t vocabulary() const override;
   // The first input the last step could not compute on (an id outside an Embedding), or "".
   std::string TakeInputError() override;
 

@@ -47,6 +47,8 @@ class Model {
   // One example's shape and the number of classes the model predicts.
   virtual Shape example_shape() const = 0;
   virtual int64_t classes() const = 0;
+  // The vocabulary when the model reads token ids (its input feeds an Embedding), else 0.
+  virtual int64_t vocabulary() const { return 0; }
   // What the last step could not compute on (a token id outside an Embedding's range), once;
   // "" when nothing.
   virtual std::string TakeInputError() { return ""; }

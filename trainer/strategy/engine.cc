@@ -31,7 +31,7 @@ class CpuEngine final : public Engine {
                       reducer_->Ready(first, count);
                     });
     if (std::string bad = model_->TakeInputError(); !bad.empty()) {
-      return absl::InvalidArgumentError("a batch the model cannot take: " + bad);
+      return absl::DataLossError("a batch the model cannot take: " + bad);
     }
     return r;
   }

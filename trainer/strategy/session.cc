@@ -37,17 +37,24 @@ absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c) {
   // What one example looks like to the model: a Keras model file says; the built-in models
   // take Fashion-MNIST's images.
   Shape example{1, 28, 28};
-  int64_t classes = 10;
+  int64_t classes = 10, vocabulary = 0;
   if (!IsBuiltinModel(c.model)) {
     absl::StatusOr<std::unique_ptr<Model>> m = BuildModel(c.model, c.seed);
     if (!m.ok()) return m.status();
     example = (*m)->example_shape();
     classes = (*m)->classes();
+    vocabulary = (*m)->vocabulary();
   }
   if (c.dataset == "synthetic") {
-    d.train = SyntheticDataset(c.synthetic_size, c.seed, 0, example, static_cast<int32_t>(classes));
-    d.test = SyntheticDataset(std::max<int64_t>(c.synthetic_size / 5, 1), c.seed, 1, example,
-                              static_cast<int32_t>(classes));
+    const auto k = static_cast<int32_t>(classes);
+    const int64_t test_size = std::max<int64_t>(c.synthetic_size / 5, 1);
+    if (vocabulary > 0) {  // token ids for a model that embeds them
+      d.train = SyntheticTokens(c.synthetic_size, c.seed, 0, example, k, vocabulary);
+      d.test = SyntheticTokens(test_size, c.seed, 1, example, k, vocabulary);
+    } else {
+      d.train = SyntheticDataset(c.synthetic_size, c.seed, 0, example, k);
+      d.test = SyntheticDataset(test_size, c.seed, 1, example, k);
+    }
   } else {
     if (NumElements(example) != 28 * 28 || classes < 10) {
       return absl::InvalidArgumentError(
