@@ -37,12 +37,15 @@ absl::StatusOr<TrainResult> RunEvaluator(const TrainerConfig& c, ProgressTracker
         LoadLatestCheckpoint(c.checkpoint_dir, &skipped);
     if (ck.ok() && ck->has_value() && (*ck)->step > last) {
       const CheckpointState& s = **ck;
+      // The parameters, and the kept state (moving statistics) when the checkpoint has it.
       std::vector<Tensor*> params = (*model)->Params();
-      if (s.model != c.model || s.params.size() != params.size()) {
+      const size_t trained = params.size();
+      for (Tensor* t : (*model)->State()) params.push_back(t);
+      if (s.model != c.model || (s.params.size() != trained && s.params.size() != params.size())) {
         return absl::InvalidArgumentError("checkpoint for --model=" + s.model + ", evaluating " +
                                           c.model);
       }
-      for (size_t i = 0; i < params.size(); ++i) *params[i] = s.params[i];
+      for (size_t i = 0; i < s.params.size(); ++i) *params[i] = s.params[i];
       Evaluation e = Evaluate(model->get(), data->test);
       std::cout << "evaluation: step " << s.step << " test accuracy " << e.accuracy << " loss "
                 << e.loss << std::endl;

@@ -125,6 +125,9 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
     std::vector<Tensor*> ptrs;
     for (Tensor& t : copy) ptrs.push_back(&t);
     Scatter(specs, values, ptrs);
+    // The parameters, then this trainer's kept state (moving statistics), as every strategy's
+    // checkpoints hold them.
+    for (Tensor* t : (*model)->State()) copy.push_back(*t);
     CheckpointState st{.step = step,
                        .epoch = step / (per_epoch * trainers),
                        .epoch_step = 0,
@@ -148,11 +151,16 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
     ShardValues state;
     if (latest->has_value()) {
       const CheckpointState& ck = **latest;
-      if (ck.model != c.model || ck.optimizer != c.optimizer || ck.params.size() != params.size()) {
+      const std::vector<Tensor*> kept = (*model)->State();
+      if (ck.model != c.model || ck.optimizer != c.optimizer ||
+          (ck.params.size() != params.size() && ck.params.size() != params.size() + kept.size())) {
         return absl::InvalidArgumentError("the newest checkpoint in " + c.checkpoint_dir +
                                           " is for another model or optimizer");
       }
       for (size_t i = 0; i < params.size(); ++i) *params[i] = ck.params[i];
+      for (size_t i = params.size(); i < ck.params.size(); ++i) {
+        *kept[i - params.size()] = ck.params[i];
+      }
       if (ck.optimizer_state.size() == specs.size()) {
         for (const ShardSpec& s : specs) {
           const Tensor& t = ck.optimizer_state[s.id];

@@ -2,6 +2,7 @@
 // batch equivalence (in-process and ring backends), Mirrored's reduce alternatives and
 // CentralStorage, the coordinated stop-and-checkpoint, and a lost peer.
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -12,6 +13,7 @@
 #include "trainer/kernels/cuda/gpu_available.h"
 #include "trainer/strategy/buckets.h"
 #include "trainer/strategy/data_parallel.h"
+#include "trainer/strategy/evaluator.h"
 #include "trainer/strategy/multi_worker.h"
 
 namespace lockstep::trainer {
@@ -208,6 +210,46 @@ TEST_P(GraphEquivalence, FourWorkersMatchOneWorkerWithFourTimesTheBatch) {
 INSTANTIATE_TEST_SUITE_P(KerasFiles, GraphEquivalence,
                          ::testing::Values("mlp.json", "cnn.json", "lstm.json", "attention.json"),
                          [](const auto& p) { return p.param.substr(0, p.param.find('.')); });
+
+// A model with batch normalisation: its moving statistics are saved after the parameters, and
+// a resumed run and the evaluator read them back.
+TEST(GraphCheckpointTest, MovingStatisticsTravelWithTheCheckpoint) {
+  const std::string dir = TempDir("graph-bn");
+  const std::string model = dir + "/bn.json";
+  std::ofstream(model) << R"({"class_name": "Sequential", "config": {"name": "bn", "layers": [
+      {"class_name": "Flatten", "config": {"name": "f", "batch_input_shape": [null, 28, 28, 1]}},
+      {"class_name": "Dense", "config": {"name": "d", "units": 16}},
+      {"class_name": "BatchNormalization", "config": {"name": "bn"}},
+      {"class_name": "Dense", "config": {"name": "out", "units": 10}}]}})";
+  const std::string ckpt = dir + "/ckpt";
+  TrainerConfig c = Config(ckpt, "sgd", 32, 6, model);
+  c.synthetic_size = 256;
+  auto data = LoadDatasets(c);
+  ASSERT_TRUE(data.ok()) << data.status();
+  ASSERT_TRUE(RunReplica(c, *data, {.evaluate = false}).ok());
+  const std::vector<Tensor> saved = FinalParams(ckpt);
+  auto fresh = BuildModel(model, c.seed);
+  ASSERT_TRUE(fresh.ok());
+  const size_t trained = (*fresh)->Params().size();
+  ASSERT_EQ(saved.size(), trained + 2);              // + moving_mean, moving_variance
+  EXPECT_NE(saved[trained], *(*fresh)->State()[0]);  // moved away from zero by training
+  std::vector<std::string> skipped;
+  auto ck = LoadLatestCheckpoint(ckpt, &skipped);
+  ASSERT_TRUE(ck.ok() && ck->has_value());
+  auto opt = MakeOptimizer("sgd", 0.05f, 0.9f);
+  (*opt)->Init((*fresh)->Params());
+  absl::Status restored = RestoreCheckpoint(**ck, c, fresh->get(), opt->get());
+  ASSERT_TRUE(restored.ok()) << restored;
+  EXPECT_EQ(*(*fresh)->State()[0], saved[trained]);
+  EXPECT_EQ(*(*fresh)->State()[1], saved[trained + 1]);
+
+  std::atomic<bool> stop{false};
+  auto eval = RunEvaluator(c, nullptr, &stop, absl::Milliseconds(10));
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_TRUE(eval->evaluated);
+  EXPECT_EQ(eval->steps, 6);
+  fs::remove_all(dir);
+}
 
 TEST(MirroredTest, ReduceAlternativesAndCentralStorageTrainAlike) {
   const std::string base = TempDir("mirror-base");
