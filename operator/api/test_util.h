@@ -20,7 +20,8 @@ inline std::string SourcePath(const std::string& relative) {
   return std::string(LOCKSTEP_SOURCE_DIR) + "/" + relative;
 }
 
-// Every examples/*.yaml, by file name.
+// The TrainingJobs of every examples/*.yaml, by file name (a file may also hold the ConfigMaps
+// its job mounts).
 inline std::vector<std::pair<std::string, nlohmann::json>> Examples() {
   std::vector<std::pair<std::string, nlohmann::json>> out;
   for (const auto& entry : std::filesystem::directory_iterator(SourcePath("examples"))) {
@@ -28,7 +29,10 @@ inline std::vector<std::pair<std::string, nlohmann::json>> Examples() {
     auto docs = ReadManifestFile(entry.path().string());
     EXPECT_TRUE(docs.ok()) << docs.status();
     if (!docs.ok()) continue;
-    for (auto& doc : *docs) out.emplace_back(entry.path().filename().string(), std::move(doc));
+    for (auto& doc : *docs) {
+      if (doc.value("kind", "") != "TrainingJob") continue;
+      out.emplace_back(entry.path().filename().string(), std::move(doc));
+    }
   }
   return out;
 }
