@@ -5,6 +5,10 @@
 # runs pinned to core 0; two threads on cores 0-1. PyTorch gets the OpenMP build of OpenBLAS
 # (libopenblas0-openmp): with the default pthreads build its OpenMP threads and OpenBLAS's
 # threads fight over the cores and it runs 4x slower at two threads, which would flatter us.
+# PyTorch trains on Fashion-MNIST loaded before the clock starts, with glibc malloc's thresholds
+# fixed so its activation buffers do not page-fault every step (see torch_peer.py).
+# OpenBLAS picks its kernels by CPU unless OPENBLAS_CORETYPE says otherwise; the first line
+# printed names the kernels both programs get.
 # Usage: bench/trainer_vs_torch.sh [TRAINER_BINARY]
 set -euo pipefail
 trainer=${1:-build/release/trainer/lockstep-trainer}
@@ -12,6 +16,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 /usr/bin/python3 -c "import torch" 2>/dev/null || {
   echo "needs python3-torch (apt-get install python3-torch libopenblas0-openmp)" >&2; exit 77; }
 median() { sort -n | sed -n 2p; }
+/usr/bin/python3 -c 'import ctypes; b = ctypes.CDLL("libopenblas.so.0")
+b.openblas_get_corename.restype = ctypes.c_char_p
+print("OpenBLAS kernels:", b.openblas_get_corename().decode())' ||
+  echo "OpenBLAS kernels: unknown"
+echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-(unset)}"
 printf '%-5s %-7s %12s %12s %7s\n' model threads lockstep torch ratio
 for model in mlp cnn; do
   steps=$([[ $model == mlp ]] && echo 3000 || echo 300)

@@ -27,9 +27,12 @@ AxisGeometry WindowAxis(int64_t in, int64_t kernel, int64_t stride, int64_t dila
 namespace {
 
 constexpr int kAxes = 3;
-// The patch matrix of one GEMM stays under this many floats (128 MiB); larger batches run in
-// chunks of examples.
-constexpr int64_t kColCap = int64_t{1} << 25;
+// The patch matrix of one GEMM stays under this many floats (4 MiB); larger batches run in
+// chunks of examples. Small enough that the patches Im2Col writes are still in the cache when
+// the GEMM packs them (and the GEMM's patch gradients when Col2Im reads them), large enough
+// that a GEMM still has thousands of rows: ResNet-20's step at batch 64 took 409 ms with the
+// whole batch in one matrix (38 MiB in its first stage) and 289 ms in chunks of 4 MiB.
+constexpr int64_t kColCap = int64_t{1} << 20;
 
 // A windowed operation over channels-last data with 1 to 3 spatial axes, padded to 3 (the
 // missing leading axes have length 1): input [n, in0, in1, in2, c], output positions
@@ -87,15 +90,60 @@ void ForEachTap(const Geo& g, int64_t n0, int64_t n1, F&& f) {
   }
 }
 
+// Calls f(o, t, i, len) for each output position o (flat over the batch, examples [n0, n1)) and
+// each run of the last axis's taps: `len` taps from tap t that read the input from position i
+// on (flat over the batch; the taps of a run read consecutive positions), or fall in padding
+// (i = -1). Without dilation along the last axis a run is every in-range tap of one kernel row,
+// so its patch is one contiguous span of the input; with dilation every tap is a run of one.
+template <typename F>
+void ForEachTapRun(const Geo& g, int64_t n0, int64_t n1, F&& f) {
+  const int64_t k2 = g.k[2];
+  int64_t o = n0 * g.out_size();
+  for (int64_t n = n0; n < n1; ++n) {
+    const int64_t base = n * g.in_size();
+    for (int64_t o0 = 0; o0 < g.out[0]; ++o0) {
+      for (int64_t o1 = 0; o1 < g.out[1]; ++o1) {
+        for (int64_t o2 = 0; o2 < g.out[2]; ++o2, ++o) {
+          const int64_t i2s = o2 * g.s[2] - g.pad[2];
+          // Taps [lo, hi) of a kernel row fall inside the last axis (dilation 1).
+          const int64_t lo = std::clamp<int64_t>(-i2s, 0, k2);
+          const int64_t hi = std::clamp<int64_t>(g.in[2] - i2s, lo, k2);
+          int64_t t = 0;
+          for (int64_t k0 = 0; k0 < g.k[0]; ++k0) {
+            const int64_t i0 = o0 * g.s[0] - g.pad[0] + k0 * g.d[0];
+            const bool v0 = i0 >= 0 && i0 < g.in[0];
+            for (int64_t k1 = 0; k1 < g.k[1]; ++k1, t += k2) {
+              const int64_t i1 = o1 * g.s[1] - g.pad[1] + k1 * g.d[1];
+              const int64_t row = base + (i0 * g.in[1] + i1) * g.in[2];
+              if (!(v0 && i1 >= 0 && i1 < g.in[1])) {
+                f(o, t, int64_t{-1}, k2);
+              } else if (g.d[2] == 1) {
+                if (lo > 0) f(o, t, int64_t{-1}, lo);
+                if (hi > lo) f(o, t + lo, row + i2s + lo, hi - lo);
+                if (hi < k2) f(o, t + hi, int64_t{-1}, k2 - hi);
+              } else {
+                for (int64_t k = 0; k < k2; ++k) {
+                  const int64_t i2 = i2s + k * g.d[2];
+                  f(o, t + k, i2 >= 0 && i2 < g.in[2] ? row + i2 : int64_t{-1}, int64_t{1});
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // col [rows of examples n0..n1, taps * c] from x.
 void Im2Col(const Geo& g, const float* x, int64_t n0, int64_t n1, float* col) {
   const int64_t c = g.c, taps = g.taps(), first = n0 * g.out_size();
-  ForEachTap(g, n0, n1, [&](int64_t o, int64_t t, int64_t i) {
+  ForEachTapRun(g, n0, n1, [&](int64_t o, int64_t t, int64_t i, int64_t len) {
     float* dst = col + ((o - first) * taps + t) * c;
     if (i >= 0) {
-      std::copy_n(x + i * c, c, dst);
+      std::copy_n(x + i * c, len * c, dst);
     } else {
-      std::fill_n(dst, c, 0.0f);
+      std::fill_n(dst, len * c, 0.0f);
     }
   });
 }
@@ -103,11 +151,11 @@ void Im2Col(const Geo& g, const float* x, int64_t n0, int64_t n1, float* col) {
 // x += the patches of col scattered back (x zeroed by the caller).
 void Col2Im(const Geo& g, const float* col, int64_t n0, int64_t n1, float* x) {
   const int64_t c = g.c, taps = g.taps(), first = n0 * g.out_size();
-  ForEachTap(g, n0, n1, [&](int64_t o, int64_t t, int64_t i) {
+  ForEachTapRun(g, n0, n1, [&](int64_t o, int64_t t, int64_t i, int64_t len) {
     if (i < 0) return;
-    const float* src = col + ((o - first) * taps + t) * c;
-    float* dst = x + i * c;
-    for (int64_t j = 0; j < c; ++j) dst[j] += src[j];
+    const float* __restrict src = col + ((o - first) * taps + t) * c;
+    float* __restrict dst = x + i * c;
+    for (int64_t j = 0, m = len * c; j < m; ++j) dst[j] += src[j];
   });
 }
 
