@@ -4,15 +4,18 @@
 # it), side by side: per model and thread count the programs alternate, three rounds, and the
 # medians are compared. Batch 64, SGD with momentum 0.9 and lr 0.01, the same threads pinned
 # with taskset (one thread on core 0, two on cores 0-1), 2,048 examples made before the clock
-# starts, 20 warm-up steps left out.
+# starts, 20 warm-up steps left out (efficientnet_mha: 128 examples, 3 warm-up steps).
 #
 # The models (bench/models/make_models.py writes the two of this directory):
 #   resnet20       bench/models/resnet20.json, ResNet-20 on 32x32x3 (272k weights)
 #   bilstm         the corpus's 029-functional-bilstm-k215.json: Embedding 500x64 over 50 token
 #                  ids, Bidirectional LSTM 64, Dense 1 sigmoid
 #   cnn_attention  bench/models/cnn_attention.json: EfficientNet-style blocks on 64x64x3 under a
-#                  MultiHeadAttention encoder block (the corpus's 019 in small: its step at
-#                  224x224x3 takes over 10 s here)
+#                  MultiHeadAttention encoder block, all trainable (the corpus's 019 in small)
+#   efficientnet_mha  the corpus's 019-cnn-transformer-mha.json itself: a frozen EfficientNet-B0
+#                  on 224x224x3 (its BatchNormalization on the moving statistics, no weight
+#                  gradients) under a trainable MultiHeadAttention block; about 4 s a step and
+#                  13 GiB in lockstep, so a short run through keras_models_bench
 # lockstep's figure is lockstep-trainer's "steady training samples/s" on --dataset=synthetic.
 # The trainer's synthetic data are floats, which an Embedding refuses as token ids, so bilstm
 # runs through bench/keras_models_bench instead: the same GraphModel step and SGD on integer
@@ -37,18 +40,19 @@ done
 /usr/bin/python3 -c "import torch" 2>/dev/null || {
   echo "needs python3-torch (apt-get install python3-torch libopenblas0-openmp)" >&2; exit 77; }
 rounds=${ROUNDS:-3}
-examples=2048
-warmup=20
 median() { sort -n | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : 0}'; }
 
 echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-(unset)}; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-14s %-7s %-8s %10s %10s %6s | %12s %12s %6s\n' model threads via lockstep \
+printf '%-16s %-7s %-8s %10s %10s %6s | %12s %12s %6s\n' model threads via lockstep \
   torch ratio "lockstep/cpu" "torch/cpu" ratio
-for model in ${MODELS:-resnet20 bilstm cnn_attention}; do
+for model in ${MODELS:-resnet20 bilstm cnn_attention efficientnet_mha}; do
+  warmup=20 examples=2048
   case $model in
     resnet20) file=$here/models/resnet20.json steps=50 driver=trainer ;;
     bilstm) file=$configs/029-functional-bilstm-k215.json steps=220 driver=bench ;;
     cnn_attention) file=$here/models/cnn_attention.json steps=50 driver=trainer ;;
+    efficientnet_mha)
+      file=$configs/019-cnn-transformer-mha.json steps=11 warmup=3 examples=128 driver=bench ;;
     *) echo "unknown model $model" >&2; exit 2 ;;
   esac
   for threads in ${THREADS:-1 2}; do
@@ -74,7 +78,7 @@ for model in ${MODELS:-resnet20 bilstm cnn_attention}; do
     b=$(printf '%s\n' "${torch_wall[@]}" | median)
     ac=$(printf '%s\n' "${bench_cpu[@]}" | median)
     bc=$(printf '%s\n' "${torch_cpu[@]}" | median)
-    printf '%-14s %-7s %-8s %10.1f %10.1f %6.2f | %12.1f %12.1f %6.2f\n' "$model" "$threads" \
+    printf '%-16s %-7s %-8s %10.1f %10.1f %6.2f | %12.1f %12.1f %6.2f\n' "$model" "$threads" \
       "$driver" "$a" "$b" "$(echo "$a / $b" | bc -l)" "$ac" "$bc" "$(echo "$ac / $bc" | bc -l)"
   done
 done

@@ -6,13 +6,15 @@ malloc'd and freed again. glibc serves a request above M_MMAP_THRESHOLD (128 KiB
 a fresh mmap, and gives free memory at the top of the heap back to the kernel above
 M_TRIM_THRESHOLD; either way the next step touches fresh pages and page-faults on every one.
 glibc raises both thresholds by itself once it frees an mmap'd block, so whether a run faults
-depends on what the process happened to allocate and free before training. A peer that made
-its data lazily (torch.randn of a few batches) faulted about 1-4 million times in 300 `cnn`
-steps and ran 2,000-2,800 samples/s, or 4,400-5,200 when something earlier had raised the
-thresholds. `tune_malloc` fixes both thresholds high so every step reuses the heap, as a
-tuned PyTorch deployment would (or one on jemalloc/tcmalloc); setting only one of them makes
-it worse (the other keeps the default). lockstep-trainer keeps its buffers between steps and
-needs neither.
+depends on what the process happened to allocate and free before. Measured here (one thread,
+300 `cnn` steps, a machine shared with other work): the old peer (torch.randn batches made
+lazily) faulted 0.14-1.3 million times and ran 1,900-2,700 samples/s; loading Fashion-MNIST
+first but keeping glibc's defaults still faulted 1.1-1.4 million times (2,100-2,500
+samples/s); with `tune_malloc` the steps fault no more (the 250k faults left are the dataset
+being loaded) and it runs 2,800-3,100. `tune_malloc` fixes both thresholds high, as a tuned
+PyTorch deployment would (or one on jemalloc/tcmalloc); fixing only the mmap threshold makes
+it worse (the trim threshold then stays at 128 KiB). lockstep-trainer keeps its buffers
+between steps and needs neither.
 
 Data is made or loaded before the clock starts, and each step draws a shuffled batch from it
 (the trainer assembles each batch from its dataset too).

@@ -6,8 +6,9 @@ A fair peer: the training set is loaded and standardised before anything is time
 malloc's mmap and trim thresholds are fixed high first (torch_peer.tune_malloc), so PyTorch's
 per-step activation buffers come from the heap instead of fresh page-faulting mmaps. Before,
 this script trained on torch.randn batches made lazily and left malloc at its defaults: its
-`cnn` page-faulted on most activation buffers of every step and ran at 2,000-2,800 samples/s
-instead of 4,400-5,200. "--default-malloc" keeps glibc's defaults, to see the difference.
+`cnn` page-faulted about a million times in 300 steps and ran 1,900-2,700 samples/s where it
+now runs 2,800-3,100 on the same (shared) machine; loading the data first is not enough by
+itself (see torch_peer.py). "--default-malloc" keeps glibc's defaults, to see the difference.
 
 Modes: "tensors" draws shuffled batches from the training set in memory with index_select
 (no data pipeline; lockstep-trainer assembles its batches the same way); "loader" draws them
