@@ -23,7 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "trainer/kernels/cpu/gemm.h"
+#include "trainer/graph/layers/conv.h"
+#include "trainer/kernels/cpu/threads.h"
 #include "trainer/model/graph_model.h"
 #include "trainer/optim/optimizer.h"
 
@@ -76,9 +77,10 @@ double Median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') {
-    std::fprintf(stderr,
-                 "usage: keras_models_bench MODEL.json [--threads=1] [--steps=120] "
-                 "[--warmup=20] [--examples=2048] [--batch=64] [--profile]\n");
+    std::fprintf(
+        stderr,
+        "usage: keras_models_bench MODEL.json [--threads=1] [--steps=120] "
+        "[--warmup=20] [--examples=2048] [--batch=64] [--profile] [--conv=onednn|loops]\n");
     return 2;
   }
   const int64_t threads = Flag(argc, argv, "threads", 1);
@@ -91,7 +93,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--steps must exceed --warmup and --examples must be >= --batch\n");
     return 2;
   }
-  lockstep::trainer::cpu::SetGemmThreads(static_cast<int>(threads));
+  lockstep::trainer::cpu::SetCpuThreads(static_cast<int>(threads));
+  if (Has(argc, argv, "--conv=loops")) {
+    lockstep::trainer::graph::SetConvBackend(lockstep::trainer::graph::ConvBackend::kLoops);
+  }
   auto loaded = GraphModel::Load(argv[1], 1);
   if (!loaded.ok()) {
     std::fprintf(stderr, "%s\n", std::string(loaded.status().message()).c_str());

@@ -10,7 +10,7 @@ packages=(
   # libraries
   libabsl-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libcpprest-dev libboost-dev
   libboost-system-dev libssl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler
-  protobuf-compiler-grpc libopenblas-dev libopenblas0-openmp libzip-dev
+  protobuf-compiler-grpc libopenblas-dev libopenblas0-openmp libzip-dev libdnnl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # data

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "trainer/data/batcher.h"
-#include "trainer/kernels/cpu/gemm.h"
+#include "trainer/kernels/cpu/threads.h"
 #include "trainer/model/model.h"
 #include "trainer/optim/optimizer.h"
 
@@ -24,7 +24,7 @@ class CheckpointTest : public ::testing::Test {
              ::testing::UnitTest::GetInstance()->current_test_info()->name()))
                .string();
     fs::remove_all(dir_);
-    cpu::SetGemmThreads(1);
+    cpu::SetCpuThreads(1);
   }
   void TearDown() override { fs::remove_all(dir_); }
 

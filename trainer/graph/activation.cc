@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "trainer/kernels/cpu/simd.h"
+
 namespace lockstep::trainer::graph {
 namespace {
 
@@ -12,7 +14,6 @@ constexpr float kSeluAlpha = 1.6732632423543772f;
 constexpr float kSeluScale = 1.0507009873554805f;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 
-float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 const std::vector<std::pair<std::string, Act>>& Names() {
@@ -67,7 +68,7 @@ std::string ActivationName(const Activation& a) {
   return "?";
 }
 
-void ActivationForward(const Activation& a, const Tensor& z, Tensor* y) {
+LOCKSTEP_SIMD_CLONES void ActivationForward(const Activation& a, const Tensor& z, Tensor* y) {
   y->Resize(z.shape());
   const float* in = z.data();
   float* out = y->data();
@@ -101,7 +102,7 @@ void ActivationForward(const Activation& a, const Tensor& z, Tensor* y) {
         float* yr = out + r * c;
         const float m = *std::max_element(zr, zr + c);
         float sum = 0;
-        for (int64_t j = 0; j < c; ++j) sum += (yr[j] = std::exp(zr[j] - m));
+        for (int64_t j = 0; j < c; ++j) sum += (yr[j] = Exp(zr[j] - m));
         for (int64_t j = 0; j < c; ++j) yr[j] /= sum;
       }
       return;
@@ -137,7 +138,7 @@ void ActivationForward(const Activation& a, const Tensor& z, Tensor* y) {
       for (int64_t i = 0; i < n; ++i) out[i] = in[i] / (1.0f + std::abs(in[i]));
       return;
     case Act::kExponential:
-      for (int64_t i = 0; i < n; ++i) out[i] = std::exp(in[i]);
+      for (int64_t i = 0; i < n; ++i) out[i] = Exp(in[i]);
       return;
     case Act::kLeakyRelu:
       for (int64_t i = 0; i < n; ++i) out[i] = in[i] > 0 ? in[i] : a.alpha * in[i];
@@ -153,8 +154,8 @@ void ActivationForward(const Activation& a, const Tensor& z, Tensor* y) {
   }
 }
 
-void ActivationBackward(const Activation& a, const Tensor& z, const Tensor& y, const Tensor& dy,
-                        Tensor* dz) {
+LOCKSTEP_SIMD_CLONES void ActivationBackward(const Activation& a, const Tensor& z, const Tensor& y,
+                                             const Tensor& dy, Tensor* dz) {
   dz->Resize(z.shape());
   const float* zi = z.data();
   const float* yi = y.data();
@@ -166,10 +167,16 @@ void ActivationBackward(const Activation& a, const Tensor& z, const Tensor& y, c
       if (d != g) std::copy_n(g, n, d);
       return;
     case Act::kRelu:
-      for (int64_t i = 0; i < n; ++i) d[i] = zi[i] > 0 ? g[i] : 0.0f;
+      for (int64_t i = 0; i < n; ++i) {
+        const float gi = g[i];  // read unconditionally, so the loop vectorises
+        d[i] = zi[i] > 0 ? gi : 0.0f;
+      }
       return;
     case Act::kRelu6:
-      for (int64_t i = 0; i < n; ++i) d[i] = (zi[i] > 0 && zi[i] < 6) ? g[i] : 0.0f;
+      for (int64_t i = 0; i < n; ++i) {
+        const float gi = g[i];
+        d[i] = (zi[i] > 0 && zi[i] < 6) ? gi : 0.0f;
+      }
       return;
     case Act::kSigmoid:
       for (int64_t i = 0; i < n; ++i) d[i] = g[i] * yi[i] * (1.0f - yi[i]);
@@ -177,13 +184,15 @@ void ActivationBackward(const Activation& a, const Tensor& z, const Tensor& y, c
     case Act::kHardSigmoid2:
       for (int64_t i = 0; i < n; ++i) {
         const float t = 0.2f * zi[i] + 0.5f;
-        d[i] = (t > 0 && t < 1) ? 0.2f * g[i] : 0.0f;
+        const float gi = g[i];
+        d[i] = (t > 0 && t < 1) ? 0.2f * gi : 0.0f;
       }
       return;
     case Act::kHardSigmoid3:
       for (int64_t i = 0; i < n; ++i) {
         const float t = zi[i] / 6.0f + 0.5f;
-        d[i] = (t > 0 && t < 1) ? g[i] / 6.0f : 0.0f;
+        const float gi = g[i];
+        d[i] = (t > 0 && t < 1) ? gi / 6.0f : 0.0f;
       }
       return;
     case Act::kTanh:
@@ -249,7 +258,8 @@ void ActivationBackward(const Activation& a, const Tensor& z, const Tensor& y, c
     case Act::kHardSwish:
       for (int64_t i = 0; i < n; ++i) {
         const float x = zi[i];
-        d[i] = x < -3 ? 0.0f : x > 3 ? g[i] : g[i] * (x / 3.0f + 0.5f);
+        const float gi = g[i];
+        d[i] = x < -3 ? 0.0f : x > 3 ? gi : gi * (x / 3.0f + 0.5f);
       }
       return;
     case Act::kMish:

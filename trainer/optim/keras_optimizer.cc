@@ -4,6 +4,9 @@
 #include <cctype>
 #include <cmath>
 
+#include "trainer/kernels/cpu/simd.h"
+#include "trainer/optim/update_kernels.h"
+
 namespace lockstep::trainer {
 namespace {
 
@@ -24,7 +27,7 @@ const json& ConfigOf(const json& v) {
 // end: a reduction the compiler vectorises (one running sum is a chain of dependent adds, 8 ms
 // for 10M floats here), still deterministic; it differs from the running sum only in the last
 // bits of the double.
-double SumOfSquares(const float* __restrict g, int64_t n) {
+LOCKSTEP_SIMD_CLONES double SumOfSquares(const float* __restrict g, int64_t n) {
   constexpr int kLanes = 8;
   double acc[kLanes] = {};
   int64_t j = 0;
@@ -68,20 +71,18 @@ class KerasOptimizer final : public Optimizer {
       if (norm > o_.global_clipnorm) global = static_cast<float>(o_.global_clipnorm / norm);
     }
     const int n = SlotsPerParam();
+    UpdateParams u = Params();
+    auto slot = [&](size_t i, int k) {
+      return n > k ? slots_[i * static_cast<size_t>(n) + static_cast<size_t>(k)].data() : nullptr;
+    };
     for (size_t i = 0; i < params.size(); ++i) {
-      float scale = global;
+      u.scale = global;
       if (o_.clipnorm > 0) {
         const double norm = std::sqrt(SumOfSquares(grads[i]->data(), grads[i]->size())) * global;
-        if (norm > o_.clipnorm) scale *= static_cast<float>(o_.clipnorm / norm);
+        if (norm > o_.clipnorm) u.scale *= static_cast<float>(o_.clipnorm / norm);
       }
-      Slots s{n > 0 ? slots_[i * static_cast<size_t>(n)].data() : nullptr,
-              n > 1 ? slots_[i * static_cast<size_t>(n) + 1].data() : nullptr,
-              n > 2 ? slots_[i * static_cast<size_t>(n) + 2].data() : nullptr};
-      if (o_.weight_decay > 0) {
-        Update<true>(params[i]->data(), grads[i]->data(), params[i]->size(), scale, s);
-      } else {
-        Update<false>(params[i]->data(), grads[i]->data(), params[i]->size(), scale, s);
-      }
+      ApplyUpdate(u, params[i]->data(), grads[i]->data(), slot(i, 0), slot(i, 1), slot(i, 2),
+                  params[i]->size());
     }
   }
 
@@ -99,112 +100,35 @@ class KerasOptimizer final : public Optimizer {
     return 1;  // adagrad
   }
 
-  struct Slots {
-    float* s0;
-    float* s1;
-    float* s2;
-  };
-
-  // One tensor's update in one pass: the decoupled weight decay (kDecay: p *= 1 - lr * decay)
-  // folded into the rule's loop, the gradient read as clip(g * scale) without being rewritten.
-  // Each rule has a loop of its own per option (momentum, centered...), with no test inside,
-  // so every loop vectorises; the arithmetic per element is the same as one loop with tests.
-  template <bool kDecay>
-  void Update(float* __restrict p, const float* __restrict graw, int64_t n, float scale,
-              Slots slots) const {
-    float* __restrict s0 = slots.s0;
-    float* __restrict s1 = slots.s1;
-    float* __restrict s2 = slots.s2;
-    const float lr = lr_;
-    const float cv = o_.clipvalue > 0 ? o_.clipvalue : 3.4e38f;
-    const float keep = 1.0f - lr * o_.weight_decay;
-    auto grad = [&](int64_t j) { return std::clamp(graw[j] * scale, -cv, cv); };
-    auto decayed = [&](int64_t j) { return kDecay ? p[j] * keep : p[j]; };
+  // This step's constants of the rule (the gradient scale comes per tensor).
+  UpdateParams Params() const {
+    UpdateParams u;
+    u.lr = lr_;
+    u.keep = o_.weight_decay > 0 ? 1.0f - lr_ * o_.weight_decay : 1.0f;
+    u.clip = o_.clipvalue > 0 ? o_.clipvalue : 3.4e38f;
+    u.momentum = o_.momentum;
+    u.eps = o_.epsilon;
+    u.rho = o_.rho;
     if (o_.kind == "sgd") {
-      const float mu = o_.momentum;
-      if (mu == 0) {
-        for (int64_t j = 0; j < n; ++j) p[j] = decayed(j) - lr * grad(j);
-      } else if (o_.nesterov) {
-        for (int64_t j = 0; j < n; ++j) {
-          const float g = grad(j);
-          s0[j] = mu * s0[j] - lr * g;
-          p[j] = decayed(j) + (mu * s0[j] - lr * g);
-        }
-      } else {
-        for (int64_t j = 0; j < n; ++j) {
-          s0[j] = mu * s0[j] - lr * grad(j);
-          p[j] = decayed(j) + s0[j];
-        }
-      }
-      return;
-    }
-    if (o_.kind == "adam" || o_.kind == "adamw") {
+      u.rule = o_.momentum == 0 ? UpdateRule::kKerasSgd
+               : o_.nesterov    ? UpdateRule::kKerasNesterov
+                                : UpdateRule::kKerasMomentum;
+    } else if (o_.kind == "adam" || o_.kind == "adamw") {
+      u.rule = o_.amsgrad ? UpdateRule::kKerasAmsgrad : UpdateRule::kKerasAdam;
       const double t = step_[0];
-      const auto alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(o_.beta_2, t)) /
-                                            (1.0 - std::pow(o_.beta_1, t)));
-      const float a1 = 1.0f - o_.beta_1, a2 = 1.0f - o_.beta_2, eps = o_.epsilon;
-      if (o_.amsgrad) {
-        for (int64_t j = 0; j < n; ++j) {
-          const float g = grad(j);
-          s0[j] += (g - s0[j]) * a1;
-          s1[j] += (g * g - s1[j]) * a2;
-          s2[j] = std::max(s2[j], s1[j]);
-          p[j] = decayed(j) - alpha * s0[j] / (std::sqrt(s2[j]) + eps);
-        }
-      } else {
-        for (int64_t j = 0; j < n; ++j) {
-          const float g = grad(j);
-          s0[j] += (g - s0[j]) * a1;
-          s1[j] += (g * g - s1[j]) * a2;
-          p[j] = decayed(j) - alpha * s0[j] / (std::sqrt(s1[j]) + eps);
-        }
-      }
-      return;
+      u.alpha = static_cast<float>(lr_ * std::sqrt(1.0 - std::pow(o_.beta_2, t)) /
+                                   (1.0 - std::pow(o_.beta_1, t)));
+      u.a1 = 1.0f - o_.beta_1;
+      u.a2 = 1.0f - o_.beta_2;
+    } else if (o_.kind == "rmsprop") {
+      u.rule = o_.centered ? (o_.momentum > 0 ? UpdateRule::kKerasRmspropCenteredMomentum
+                                              : UpdateRule::kKerasRmspropCentered)
+                           : (o_.momentum > 0 ? UpdateRule::kKerasRmspropMomentum
+                                              : UpdateRule::kKerasRmsprop);
+    } else {
+      u.rule = UpdateRule::kKerasAdagrad;
     }
-    if (o_.kind == "rmsprop") {
-      const float rho = o_.rho, eps = o_.epsilon, mu = o_.momentum;
-      // s0 the mean square; then the momentum (s1) when momentum > 0; then the mean (last).
-      float* __restrict mom = s1;
-      float* __restrict avg = mu > 0 ? s2 : s1;
-      auto square = [&](int64_t j, float g) {
-        s0[j] = rho * s0[j] + (1 - rho) * g * g;
-        return s0[j] + eps;
-      };
-      auto centred = [&](int64_t j, float g, float denom) {
-        avg[j] = rho * avg[j] + (1 - rho) * g;
-        return denom - avg[j] * avg[j];
-      };
-      if (!o_.centered && mu == 0) {
-        for (int64_t j = 0; j < n; ++j) {
-          const float g = grad(j);
-          p[j] = decayed(j) - lr * g / std::sqrt(square(j, g));
-        }
-      } else if (!o_.centered) {
-        for (int64_t j = 0; j < n; ++j) {
-          const float g = grad(j);
-          mom[j] = mu * mom[j] + lr * g / std::sqrt(square(j, g));
-          p[j] = decayed(j) - mom[j];
-        }
-      } else if (mu == 0) {
-        for (int64_t j = 0; j < n; ++j) {
-          const float g = grad(j);
-          p[j] = decayed(j) - lr * g / std::sqrt(centred(j, g, square(j, g)));
-        }
-      } else {
-        for (int64_t j = 0; j < n; ++j) {
-          const float g = grad(j);
-          mom[j] = mu * mom[j] + lr * g / std::sqrt(centred(j, g, square(j, g)));
-          p[j] = decayed(j) - mom[j];
-        }
-      }
-      return;
-    }
-    const float eps = o_.epsilon;  // adagrad
-    for (int64_t j = 0; j < n; ++j) {
-      const float g = grad(j);
-      s0[j] += g * g;
-      p[j] = decayed(j) - lr * g / std::sqrt(s0[j] + eps);
-    }
+    return u;
   }
 
   KerasOptimizerOptions o_;

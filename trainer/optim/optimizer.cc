@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "trainer/optim/keras_optimizer.h"
+#include "trainer/optim/update_kernels.h"
 
 namespace lockstep::trainer {
 namespace {
@@ -18,19 +19,14 @@ class Sgd final : public Optimizer {
   }
   void Step(const std::vector<Tensor*>& params, const std::vector<Tensor*>& grads) override {
     Init(params);
+    UpdateParams u;
+    u.rule = UpdateRule::kTorchSgd;
+    u.lr = lr_;
+    u.momentum = momentum_;
     for (size_t i = 0; i < params.size(); ++i) {
-      float* __restrict p = params[i]->data();
-      const float* __restrict g = grads[i]->data();
-      const int64_t n = params[i]->size();
-      if (momentum_ == 0.0f) {
-        for (int64_t j = 0; j < n; ++j) p[j] -= lr_ * g[j];
-        continue;
-      }
-      float* __restrict v = velocity_[i].data();
-      for (int64_t j = 0; j < n; ++j) {
-        v[j] = momentum_ * v[j] + g[j];
-        p[j] -= lr_ * v[j];
-      }
+      ApplyUpdate(u, params[i]->data(), grads[i]->data(),
+                  momentum_ == 0.0f ? nullptr : velocity_[i].data(), nullptr, nullptr,
+                  params[i]->size());
     }
   }
   std::vector<Tensor*> State() override {
@@ -63,17 +59,17 @@ class Adam final : public Optimizer {
     const double t = step_[0];
     const float c1 = static_cast<float>(1.0 - std::pow(kBeta1, t));
     const float c2 = static_cast<float>(1.0 - std::pow(kBeta2, t));
-    const float step_size = lr_ * std::sqrt(c2) / c1;
+    UpdateParams u;
+    u.rule = UpdateRule::kTorchAdam;
+    u.alpha = lr_ * std::sqrt(c2) / c1;
+    u.eps = kEpsilon * std::sqrt(c2);
+    u.beta1 = kBeta1;
+    u.beta2 = kBeta2;
+    u.a1 = 1.0f - kBeta1;
+    u.a2 = 1.0f - kBeta2;
     for (size_t i = 0; i < params.size(); ++i) {
-      float* __restrict p = params[i]->data();
-      const float* __restrict g = grads[i]->data();
-      float* __restrict m = m_[i].data();
-      float* __restrict v = v_[i].data();
-      for (int64_t j = 0, n = params[i]->size(); j < n; ++j) {
-        m[j] = kBeta1 * m[j] + (1.0f - kBeta1) * g[j];
-        v[j] = kBeta2 * v[j] + (1.0f - kBeta2) * g[j] * g[j];
-        p[j] -= step_size * m[j] / (std::sqrt(v[j]) + kEpsilon * std::sqrt(c2));
-      }
+      ApplyUpdate(u, params[i]->data(), grads[i]->data(), m_[i].data(), v_[i].data(), nullptr,
+                  params[i]->size());
     }
   }
   std::vector<Tensor*> State() override {

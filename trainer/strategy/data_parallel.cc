@@ -8,7 +8,7 @@
 #include "trainer/comm/in_process.h"
 #include "trainer/comm/nccl.h"
 #include "trainer/data/batcher.h"
-#include "trainer/kernels/cpu/gemm.h"
+#include "trainer/kernels/cpu/threads.h"
 #include "trainer/strategy/initial_state.h"
 #include "trainer/strategy/updater.h"
 
@@ -172,7 +172,7 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
 
 absl::StatusOr<TrainResult> RunOneDevice(const TrainerConfig& c, ProgressTracker* progress,
                                          const std::atomic<bool>* stop) {
-  cpu::SetGemmThreads(c.threads);
+  cpu::SetCpuThreads(c.threads);
   absl::StatusOr<Placement> place = PlaceReplicas(c);
   if (!place.ok()) return place.status();
   absl::StatusOr<Datasets> data = LoadDatasets(c);
@@ -185,7 +185,7 @@ absl::StatusOr<TrainResult> RunOneDevice(const TrainerConfig& c, ProgressTracker
 
 absl::StatusOr<TrainResult> RunMirrored(const TrainerConfig& c, ProgressTracker* progress,
                                         const std::atomic<bool>* stop) {
-  cpu::SetGemmThreads(c.threads);
+  cpu::SetCpuThreads(c.threads);
   absl::StatusOr<Datasets> data = LoadDatasets(c);
   if (!data.ok()) return data.status();
   const bool central = c.strategy == Strategy::kCentralStorage;

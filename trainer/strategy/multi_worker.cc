@@ -7,7 +7,7 @@
 #include "trainer/comm/coordination.h"
 #include "trainer/comm/nccl.h"
 #include "trainer/comm/ring.h"
-#include "trainer/kernels/cpu/gemm.h"
+#include "trainer/kernels/cpu/threads.h"
 #include "trainer/strategy/collective_choice.h"
 #include "trainer/strategy/session.h"
 
@@ -46,7 +46,7 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
   const int n = static_cast<int>(world->addresses.size());
   const int rank = world->rank;
   if (n == 1) return RunOneDevice(c, progress, stop);
-  cpu::SetGemmThreads(c.threads);
+  cpu::SetCpuThreads(c.threads);
   absl::StatusOr<Datasets> data = LoadDatasets(c);
   if (!data.ok()) return data.status();
 

@@ -6,7 +6,7 @@
 #include "common/log.h"
 #include "trainer/comm/ring.h"
 #include "trainer/data/batcher.h"
-#include "trainer/kernels/cpu/gemm.h"
+#include "trainer/kernels/cpu/threads.h"
 #include "trainer/ps/partition.h"
 #include "trainer/ps/ps_service.h"
 #include "trainer/strategy/multi_worker.h"
@@ -80,7 +80,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
                                                    " leaves no gradient to aggregate from ",
                                                    trainers, " training tasks"));
   }
-  cpu::SetGemmThreads(c.threads);
+  cpu::SetCpuThreads(c.threads);
   absl::StatusOr<Datasets> data = LoadDatasets(c);
   if (!data.ok()) return data.status();
   if (c.batch_size * trainers > data->train.size()) {

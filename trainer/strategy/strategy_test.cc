@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "trainer/comm/in_process.h"
 #include "trainer/comm/ring.h"
-#include "trainer/kernels/cpu/gemm.h"
+#include "trainer/kernels/cpu/threads.h"
 #include "trainer/kernels/cuda/gpu_available.h"
 #include "trainer/strategy/buckets.h"
 #include "trainer/strategy/data_parallel.h"
@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 // default --threads=1 does, and the comparisons stay at float rounding.
 class SingleThreadedGemm : public ::testing::Environment {
  public:
-  void SetUp() override { cpu::SetGemmThreads(1); }
+  void SetUp() override { cpu::SetCpuThreads(1); }
 };
 [[maybe_unused]] ::testing::Environment* const kSingleThreadedGemm =
     ::testing::AddGlobalTestEnvironment(new SingleThreadedGemm);

@@ -1,11 +1,23 @@
 #include "trainer/graph/layers/conv.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <map>
 
+#include "trainer/kernels/cpu/dnnl_conv.h"
 #include "trainer/kernels/cpu/gemm.h"
 
 namespace lockstep::trainer::graph {
+
+namespace {
+std::atomic<ConvBackend> conv_backend{ConvBackend::kOneDnn};
+std::atomic<int64_t> onednn_refusals{0};
+}  // namespace
+
+void SetConvBackend(ConvBackend b) { conv_backend.store(b); }
+ConvBackend GetConvBackend() { return conv_backend.load(); }
+int64_t OneDnnRefusals() { return onednn_refusals.load(); }
 
 AxisGeometry WindowAxis(int64_t in, int64_t kernel, int64_t stride, int64_t dilation, Padding p) {
   if (in < 0) return {-1, 0};
@@ -227,6 +239,12 @@ void BiasGrad(const float* dz, int64_t rows, int64_t f, float* db) {
   }
 }
 
+void AddTo(const std::vector<float>& from, float* to) {
+  const float* __restrict f = from.data();
+  float* __restrict t = to;
+  for (size_t j = 0; j < from.size(); ++j) t[j] += f[j];
+}
+
 std::string Ints(const std::vector<int64_t>& v) { return ShapeString(v); }
 
 // What the windowed convolution layers share: the geometry of a call, the shape checks, the
@@ -332,6 +350,50 @@ class WindowLayer : public Layer {
     w.l2 = l2;
   }
 
+  // oneDNN's primitives for a call's geometry, made on the first call of each input shape; null
+  // where the loops run (the backend is kLoops, the window is empty, or oneDNN has no
+  // implementation for it).
+  cpu::DnnlConv* Dnnl(const Geo& g, int64_t c_out, bool depthwise, bool bias) {
+    if (GetConvBackend() != ConvBackend::kOneDnn || g.empty() || g.n <= 0) return nullptr;
+    const std::vector<int64_t> key{g.n, g.in[0], g.in[1], g.in[2], g.c};
+    auto it = dnnl_.find(key);
+    if (it == dnnl_.end()) {
+      // Inputs of ever-new shapes (sequences of any length) keep a bounded set.
+      if (dnnl_.size() >= 8) dnnl_.clear();
+      cpu::ConvGeometry cg;
+      cg.rank = rank_;
+      cg.n = g.n;
+      cg.c_in = g.c;
+      cg.c_out = c_out;
+      cg.depthwise = depthwise;
+      for (int a = 0; a < rank_; ++a) {
+        const int ga = kAxes - rank_ + a;
+        const auto i = static_cast<size_t>(a);
+        cg.in[i] = g.in[ga];
+        cg.out[i] = g.out[ga];
+        cg.kernel[i] = g.k[ga];
+        cg.stride[i] = g.s[ga];
+        cg.dilation[i] = g.d[ga];
+        cg.pad_before[i] = g.pad[ga];
+      }
+      absl::StatusOr<std::unique_ptr<cpu::DnnlConv>> made = cpu::DnnlConv::Make(cg, bias);
+      if (!made.ok()) ++onednn_refusals;
+      it = dnnl_.emplace(key, made.ok() ? std::move(*made) : nullptr).first;
+    }
+    return it->second.get();
+  }
+
+  // The weights' gradients through oneDNN, which overwrites its outputs: computed into scratch
+  // and added, since a shared layer's calls sum theirs.
+  void DnnlWeightGrads(cpu::DnnlConv* d, const float* x, const float* dz, Weight& kernel,
+                       Weight* bias) {
+    dw_.resize(static_cast<size_t>(kernel.grad.size()));
+    db_.resize(bias != nullptr ? static_cast<size_t>(bias->grad.size()) : 0);
+    d->BackwardWeights(x, dz, dw_.data(), bias != nullptr ? db_.data() : nullptr);
+    AddTo(dw_, kernel.grad.data());
+    if (bias != nullptr) AddTo(db_, bias->grad.data());
+  }
+
   int rank_;
   std::vector<int64_t> kernel_, strides_, dilation_;
   Padding padding_;
@@ -339,6 +401,8 @@ class WindowLayer : public Layer {
   bool use_bias_;
   int64_t cin_ = 0;
   std::vector<float> col_;  // the patch matrix (or its gradient), reused across calls
+  std::map<std::vector<int64_t>, std::unique_ptr<cpu::DnnlConv>> dnnl_;
+  std::vector<float> dw_, db_;  // oneDNN's weight gradients before they are added
 };
 
 std::string ConvClass(const char* base, int rank, const char* suffix = "") {
@@ -386,6 +450,11 @@ class Conv final : public WindowLayer {
     Tensor& z = PreActivation(out, s);
     z.Resize(OutShape(g, f));
     const float* w = weights()[0].value.data();
+    if (cpu::DnnlConv* d = Dnnl(g, f, false, use_bias_)) {
+      d->Forward(x.data(), w, use_bias_ ? weights()[1].value.data() : nullptr, z.data());
+      Activate(out, s);
+      return;
+    }
     const int64_t chunk = g.chunk();
     if (!g.empty()) {
       for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
@@ -412,6 +481,16 @@ class Conv final : public WindowLayer {
     const Tensor* dz = PreActivationGrad(out, dout, s);
     const int64_t f = o_.filters, rows = g.out_size(), patch = g.patch();
     const bool wgrad = weights()[0].trainable;
+    if (cpu::DnnlConv* d = Dnnl(g, f, false, use_bias_)) {
+      if (wgrad) {
+        DnnlWeightGrads(d, x.data(), dz->data(), weights()[0], use_bias_ ? &weights()[1] : nullptr);
+      }
+      if (need[0]) {
+        (*din)[0].Resize(x.shape());
+        d->BackwardData(dz->data(), weights()[0].value.data(), (*din)[0].data());
+      }
+      return;
+    }
     if (wgrad && use_bias_) BiasGrad(dz->data(), g.n * rows, f, weights()[1].grad.data());
     if (need[0]) {
       (*din)[0].Resize(x.shape());
@@ -641,6 +720,12 @@ class DepthwiseConv final : public WindowLayer {
     const int64_t cm = g.c * o_.depth_multiplier;
     Tensor& z = PreActivation(out, s);
     z.Resize(OutShape(g, cm));
+    if (cpu::DnnlConv* d = Dnnl(g, cm, true, use_bias_)) {
+      d->Forward(x.data(), weights()[0].value.data(),
+                 use_bias_ ? weights()[1].value.data() : nullptr, z.data());
+      Activate(out, s);
+      return;
+    }
     z.Fill(0.0f);
     DepthwiseForward(g, o_.depth_multiplier, x.data(), weights()[0].value.data(), z.data());
     if (use_bias_) AddBias(weights()[1].value.data(), z.size() / cm, cm, z.data());
@@ -655,6 +740,16 @@ class DepthwiseConv final : public WindowLayer {
     const Tensor* dz = PreActivationGrad(out, dout, s);
     const int64_t cm = g.c * o_.depth_multiplier;
     const bool wgrad = weights()[0].trainable;
+    if (cpu::DnnlConv* d = Dnnl(g, cm, true, use_bias_)) {
+      if (wgrad) {
+        DnnlWeightGrads(d, x.data(), dz->data(), weights()[0], use_bias_ ? &weights()[1] : nullptr);
+      }
+      if (need[0]) {
+        (*din)[0].Resize(x.shape());
+        d->BackwardData(dz->data(), weights()[0].value.data(), (*din)[0].data());
+      }
+      return;
+    }
     if (wgrad && use_bias_) BiasGrad(dz->data(), dz->size() / cm, cm, weights()[1].grad.data());
     float* dx = nullptr;
     if (need[0]) {
@@ -718,8 +813,12 @@ class SeparableConv final : public WindowLayer {
     Tensor& z = PreActivation(out, s);
     Tensor& mid = s->t[1];
     mid.Resize(OutShape(g, cm));
-    mid.Fill(0.0f);
-    DepthwiseForward(g, o_.depth_multiplier, x.data(), weights()[0].value.data(), mid.data());
+    if (cpu::DnnlConv* d = Dnnl(g, cm, true, false)) {
+      d->Forward(x.data(), weights()[0].value.data(), nullptr, mid.data());
+    } else {
+      mid.Fill(0.0f);
+      DepthwiseForward(g, o_.depth_multiplier, x.data(), weights()[0].value.data(), mid.data());
+    }
     z.Resize(OutShape(g, f));
     const int64_t rows = mid.size() / cm;
     if (rows > 0) {
@@ -756,6 +855,11 @@ class SeparableConv final : public WindowLayer {
     dmid.Resize(mid.shape());
     cpu::Gemm(false, true, rows, cm, f, 1.0f, dz->data(), weights()[1].value.data(), 0.0f,
               dmid.data());
+    if (cpu::DnnlConv* d = Dnnl(g, cm, true, false)) {
+      if (wgrad) DnnlWeightGrads(d, x.data(), dmid.data(), weights()[0], nullptr);
+      if (dx != nullptr) d->BackwardData(dmid.data(), weights()[0].value.data(), dx);
+      return;
+    }
     DepthwiseBackward(g, o_.depth_multiplier, x.data(), weights()[0].value.data(), dmid.data(), dx,
                       wgrad ? weights()[0].grad.data() : nullptr);
   }

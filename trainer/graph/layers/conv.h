@@ -8,9 +8,11 @@
 // Padding is Keras's (TensorFlow's): "same" gives ceil(in / stride) outputs and pads
 // total = max((out - 1) * stride + (k - 1) * dilation + 1 - in, 0), of which total / 2 before
 // and the rest (one more when odd) after; "causal" (Conv1D) pads (k - 1) * dilation before
-// only. Convolutions run as im2col (patches in (k..., in) order, which is the kernel's
-// flattening) and one GEMM over the batch (chunked when the patch matrix would pass 128 MiB);
-// 1x1 stride-1 kernels skip im2col. Depthwise kernels loop directly, channels innermost.
+// only. Convolutions (and depthwise convolutions) run through oneDNN (cpu::DnnlConv, which takes
+// these layouts as they are); the fallback is im2col (patches in (k..., in) order, which is the
+// kernel's flattening) and one GEMM per chunk of examples whose patch matrix stays under 4 MiB
+// (1x1 stride-1 kernels skip im2col), and direct depthwise loops, channels innermost. The
+// transposed convolutions always run im2col.
 // Thread-safety: one thread per layer object (layer.h).
 
 #include <cstdint>
@@ -26,6 +28,16 @@
 namespace lockstep::trainer::graph {
 
 enum class Padding { kValid, kSame, kCausal };
+
+// How Conv, DepthwiseConv and SeparableConv's depthwise part compute: through oneDNN (the
+// default), or through the loops below (im2col + GEMM, direct depthwise loops), which also run
+// where oneDNN has no implementation for a geometry. Process-wide; tests and benchmarks compare
+// the two.
+enum class ConvBackend { kOneDnn, kLoops };
+void SetConvBackend(ConvBackend b);
+ConvBackend GetConvBackend();
+// How many call geometries oneDNN has refused in this process (each then runs the loops).
+int64_t OneDnnRefusals();
 
 // One spatial axis of a windowed operation: the output length and the padding before the first
 // input. `out` <= 0 when a valid window does not fit. in < 0 (unknown) gives out = -1.

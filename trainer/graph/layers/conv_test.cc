@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "trainer/graph/testing/gradcheck.h"
 #include "trainer/graph/testing/torch_oracle.h"
 #include "trainer/keras/layer_factory.h"
@@ -128,9 +130,105 @@ TEST(ConvLayersTest, FrozenConvGivesInputGradientsOnly) {
   for (const Weight& w : c->weights()) EXPECT_FALSE(w.trainable);
 }
 
+// Selects a convolution backend for one test and restores oneDNN after it.
+struct UseBackend {
+  explicit UseBackend(ConvBackend b) { SetConvBackend(b); }
+  ~UseBackend() { SetConvBackend(ConvBackend::kOneDnn); }
+};
+
+// Forward and backward of a freshly built layer on x, with dy drawn from `seed`: the output,
+// the input gradient and every weight gradient, in that order.
+std::vector<Tensor> RunOnce(Layer& l, const Tensor& x, uint64_t seed) {
+  std::mt19937_64 rng(7);
+  EXPECT_TRUE(l.Build({PerExample(x)}, BuildContext{&rng}).ok());
+  std::vector<Tensor> out(1), din(1);
+  Saved s;
+  l.Forward(Args{{&x}, {nullptr}}, &out, &s, CallContext{true, &rng});
+  const Tensor dy = RandomTensor(out[0].shape(), seed);
+  for (Weight& w : l.weights()) w.grad.Fill(0.0f);
+  l.Backward(Args{{&x}, {nullptr}}, out, {&dy}, {true}, &din, &s);
+  std::vector<Tensor> r{out[0], din[0]};
+  for (const Weight& w : l.weights()) r.push_back(w.grad);
+  return r;
+}
+
+// oneDNN's primitives against the loops (im2col + GEMM, direct depthwise loops), on fresh
+// random data of realistic sizes: ResNet and EfficientNet shapes, strides, dilation, odd
+// padding, 1D/3D, depthwise multipliers, and a layer called on two batch sizes.
+TEST(ConvLayersTest, OneDnnMatchesTheLoops) {
+  struct Case {
+    std::string what;
+    std::function<std::unique_ptr<Layer>()> make;
+    Shape x;
+  };
+  auto conv = [](ConvOptions o) { return [o] { return MakeConv("c", o); }; };
+  auto depthwise = [](std::vector<int64_t> k, std::vector<int64_t> st, int64_t mult, Padding p) {
+    return [=] {
+      DepthwiseOptions o;
+      o.rank = static_cast<int>(k.size());
+      o.kernel_size = k;
+      o.strides = st;
+      o.dilation_rate = std::vector<int64_t>(k.size(), 1);
+      o.depth_multiplier = mult;
+      o.padding = p;
+      o.bias_initializer.kind = Initializer::Kind::kRandomUniform;
+      return MakeDepthwiseConv("d", o);
+    };
+  };
+  std::vector<Case> cases = {
+      {"resnet 3x3 same",
+       conv(Conv(2, 16, {3, 3}, {1, 1}, {1, 1}, Padding::kSame)),
+       {8, 32, 32, 16}},
+      {"resnet 3x3 stride 2",
+       conv(Conv(2, 32, {3, 3}, {2, 2}, {1, 1}, Padding::kSame)),
+       {8, 32, 32, 16}},
+      {"1x1 stride 2", conv(Conv(2, 64, {1, 1}, {2, 2}, {1, 1}, Padding::kValid)), {4, 16, 16, 32}},
+      {"stem 3 channels", conv(Conv(2, 8, {5, 3}, {2, 1}, {1, 1}, Padding::kSame)), {4, 17, 13, 3}},
+      {"dilated valid", conv(Conv(2, 6, {3, 3}, {1, 1}, {2, 3}, Padding::kValid)), {3, 15, 16, 5}},
+      {"valid leftover", conv(Conv(2, 4, {3, 3}, {2, 2}, {1, 1}, Padding::kValid)), {2, 10, 9, 3}},
+      {"conv1d causal", conv(Conv(1, 7, {4}, {1}, {2}, Padding::kCausal)), {4, 30, 6}},
+      {"conv3d",
+       conv(Conv(3, 4, {3, 3, 2}, {1, 2, 1}, {1, 1, 1}, Padding::kSame)),
+       {2, 6, 7, 5, 3}},
+      {"depthwise", depthwise({3, 3}, {1, 1}, 1, Padding::kSame), {4, 16, 16, 24}},
+      {"depthwise stride 2 x2", depthwise({5, 5}, {2, 2}, 2, Padding::kSame), {2, 15, 15, 8}},
+      {"depthwise 1d", depthwise({3}, {1}, 3, Padding::kValid), {3, 20, 4}},
+  };
+  for (const Case& c : cases) {
+    const Tensor x = RandomTensor(c.x, 11);
+    std::vector<Tensor> loops, dnnl;
+    {
+      UseBackend b(ConvBackend::kLoops);
+      loops = RunOnce(*c.make(), x, 12);
+    }
+    const int64_t refused = OneDnnRefusals();
+    dnnl = RunOnce(*c.make(), x, 12);
+    ASSERT_EQ(OneDnnRefusals(), refused) << c.what << ": oneDNN refused the geometry";
+    ASSERT_EQ(loops.size(), dnnl.size()) << c.what;
+    const char* names[] = {"output", "input gradient", "kernel gradient", "bias gradient"};
+    for (size_t i = 0; i < loops.size(); ++i) {
+      ASSERT_EQ(loops[i].shape(), dnnl[i].shape()) << c.what << " " << names[i];
+      EXPECT_LT(testing::MaxRelativeError(dnnl[i], loops[i]), 1e-4) << c.what << " " << names[i];
+    }
+  }
+  // One layer called on two batch sizes keeps a primitive per shape: a batch of one (the first
+  // example of the larger batch), then the larger batch again.
+  auto l = MakeConv("c", Conv(2, 4, {3, 3}, {1, 1}, {1, 1}, Padding::kSame));
+  const Tensor big = RandomTensor({4, 6, 6, 2}, 1);
+  Tensor first({1, 6, 6, 2});
+  std::copy_n(big.data(), first.size(), first.data());
+  const Tensor yb = Forward1(*l, big);
+  const Tensor ys = Forward1(*l, first);
+  const Tensor yb2 = Forward1(*l, big);
+  for (int64_t i = 0; i < ys.size(); ++i) ASSERT_NEAR(ys[i], yb[i], 1e-5f) << i;
+  for (int64_t i = 0; i < yb.size(); ++i) ASSERT_EQ(yb2[i], yb[i]) << i;
+}
+
 TEST(ConvLayersTest, LargeBatchesRunInChunksWithTheSameResult) {
   // 4096 outputs x (5 taps x 1000 channels) per example passes half the 32M-float patch
   // budget, so each example is its own GEMM; the batch must match examples run one by one.
+  // (The chunking is the loops' own: oneDNN tiles its work itself.)
+  UseBackend loops(ConvBackend::kLoops);
   auto c = MakeConv("c", Conv(1, 2, {5}, {1}, {1}, Padding::kValid));
   const Tensor x = RandomTensor({2, 4100, 1000}, 3);
   const Tensor y = Forward1(*c, x);

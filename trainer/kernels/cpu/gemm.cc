@@ -14,6 +14,4 @@ void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, f
               b, transpose_b ? ki : ni, beta, c, ni);
 }
 
-void SetGemmThreads(int threads) { openblas_set_num_threads(threads); }
-
 }  // namespace lockstep::trainer::cpu
