@@ -9,6 +9,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "trainer/graph/layers/attention.h"
 #include "trainer/graph/layers/core.h"
 #include "trainer/keras/layer_factory.h"
 
@@ -436,6 +437,7 @@ class Builder {
       }
       kw.erase(m);
     }
+    bool causal = false;  // MultiHeadAttention's use_causal_mask
     if (cls == "MultiHeadAttention") {
       // Inputs [query, value] or [query, value, key], from positions or keywords.
       std::vector<int> qvk = in;
@@ -456,7 +458,14 @@ class Builder {
         return refuse("a call without both query and value");
       }
       in = qvk;
-      for (const char* k : {"attention_mask", "use_causal_mask", "return_attention_scores"}) {
+      if (auto it = kw.find("use_causal_mask"); it != kw.end()) {
+        if (!it->second.is_boolean() && !it->second.is_null()) {
+          return refuse("call argument use_causal_mask=" + Show(it->second));
+        }
+        causal = it->second.is_boolean() && it->second.get<bool>();
+        kw.erase(it);
+      }
+      for (const char* k : {"attention_mask", "return_attention_scores"}) {
         auto it = kw.find(k);
         if (it == kw.end()) continue;
         if (!IsFalsy(it->second))
@@ -488,6 +497,16 @@ class Builder {
     if (!spec.constants.empty()) return OpLayer(e, in, spec.constants);
     absl::StatusOr<Layer*> l = LayerFor(e);
     if (!l.ok()) return l.status();
+    if (cls == "MultiHeadAttention") {
+      // Keras passes use_causal_mask per call; one layer object takes one setting.
+      auto [it, fresh] = causal_.emplace(*l, causal);
+      if (!fresh && it->second != causal) {
+        return refuse(
+            "calls with and without use_causal_mask (the engine keeps one setting per "
+            "layer)");
+      }
+      graph::SetCausalMask(**l, causal);
+    }
     return Call(*l, in, training);
   }
 
@@ -519,6 +538,7 @@ class Builder {
   std::mt19937_64 rng_;
   graph::BuildContext ctx_;
   std::map<const json*, Layer*> layers_;
+  std::map<Layer*, bool> causal_;  // each MultiHeadAttention's use_causal_mask
 };
 
 bool LooksKeras3(const json& m) {

@@ -310,5 +310,48 @@ TEST(ModelLoaderTest, Keras2ExplicitTrainingArgumentFixesTheCallsMode) {
   EXPECT_GT(zeros, 20);
 }
 
+// A decoder's self-attention: Keras records use_causal_mask per call; position t must not see
+// positions after it, and a layer called both ways is refused.
+json CausalAttentionModel(bool second_call_causal) {
+  auto input = json{{"class_name", "InputLayer"},
+                    {"name", "x"},
+                    {"config", {{"batch_input_shape", {nullptr, 4, 3}}, {"name", "x"}}},
+                    {"inbound_nodes", json::array()}};
+  json mha = {{"class_name", "MultiHeadAttention"},
+              {"name", "att"},
+              {"config", {{"name", "att"}, {"num_heads", 2}, {"key_dim", 2}}},
+              {"inbound_nodes",
+               {{{"x", 0, 0, {{"value", {"x", 0, 0}}, {"use_causal_mask", true}}}},
+                {{"x", 0, 0, {{"value", {"x", 0, 0}}, {"use_causal_mask", second_call_causal}}}}}}};
+  return {{"class_name", "Functional"},
+          {"config",
+           {{"name", "m"},
+            {"layers", {input, mha}},
+            {"input_layers", {{"x", 0, 0}}},
+            {"output_layers", {{"att", 0, 0}, {"att", 1, 0}}}}}};
+}
+
+TEST(ModelLoaderTest, CausalSelfAttentionSeesOnlyEarlierPositions) {
+  auto m = LoadKerasModel(CausalAttentionModel(true));
+  ASSERT_TRUE(m.ok()) << m.status();
+  Tensor x = graph::testing::RandomTensor({1, 4, 3}, 5);
+  m->graph->Forward({&x}, graph::CallContext{});
+  const Tensor before = m->graph->output(0);
+  x[3 * 3 + 1] += 1.0f;  // change the last position only
+  m->graph->Forward({&x}, graph::CallContext{});
+  const Tensor after = m->graph->output(0);
+  for (int64_t i = 0; i < 3 * 3; ++i) EXPECT_EQ(after[i], before[i]) << i;  // positions 0-2
+  float moved = 0;
+  for (int64_t i = 9; i < 12; ++i) moved += std::abs(after[i] - before[i]);
+  EXPECT_GT(moved, 0.0f);
+
+  auto mixed = LoadKerasModel(CausalAttentionModel(false));
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.status().message().find("layer 'att' (MultiHeadAttention): calls with and "
+                                          "without use_causal_mask"),
+            std::string::npos)
+      << mixed.status();
+}
+
 }  // namespace
 }  // namespace lockstep::trainer::keras

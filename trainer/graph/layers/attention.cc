@@ -53,6 +53,7 @@ enum Slot : size_t {
 
 class MultiHeadAttention final : public Layer {
  public:
+  void set_causal(bool causal) { o_.use_causal_mask = causal; }
   MultiHeadAttention(std::string name, MultiHeadAttentionOptions o)
       : Layer(std::move(name), "MultiHeadAttention"), o_(std::move(o)) {
     if (o_.value_dim <= 0) o_.value_dim = o_.key_dim;
@@ -363,6 +364,13 @@ class MultiHeadAttention final : public Layer {
 
 std::unique_ptr<Layer> MakeMultiHeadAttention(std::string name, MultiHeadAttentionOptions o) {
   return std::make_unique<MultiHeadAttention>(std::move(name), std::move(o));
+}
+
+bool SetCausalMask(Layer& l, bool causal) {
+  auto* mha = dynamic_cast<MultiHeadAttention*>(&l);
+  if (mha == nullptr) return false;
+  mha->set_causal(causal);
+  return true;
 }
 
 }  // namespace lockstep::trainer::graph

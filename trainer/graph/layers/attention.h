@@ -41,4 +41,8 @@ struct MultiHeadAttentionOptions {
 
 std::unique_ptr<Layer> MakeMultiHeadAttention(std::string name, MultiHeadAttentionOptions o);
 
+// Sets a MultiHeadAttention layer's use_causal_mask (Keras passes it per call; the loader sets
+// it from the call). False when `l` is not a MultiHeadAttention layer.
+bool SetCausalMask(Layer& l, bool causal);
+
 }  // namespace lockstep::trainer::graph
