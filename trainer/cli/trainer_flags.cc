@@ -43,14 +43,21 @@ bool ParseFloat(const std::string& s, float* out) {
 
 }  // namespace
 
-absl::Status ApplyModelCompileConfig(TrainerConfig* c) {
-  if (IsBuiltinModel(c->model) || c->optimizer_from_flag) return absl::OkStatus();
+absl::Status ApplyModelCompileConfig(TrainerConfig* c, std::vector<std::string>* warnings) {
+  if (IsBuiltinModel(c->model)) return absl::OkStatus();
   absl::StatusOr<nlohmann::json> doc = keras::ReadJsonFile(c->model);
   if (!doc.ok()) {
     return absl::InvalidArgumentError("--model: " + std::string(doc.status().message()));
   }
   const nlohmann::json tc = keras::TrainingConfigOf(*doc);
   if (!tc.is_object()) return absl::OkStatus();
+  if (warnings != nullptr) {
+    for (const std::string& m : keras::UnreportedMetrics(tc)) {
+      warnings->push_back("--model " + c->model + ": its compile config's metric " + m +
+                          " is not reported (the trainer reports the loss and the accuracy)");
+    }
+  }
+  if (c->optimizer_from_flag) return absl::OkStatus();
   nlohmann::json opt =
       tc.contains("optimizer") ? tc["optimizer"] : tc.value("optimizer_config", nlohmann::json());
   if (opt.is_null()) return absl::OkStatus();

@@ -23,7 +23,10 @@ std::string TrainerUsage();
 
 // For a Keras model file: takes the optimizer, learning rate and schedule it was compiled
 // with (TrainerConfig::keras_optimizer), except where flags said otherwise. Reads the file;
-// InvalidArgument names an optimizer or option the trainer does not support.
-absl::Status ApplyModelCompileConfig(TrainerConfig* c);
+// InvalidArgument names an optimizer or option the trainer does not support. `warnings` (may
+// be null) gets a line per compile setting the trainer reads but does not carry out (a metric
+// it does not report).
+absl::Status ApplyModelCompileConfig(TrainerConfig* c,
+                                     std::vector<std::string>* warnings = nullptr);
 
 }  // namespace lockstep::trainer

@@ -182,6 +182,33 @@ TEST(TrainerFlagsTest, AModelFilesCompileConfigUnlessFlagsSayOtherwise) {
   std::remove(path.c_str());
 }
 
+// Compile metrics beyond the accuracy family are named in a warning, not dropped silently;
+// metric objects, per-output lists and dicts and weighted_metrics are all read.
+TEST(TrainerFlagsTest, UnreportedCompileMetricsAreNamed) {
+  const std::string path = ::testing::TempDir() + "/metrics-model.json";
+  {
+    std::ofstream f(path);
+    f << R"({"class_name": "Sequential", "config": {"name": "s", "layers": []},
+             "compile_config": {"loss": "mse",
+               "metrics": [["accuracy", "mae"], {"out2": ["acc", "AUC"]},
+                           {"module": "keras.metrics", "class_name": "SparseCategoricalAccuracy",
+                            "config": {"name": "sca"}},
+                           {"module": "keras.metrics", "class_name": "Precision",
+                            "config": {"name": "p"}}],
+               "weighted_metrics": ["top_k_categorical_accuracy"]}})";
+  }
+  auto c = ParseTrainerConfig({"--model=" + path, "--optimizer=sgd"}, {});
+  ASSERT_TRUE(c.ok());
+  std::vector<std::string> warnings;
+  ASSERT_TRUE(ApplyModelCompileConfig(&*c, &warnings).ok());
+  ASSERT_EQ(warnings.size(), 4u);
+  EXPECT_THAT(warnings[0], HasSubstr("metric mae is not reported"));
+  EXPECT_THAT(warnings[1], HasSubstr("metric AUC is not reported"));
+  EXPECT_THAT(warnings[2], HasSubstr("metric Precision is not reported"));
+  EXPECT_THAT(warnings[3], HasSubstr("metric top_k_categorical_accuracy is not reported"));
+  std::remove(path.c_str());
+}
+
 TEST(ProgressTrackerTest, ReportsStepLossRateCheckpointAndEta) {
   ProgressTracker p(100, /*warmup=*/2);
   for (int i = 1; i <= 10; ++i) p.Step(i, 0, 1.0, 0.5, 64, i * 0.01);  // 6400 samples/s

@@ -44,11 +44,13 @@ int main(int argc, char** argv) {
   }
   if (config->json_logs) lockstep::common::SetLogFormat(lockstep::common::LogFormat::kJson);
   if (!config->help && !config->version) {
-    if (absl::Status s = ApplyModelCompileConfig(&*config); !s.ok()) {
+    std::vector<std::string> warnings;
+    if (absl::Status s = ApplyModelCompileConfig(&*config, &warnings); !s.ok()) {
       WriteTerminationMessage(config->termination_log, "BadConfig", false,
                               std::string(s.message()));
       return kExitBadConfig;
     }
+    for (const std::string& w : warnings) lockstep::common::LogWarning("trainer", w);
   }
   if (config->help) {
     std::cout << TrainerUsage();

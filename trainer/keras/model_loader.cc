@@ -3,9 +3,11 @@
 #include <zip.h>
 
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -561,6 +563,42 @@ bool LooksKeras3(const json& m) {
 }
 
 }  // namespace
+
+std::vector<std::string> UnreportedMetrics(const json& training_config) {
+  static const std::set<std::string> kAccuracy = {"accuracy",
+                                                  "acc",
+                                                  "sparse_categorical_accuracy",
+                                                  "categorical_accuracy",
+                                                  "binary_accuracy",
+                                                  "SparseCategoricalAccuracy",
+                                                  "CategoricalAccuracy",
+                                                  "BinaryAccuracy"};
+  std::vector<std::string> out;
+  std::function<void(const json&)> visit = [&](const json& m) {
+    if (m.is_array()) {
+      for (const json& e : m) visit(e);
+    } else if (m.is_object() && m.contains("class_name")) {
+      const json& cls = m["class_name"];
+      if (!cls.is_string()) {
+        out.push_back(Show(m));
+      } else if (!kAccuracy.count(cls.get<std::string>())) {
+        out.push_back(cls.get<std::string>());
+      }
+    } else if (m.is_object()) {
+      for (const auto& [k, v] : m.items()) visit(v);  // per output name
+    } else if (m.is_string()) {
+      if (!kAccuracy.count(m.get<std::string>())) out.push_back(m.get<std::string>());
+    } else if (!m.is_null()) {
+      out.push_back(Show(m));
+    }
+  };
+  if (training_config.is_object()) {
+    for (const char* k : {"metrics", "weighted_metrics"}) {
+      if (training_config.contains(k)) visit(training_config[k]);
+    }
+  }
+  return out;
+}
 
 json TrainingConfigOf(const json& doc) {
   if (!doc.is_object()) return json();
