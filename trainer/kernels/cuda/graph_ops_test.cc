@@ -1,5 +1,5 @@
-// The graph's CUDA ops (activations, BatchNormalization, LayerNormalization, pooling) against
-// their CPU
+// The graph's CUDA ops (activations, convolutions, BatchNormalization, LayerNormalization,
+// pooling) against their CPU
 // counterparts (trainer/graph/: the functions, or the layers themselves) on fresh random inputs,
 // for each storage dtype, by the relative error ||gpu - cpu|| / ||cpu||: fp32 1e-5, fp16 5e-3,
 // bf16 3e-2 (16-bit inputs are rounded; the arithmetic stays fp32). Outputs are poisoned (NaN)
@@ -23,9 +23,11 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 #include <string>
 
 #include "trainer/graph/activation.h"
+#include "trainer/graph/layers/conv.h"
 #include "trainer/graph/layers/normalization.h"
 #include "trainer/graph/layers/pooling.h"
 #include "trainer/kernels/cuda/activation.h"
+#include "trainer/kernels/cuda/conv_nd.h"
 #include "trainer/kernels/cuda/device.h"
 #include "trainer/kernels/cuda/normalization.h"
 #include "trainer/kernels/cuda/pooling.h"
@@ -372,6 +374,138 @@ TEST_F(GraphCudaOpsTest, PoolingMatchesTheCpuLayers) {
       ASSERT_OK(Download(ctx_.get(), dx, &got));
       EXPECT_LT(RelativeError(got.Reshaped(shape), cpu.dx), Tolerance(t))
           << DTypeName(t) << " global dx";
+    }
+  }
+}
+
+// The window geometry of a convolution layer's call, as the CPU layer computes it.
+cpu::ConvGeometry Geometry(const Shape& x, int64_t c_out, bool depthwise,
+                           const std::vector<int64_t>& k, const std::vector<int64_t>& st,
+                           const std::vector<int64_t>& d, graph::Padding p) {
+  cpu::ConvGeometry g;
+  g.rank = static_cast<int>(k.size());
+  g.n = x[0];
+  g.c_in = x.back();
+  g.c_out = c_out;
+  g.depthwise = depthwise;
+  for (int a = 0; a < g.rank; ++a) {
+    const auto i = static_cast<size_t>(a);
+    const graph::AxisGeometry ax = graph::WindowAxis(x[i + 1], k[i], st[i], d[i], p);
+    g.in[i] = x[i + 1];
+    g.out[i] = ax.out;
+    g.kernel[i] = k[i];
+    g.stride[i] = st[i];
+    g.dilation[i] = d[i];
+    g.pad_before[i] = ax.pad_before;
+  }
+  return g;
+}
+
+// cuDNN's convolutions against the CPU layers (oneDNN) for the geometries the oneDNN test
+// covers: odd same padding (padded here), strides, 1x1, dilation, valid with inputs left over,
+// causal 1D, 3D and depthwise multipliers; output with bias, input, kernel and bias gradients.
+TEST_F(GraphCudaOpsTest, ConvolutionsMatchTheCpuLayers) {
+  using graph::Padding;
+  struct Case {
+    std::string what;
+    Shape x;
+    int64_t filters;  // depthwise: the multiplier
+    bool depthwise;
+    std::vector<int64_t> k, st, d;
+    Padding p;
+  };
+  const std::vector<Case> cases = {
+      {"3x3 same", {4, 16, 16, 8}, 16, false, {3, 3}, {1, 1}, {1, 1}, Padding::kSame},
+      {"3x3 stride 2 same (odd padding)",
+       {4, 16, 16, 8},
+       8,
+       false,
+       {3, 3},
+       {2, 2},
+       {1, 1},
+       Padding::kSame},
+      {"1x1 stride 2", {2, 8, 8, 16}, 32, false, {1, 1}, {2, 2}, {1, 1}, Padding::kValid},
+      {"5x3 stem", {2, 17, 13, 3}, 8, false, {5, 3}, {2, 1}, {1, 1}, Padding::kSame},
+      {"dilated valid", {2, 15, 16, 5}, 6, false, {3, 3}, {1, 1}, {2, 3}, Padding::kValid},
+      {"valid leftover", {2, 10, 9, 3}, 4, false, {3, 3}, {2, 2}, {1, 1}, Padding::kValid},
+      {"conv1d causal", {4, 30, 6}, 7, false, {4}, {1}, {2}, Padding::kCausal},
+      {"conv3d", {2, 6, 7, 5, 3}, 4, false, {3, 3, 2}, {1, 2, 1}, {1, 1, 1}, Padding::kSame},
+      {"depthwise", {4, 16, 16, 24}, 1, true, {3, 3}, {1, 1}, {1, 1}, Padding::kSame},
+      {"depthwise 5x5 stride 2 x2",
+       {2, 15, 15, 8},
+       2,
+       true,
+       {5, 5},
+       {2, 2},
+       {1, 1},
+       Padding::kSame},
+  };
+  for (const Case& c : cases) {
+    for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+      const std::string what = c.what + " " + DTypeName(t);
+      std::unique_ptr<graph::Layer> layer;
+      if (c.depthwise) {
+        graph::DepthwiseOptions o;
+        o.rank = static_cast<int>(c.k.size());
+        o.kernel_size = c.k;
+        o.strides = c.st;
+        o.dilation_rate = c.d;
+        o.padding = c.p;
+        o.depth_multiplier = c.filters;
+        o.bias_initializer.kind = graph::Initializer::Kind::kRandomUniform;
+        layer = graph::MakeDepthwiseConv("d", o);
+      } else {
+        graph::ConvOptions o;
+        o.rank = static_cast<int>(c.k.size());
+        o.filters = c.filters;
+        o.kernel_size = c.k;
+        o.strides = c.st;
+        o.dilation_rate = c.d;
+        o.padding = c.p;
+        o.bias_initializer.kind = graph::Initializer::Kind::kRandomUniform;
+        layer = graph::MakeConv("c", o);
+      }
+      std::mt19937_64 brng(1);
+      ASSERT_TRUE(
+          layer->Build({Shape(c.x.begin() + 1, c.x.end())}, graph::BuildContext{&brng}).ok());
+      // The kernel rounded as the GPU's compute copy holds it.
+      layer->weights()[0].value = Rounded(ctx_.get(), layer->weights()[0].value, t);
+      const Tensor x = Rounded(ctx_.get(), Random(c.x, -1.0f, 1.0f), t);
+      const int64_t c_out = c.depthwise ? c.x.back() * c.filters : c.filters;
+      const cpu::ConvGeometry g = Geometry(c.x, c_out, c.depthwise, c.k, c.st, c.d, c.p);
+      Shape out{g.n};
+      for (int a = 0; a < g.rank; ++a) out.push_back(g.out[static_cast<size_t>(a)]);
+      out.push_back(c_out);
+      const Tensor dy = Rounded(ctx_.get(), Random(out, -1.0f, 1.0f), t);
+      const LayerRun cpu = RunCpuLayer(*layer, x, dy, true);
+
+      absl::StatusOr<std::unique_ptr<CudnnConv> > conv = CudnnConv::Make(ctx_.get(), g, t, true);
+      ASSERT_TRUE(conv.ok()) << what << ": " << conv.status();
+      DeviceTensor dx_in, ddy, w, b, y, dx, dw, db;
+      ASSERT_OK(Upload(ctx_.get(), x, t, &dx_in));
+      ASSERT_OK(Upload(ctx_.get(), dy, t, &ddy));
+      ASSERT_OK(Upload(ctx_.get(), layer->weights()[0].value, t, &w));
+      ASSERT_OK(Upload(ctx_.get(), layer->weights()[1].value, DType::kF32, &b));
+      ASSERT_OK(y.Resize(ctx_.get(), out, t));
+      Poison(&y);
+      ASSERT_OK((*conv)->Forward(dx_in, w, b.as<float>(), &y));
+      ASSERT_OK(dx.Resize(ctx_.get(), c.x, t));
+      Poison(&dx);
+      ASSERT_OK((*conv)->BackwardData(ddy, w, &dx));
+      ASSERT_OK(dw.Resize(ctx_.get(), layer->weights()[0].value.shape(), DType::kF32));
+      ASSERT_OK(db.Resize(ctx_.get(), {c_out}, DType::kF32));
+      Poison(&dw);
+      Poison(&db);
+      ASSERT_OK((*conv)->BackwardWeights(dx_in, ddy, dw.as<float>(), db.as<float>()));
+      Tensor got;
+      ASSERT_OK(Download(ctx_.get(), y, &got));
+      EXPECT_LT(RelativeError(got, cpu.y), Tolerance(t)) << what << " y";
+      ASSERT_OK(Download(ctx_.get(), dx, &got));
+      EXPECT_LT(RelativeError(got, cpu.dx), Tolerance(t)) << what << " dx";
+      ASSERT_OK(Download(ctx_.get(), dw, &got));
+      EXPECT_LT(RelativeError(got, cpu.grads[0]), Tolerance(t)) << what << " dw";
+      ASSERT_OK(Download(ctx_.get(), db, &got));
+      EXPECT_LT(RelativeError(got, cpu.grads[1]), Tolerance(t)) << what << " db";
     }
   }
 }

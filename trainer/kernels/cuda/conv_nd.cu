@@ -1,0 +1,424 @@
+#include "trainer/kernels/cuda/conv_nd.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "trainer/kernels/cuda/check.h"
+#include "trainer/kernels/cuda/dtype.cuh"
+#include "trainer/kernels/cuda/elementwise.h"
+
+namespace lockstep::trainer::cuda {
+namespace {
+
+cudnnDataType_t CudnnType(DType t) {
+  switch (t) {
+    case DType::kF16:
+      return CUDNN_DATA_HALF;
+    case DType::kBF16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      return CUDNN_DATA_FLOAT;
+  }
+}
+
+// Workspaces beyond this are not considered when choosing an algorithm.
+constexpr size_t kMaxConvWorkspace = size_t{256} << 20;
+
+template <typename Perf, typename Algo>
+bool Fastest(const Perf* results, int found, Algo* algo, size_t* bytes) {
+  for (int i = 0; i < found; ++i) {
+    if (results[i].status == CUDNN_STATUS_SUCCESS && results[i].memory <= kMaxConvWorkspace) {
+      *algo = results[i].algo;
+      *bytes = results[i].memory;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Three spatial axes, the missing leading ones of length 1, for the pad and crop kernels.
+struct Box {
+  int64_t n, c;
+  int64_t in[3], outer[3], before[3];  // the inner box [before, before + in) of the outer one
+};
+
+// out (the outer box, zero outside the inner one) from x (the inner box).
+template <typename T>
+__global__ void PadKernel(const T* __restrict__ x, Box b, T* __restrict__ out) {
+  const int64_t total = b.n * b.outer[0] * b.outer[1] * b.outer[2] * b.c;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int64_t j = i % b.c;
+    int64_t p = i / b.c;
+    int64_t q[3];
+    for (int a = 2; a >= 0; --a) {
+      q[a] = p % b.outer[a] - b.before[a];
+      p /= b.outer[a];
+    }
+    bool inside = true;
+    for (int a = 0; a < 3; ++a) inside = inside && q[a] >= 0 && q[a] < b.in[a];
+    out[i] = inside ? x[(((p * b.in[0] + q[0]) * b.in[1] + q[1]) * b.in[2] + q[2]) * b.c + j]
+                    : FromFloat<T>(0.0f);
+  }
+}
+
+// x (the inner box) cut from the outer one.
+template <typename T>
+__global__ void CropKernel(const T* __restrict__ outer, Box b, T* __restrict__ x) {
+  const int64_t total = b.n * b.in[0] * b.in[1] * b.in[2] * b.c;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int64_t j = i % b.c;
+    int64_t p = i / b.c;
+    int64_t q[3];
+    for (int a = 2; a >= 0; --a) {
+      q[a] = p % b.in[a] + b.before[a];
+      p /= b.in[a];
+    }
+    x[i] = outer[(((p * b.outer[0] + q[0]) * b.outer[1] + q[1]) * b.outer[2] + q[2]) * b.c + j];
+  }
+}
+
+// Where element (s, ci, co) of a Keras kernel [taps, c_in, cols] goes in cuDNN's
+// [k_out, taps, c_group]: a plain kernel has k_out = co and c_group = c_in; a depthwise one
+// k_out = ci * cols + co and c_group = 1.
+__device__ __forceinline__ int64_t CudnnIndex(int64_t idx, int64_t taps, int64_t c_in, int64_t cols,
+                                              bool depthwise) {
+  const int64_t co = idx % cols;
+  const int64_t ci = (idx / cols) % c_in;
+  const int64_t s = idx / (cols * c_in);
+  if (depthwise) return (ci * cols + co) * taps + s;
+  return (co * taps + s) * c_in + ci;
+}
+
+template <typename T>
+__global__ void KerasToCudnnKernel(const T* __restrict__ keras, int64_t taps, int64_t c_in,
+                                   int64_t cols, bool depthwise, T* __restrict__ cudnn) {
+  const int64_t total = taps * c_in * cols;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += stride) {
+    cudnn[CudnnIndex(i, taps, c_in, cols, depthwise)] = keras[i];
+  }
+}
+
+template <typename T>
+__global__ void CudnnToKerasF32Kernel(const T* __restrict__ cudnn, int64_t taps, int64_t c_in,
+                                      int64_t cols, bool depthwise, float* __restrict__ keras) {
+  const int64_t total = taps * c_in * cols;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += stride) {
+    keras[i] = ToFloat(cudnn[CudnnIndex(i, taps, c_in, cols, depthwise)]);
+  }
+}
+
+absl::Status SetNhwc(cudnnTensorDescriptor_t d, DType t, int64_t n, int64_t c,
+                     const std::vector<int64_t>& spatial) {
+  std::vector<int> dims{static_cast<int>(n), static_cast<int>(c)};
+  for (int64_t s : spatial) dims.push_back(static_cast<int>(s));
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnSetTensorNdDescriptorEx(
+      d, CUDNN_TENSOR_NHWC, CudnnType(t), static_cast<int>(dims.size()), dims.data()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct CudnnConv::Plan {
+  GpuContext* ctx = nullptr;
+  cpu::ConvGeometry g;
+  DType dtype = DType::kF32;
+  bool bias = false;
+  bool padded = false;  // the input is copied into a zero-padded buffer first
+  Box box{};
+  std::vector<int64_t> in_p;  // cuDNN's input spatial dims (padded; 1D as 2D)
+  int64_t taps = 1, cols = 1;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data{};
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+  size_t fwd_bytes = 0, bwd_data_bytes = 0, bwd_filter_bytes = 0;
+  DeviceTensor xp, dxp, wc, dwc;  // padded input and its gradient; the kernel in cuDNN's layout
+
+  ~Plan() {
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+  }
+
+  Shape InShape() const {
+    Shape s{g.n};
+    for (int a = 0; a < g.rank; ++a) s.push_back(g.in[static_cast<size_t>(a)]);
+    s.push_back(g.c_in);
+    return s;
+  }
+  Shape OutShape() const {
+    Shape s{g.n};
+    for (int a = 0; a < g.rank; ++a) s.push_back(g.out[static_cast<size_t>(a)]);
+    s.push_back(g.c_out);
+    return s;
+  }
+  Shape PaddedShape() const {
+    Shape s{g.n};
+    for (int a = 0; a < 3; ++a) {
+      if (a >= 3 - g.rank) s.push_back(box.outer[a]);
+    }
+    s.push_back(g.c_in);
+    return s;
+  }
+  int64_t rows() const {
+    int64_t r = g.n;
+    for (int a = 0; a < g.rank; ++a) r *= g.out[static_cast<size_t>(a)];
+    return r;
+  }
+
+  // The input as cuDNN reads it: x itself, or its zero-padded copy.
+  absl::StatusOr<const void*> Input(const DeviceTensor& x_in) {
+    if (!padded) return static_cast<const void*>(x_in.data());
+    if (absl::Status s = xp.Resize(ctx, PaddedShape(), dtype); !s.ok()) return s;
+    DispatchDType(dtype, [&](auto t) {
+      using T = decltype(t);
+      PadKernel<T>
+          <<<Blocks(xp.size()), kThreads, 0, ctx->stream()>>>(x_in.as<T>(), box, xp.as<T>());
+      return 0;
+    });
+    LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
+    return static_cast<const void*>(xp.data());
+  }
+
+  // The kernel in cuDNN's layout.
+  absl::StatusOr<const void*> Kernel(const DeviceTensor& w_in) {
+    if (absl::Status s = wc.Resize(ctx, {w_in.size()}, dtype); !s.ok()) return s;
+    DispatchDType(dtype, [&](auto t) {
+      using T = decltype(t);
+      KerasToCudnnKernel<T><<<Blocks(w_in.size()), kThreads, 0, ctx->stream()>>>(
+          w_in.as<T>(), taps, g.c_in, cols, g.depthwise, wc.as<T>());
+      return 0;
+    });
+    LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
+    return static_cast<const void*>(wc.data());
+  }
+};
+
+CudnnConv::CudnnConv(std::unique_ptr<Plan> plan) : plan_(std::move(plan)) {}
+CudnnConv::~CudnnConv() = default;
+
+absl::StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Make(GpuContext* ctx,
+                                                           const cpu::ConvGeometry& g, DType dtype,
+                                                           bool bias) {
+  if (g.rank < 1 || g.rank > 3 || g.n <= 0 || g.c_in <= 0 || g.c_out <= 0 ||
+      (g.depthwise && g.c_out % g.c_in != 0)) {
+    return absl::InvalidArgumentError("CudnnConv: convolution geometry out of range");
+  }
+  auto plan = std::make_unique<Plan>();
+  Plan& p = *plan;
+  p.ctx = ctx;
+  p.g = g;
+  p.dtype = dtype;
+  p.bias = bias;
+  p.cols = g.depthwise ? g.c_out / g.c_in : g.c_out;
+  // Padding per axis: Keras's before, and after whatever makes `out` windows.
+  std::array<int64_t, 3> after{};
+  p.box.n = g.n;
+  p.box.c = g.c_in;
+  for (int a = 0; a < 3; ++a) {
+    p.box.in[a] = p.box.outer[a] = 1;
+    p.box.before[a] = 0;
+  }
+  for (int a = 0; a < g.rank; ++a) {
+    const auto i = static_cast<size_t>(a);
+    const int64_t span = (g.kernel[i] - 1) * g.dilation[i] + 1;
+    after[i] =
+        std::max<int64_t>((g.out[i] - 1) * g.stride[i] + span - g.in[i] - g.pad_before[i], 0);
+    if (after[i] != g.pad_before[i]) p.padded = true;
+    const int ga = 3 - g.rank + a;
+    p.box.in[ga] = g.in[i];
+    p.box.before[ga] = g.pad_before[i];
+    p.box.outer[ga] = g.in[i] + g.pad_before[i] + after[i];
+    p.taps *= g.kernel[i];
+  }
+  // cuDNN's view: at least two spatial axes (1D as height 1), padding symmetric or done above.
+  std::vector<int64_t> in_sp, out_sp, k, stride, dilation, pad;
+  if (g.rank == 1) {
+    in_sp.push_back(1);
+    out_sp.push_back(1);
+    k.push_back(1);
+    stride.push_back(1);
+    dilation.push_back(1);
+    pad.push_back(0);
+  }
+  for (int a = 0; a < g.rank; ++a) {
+    const auto i = static_cast<size_t>(a);
+    in_sp.push_back(p.padded ? p.box.outer[3 - g.rank + a] : g.in[i]);
+    out_sp.push_back(g.out[i]);
+    k.push_back(g.kernel[i]);
+    stride.push_back(g.stride[i]);
+    dilation.push_back(g.dilation[i]);
+    pad.push_back(p.padded ? 0 : g.pad_before[i]);
+  }
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&p.x));
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&p.y));
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&p.w));
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(&p.conv));
+  if (absl::Status s = SetNhwc(p.x, dtype, g.n, g.c_in, in_sp); !s.ok()) return s;
+  if (absl::Status s = SetNhwc(p.y, dtype, g.n, g.c_out, out_sp); !s.ok()) return s;
+  const int64_t groups = g.depthwise ? g.c_in : 1;
+  std::vector<int> wd{static_cast<int>(g.c_out), static_cast<int>(g.c_in / groups)};
+  for (int64_t v : k) wd.push_back(static_cast<int>(v));
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnSetFilterNdDescriptor(p.w, CudnnType(dtype), CUDNN_TENSOR_NHWC,
+                                                          static_cast<int>(wd.size()), wd.data()));
+  std::vector<int> pa(pad.begin(), pad.end()), sa(stride.begin(), stride.end()),
+      da(dilation.begin(), dilation.end());
+  LOCKSTEP_GPU_RETURN_IF_ERROR(
+      cudnnSetConvolutionNdDescriptor(p.conv, static_cast<int>(pa.size()), pa.data(), sa.data(),
+                                      da.data(), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnSetConvolutionGroupCount(p.conv, static_cast<int>(groups)));
+  const cudnnMathType_t math = dtype != DType::kF32
+                                   ? CUDNN_TENSOR_OP_MATH
+                                   : (ctx->tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnSetConvolutionMathType(p.conv, math));
+  // cuDNN's own output shape must be the geometry's.
+  std::vector<int> got(out_sp.size() + 2);
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnGetConvolutionNdForwardOutputDim(
+      p.conv, p.x, p.w, static_cast<int>(got.size()), got.data()));
+  for (size_t i = 0; i < out_sp.size(); ++i) {
+    if (got[i + 2] != out_sp[i]) {
+      return absl::InternalError(absl::StrCat("CudnnConv: cuDNN computes ", got[i + 2],
+                                              " outputs on spatial axis ", i, ", the geometry ",
+                                              out_sp[i]));
+    }
+  }
+
+  // The fastest algorithms, measured on scratch tensors of the right sizes.
+  absl::StatusOr<DeviceTensor> xs =
+      DeviceTensor::Make(ctx, p.padded ? p.PaddedShape() : p.InShape(), dtype);
+  absl::StatusOr<DeviceTensor> ys = DeviceTensor::Make(ctx, p.OutShape(), dtype);
+  absl::StatusOr<DeviceTensor> ws = DeviceTensor::Make(ctx, {p.taps * g.c_in * p.cols}, dtype);
+  if (!xs.ok()) return xs.status();
+  if (!ys.ok()) return ys.status();
+  if (!ws.ok()) return ws.status();
+  absl::StatusOr<void*> scratch = ctx->Workspace(kMaxConvWorkspace);
+  if (!scratch.ok()) return scratch.status();
+  constexpr int kCandidates = 8;
+  int found = 0;
+  cudnnConvolutionFwdAlgoPerf_t fwd[kCandidates];
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnFindConvolutionForwardAlgorithmEx(
+      ctx->cudnn(), p.x, xs->data(), p.w, ws->data(), p.conv, p.y, ys->data(), kCandidates, &found,
+      fwd, *scratch, kMaxConvWorkspace));
+  const bool ok_f = Fastest(fwd, found, &p.fwd, &p.fwd_bytes);
+  cudnnConvolutionBwdDataAlgoPerf_t bd[kCandidates];
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnFindConvolutionBackwardDataAlgorithmEx(
+      ctx->cudnn(), p.w, ws->data(), p.y, ys->data(), p.conv, p.x, xs->data(), kCandidates, &found,
+      bd, *scratch, kMaxConvWorkspace));
+  const bool ok_d = Fastest(bd, found, &p.bwd_data, &p.bwd_data_bytes);
+  cudnnConvolutionBwdFilterAlgoPerf_t bf[kCandidates];
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+      ctx->cudnn(), p.x, xs->data(), p.y, ys->data(), p.conv, p.w, ws->data(), kCandidates, &found,
+      bf, *scratch, kMaxConvWorkspace));
+  const bool ok_w = Fastest(bf, found, &p.bwd_filter, &p.bwd_filter_bytes);
+  if (!ok_f || !ok_d || !ok_w) {
+    return absl::UnimplementedError(absl::StrCat("cuDNN has no convolution algorithm for input ",
+                                                 ShapeString(p.InShape()), " in ",
+                                                 DTypeName(dtype)));
+  }
+  return std::unique_ptr<CudnnConv>(new CudnnConv(std::move(plan)));
+}
+
+absl::Status CudnnConv::Forward(const DeviceTensor& x, const DeviceTensor& w, const float* b,
+                                DeviceTensor* y) {
+  Plan& p = *plan_;
+  GpuContext* ctx = p.ctx;
+  if (x.size() != NumElements(p.InShape()) || x.dtype() != p.dtype || w.dtype() != p.dtype) {
+    return absl::InvalidArgumentError("CudnnConv::Forward: input " + ShapeString(x.shape()) +
+                                      " does not match the plan's " + ShapeString(p.InShape()));
+  }
+  absl::StatusOr<const void*> in = p.Input(x);
+  if (!in.ok()) return in.status();
+  absl::StatusOr<const void*> kernel = p.Kernel(w);
+  if (!kernel.ok()) return kernel.status();
+  if (absl::Status s = y->Resize(ctx, p.OutShape(), p.dtype); !s.ok()) return s;
+  absl::StatusOr<void*> scratch = ctx->Workspace(std::max<size_t>(p.fwd_bytes, 1));
+  if (!scratch.ok()) return scratch.status();
+  const float one = 1.0f, zero = 0.0f;
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnConvolutionForward(ctx->cudnn(), &one, p.x, *in, p.w, *kernel,
+                                                       p.conv, p.fwd, *scratch, p.fwd_bytes, &zero,
+                                                       p.y, y->data()));
+  if (p.bias) return AddBias(ctx, y, b, p.rows(), p.g.c_out, 1);
+  return absl::OkStatus();
+}
+
+absl::Status CudnnConv::BackwardData(const DeviceTensor& dy, const DeviceTensor& w,
+                                     DeviceTensor* dx) {
+  Plan& p = *plan_;
+  GpuContext* ctx = p.ctx;
+  if (dy.size() != NumElements(p.OutShape()) || dy.dtype() != p.dtype) {
+    return absl::InvalidArgumentError("CudnnConv::BackwardData: gradient " +
+                                      ShapeString(dy.shape()) + " does not match the plan's " +
+                                      ShapeString(p.OutShape()));
+  }
+  absl::StatusOr<const void*> kernel = p.Kernel(w);
+  if (!kernel.ok()) return kernel.status();
+  if (absl::Status s = dx->Resize(ctx, p.InShape(), p.dtype); !s.ok()) return s;
+  void* target = dx->data();
+  if (p.padded) {
+    if (absl::Status s = p.dxp.Resize(ctx, p.PaddedShape(), p.dtype); !s.ok()) return s;
+    target = p.dxp.data();
+  }
+  absl::StatusOr<void*> scratch = ctx->Workspace(std::max<size_t>(p.bwd_data_bytes, 1));
+  if (!scratch.ok()) return scratch.status();
+  const float one = 1.0f, zero = 0.0f;
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnConvolutionBackwardData(ctx->cudnn(), &one, p.w, *kernel, p.y,
+                                                            dy.data(), p.conv, p.bwd_data, *scratch,
+                                                            p.bwd_data_bytes, &zero, p.x, target));
+  if (p.padded) {
+    DispatchDType(p.dtype, [&](auto t) {
+      using T = decltype(t);
+      CropKernel<T>
+          <<<Blocks(dx->size()), kThreads, 0, ctx->stream()>>>(p.dxp.as<T>(), p.box, dx->as<T>());
+      return 0;
+    });
+    LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudnnConv::BackwardWeights(const DeviceTensor& x, const DeviceTensor& dy, float* dw,
+                                        float* db) {
+  Plan& p = *plan_;
+  GpuContext* ctx = p.ctx;
+  if (x.size() != NumElements(p.InShape()) || dy.size() != NumElements(p.OutShape())) {
+    return absl::InvalidArgumentError("CudnnConv::BackwardWeights: input " +
+                                      ShapeString(x.shape()) + " or gradient " +
+                                      ShapeString(dy.shape()) + " does not match the plan");
+  }
+  absl::StatusOr<const void*> in = p.Input(x);
+  if (!in.ok()) return in.status();
+  const int64_t wn = p.taps * p.g.c_in * p.cols;
+  if (absl::Status s = p.dwc.Resize(ctx, {wn}, p.dtype); !s.ok()) return s;
+  absl::StatusOr<void*> scratch = ctx->Workspace(std::max<size_t>(p.bwd_filter_bytes, 1));
+  if (!scratch.ok()) return scratch.status();
+  const float one = 1.0f, zero = 0.0f;
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
+      ctx->cudnn(), &one, p.x, *in, p.y, dy.data(), p.conv, p.bwd_filter, *scratch,
+      p.bwd_filter_bytes, &zero, p.w, p.dwc.data()));
+  DispatchDType(p.dtype, [&](auto t) {
+    using T = decltype(t);
+    CudnnToKerasF32Kernel<T><<<Blocks(wn), kThreads, 0, ctx->stream()>>>(
+        p.dwc.as<T>(), p.taps, p.g.c_in, p.cols, p.g.depthwise, dw);
+    return 0;
+  });
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
+  if (p.bias) return BiasGrad(ctx, dy, db, p.rows(), p.g.c_out, 1);
+  return absl::OkStatus();
+}
+
+std::vector<int> CudnnConv::Algorithms() const {
+  return {static_cast<int>(plan_->fwd), static_cast<int>(plan_->bwd_data),
+          static_cast<int>(plan_->bwd_filter)};
+}
+
+}  // namespace lockstep::trainer::cuda

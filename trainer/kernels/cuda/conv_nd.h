@@ -1,0 +1,54 @@
+#pragma once
+// The graph's convolutions on the GPU through cuDNN: the counterpart of cpu::DnnlConv
+// (kernels/cpu/dnnl_conv.h), made from the same geometry, on the same channels-last tensors and
+// Keras kernel layouts:
+//   input [n, spatial..., c_in], output [n, spatial'..., c_out];
+//   kernel [k..., c_in, c_out], or a depthwise kernel [k..., c_in, multiplier] (grouped, one
+//   group per input channel; output channel c * multiplier + m).
+// cuDNN wants the kernel as [c_out, k..., c_in / groups]: the Keras kernel is permuted into
+// that layout each call (and the kernel gradient back), which costs one pass over the weights.
+// cuDNN pads symmetrically; Keras's odd "same" padding (one more at the end) and "causal"
+// padding are done by copying the input into a zero-padded buffer first (and the input
+// gradient cropped from the padded one). 1D runs as 2D with a height of 1. The fastest
+// algorithm per direction is measured once (cudnnFind*). Arithmetic is fp32 for every storage
+// dtype; TF32 where the context allows it.
+// Thread-safety: one thread per object (the context's).
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainer/kernels/cpu/dnnl_conv.h"
+#include "trainer/kernels/cuda/device_tensor.h"
+
+namespace lockstep::trainer::cuda {
+
+class CudnnConv {
+ public:
+  // `dtype` is the storage dtype of x, w (the compute copy) and y.
+  static absl::StatusOr<std::unique_ptr<CudnnConv>> Make(GpuContext* ctx,
+                                                         const cpu::ConvGeometry& g, DType dtype,
+                                                         bool bias);
+  ~CudnnConv();
+  CudnnConv(const CudnnConv&) = delete;
+  CudnnConv& operator=(const CudnnConv&) = delete;
+
+  // y = conv(x, w) (+ b, fp32, when made with a bias).
+  absl::Status Forward(const DeviceTensor& x, const DeviceTensor& w, const float* b,
+                       DeviceTensor* y);
+  // dx overwritten with the input gradient.
+  absl::Status BackwardData(const DeviceTensor& dy, const DeviceTensor& w, DeviceTensor* dx);
+  // dw (fp32, Keras layout) and db (fp32, when made with a bias) overwritten.
+  absl::Status BackwardWeights(const DeviceTensor& x, const DeviceTensor& dy, float* dw, float* db);
+
+  // The algorithms chosen: forward, backward data, backward filter (logs, benchmarks).
+  std::vector<int> Algorithms() const;
+
+ private:
+  struct Plan;
+  explicit CudnnConv(std::unique_ptr<Plan> plan);
+  std::unique_ptr<Plan> plan_;
+};
+
+}  // namespace lockstep::trainer::cuda
