@@ -1,5 +1,5 @@
 // The graph's CUDA ops (activations, convolutions, BatchNormalization, LayerNormalization,
-// pooling) against their CPU
+// pooling, losses) against their CPU
 // counterparts (trainer/graph/: the functions, or the layers themselves) on fresh random inputs,
 // for each storage dtype, by the relative error ||gpu - cpu|| / ||cpu||: fp32 1e-5, fp16 5e-3,
 // bf16 3e-2 (16-bit inputs are rounded; the arithmetic stays fp32). Outputs are poisoned (NaN)
@@ -26,9 +26,11 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 #include "trainer/graph/layers/conv.h"
 #include "trainer/graph/layers/normalization.h"
 #include "trainer/graph/layers/pooling.h"
+#include "trainer/graph/loss.h"
 #include "trainer/kernels/cuda/activation.h"
 #include "trainer/kernels/cuda/conv_nd.h"
 #include "trainer/kernels/cuda/device.h"
+#include "trainer/kernels/cuda/loss.h"
 #include "trainer/kernels/cuda/normalization.h"
 #include "trainer/kernels/cuda/pooling.h"
 
@@ -508,6 +510,91 @@ TEST_F(GraphCudaOpsTest, ConvolutionsMatchTheCpuLayers) {
       EXPECT_LT(RelativeError(got, cpu.grads[1]), Tolerance(t)) << what << " db";
     }
   }
+}
+
+// Every Keras loss in both forms, with label smoothing, against graph::ComputeLoss and
+// graph::CountCorrect: the mean loss, the gradient, and the predictions judged right.
+TEST_F(GraphCudaOpsTest, LossesMatchTheCpu) {
+  using graph::LossKind;
+  struct Case {
+    graph::Loss l;
+    int64_t classes;
+  };
+  const std::vector<Case> cases = {
+      {{LossKind::kSparseCategoricalCrossentropy, false, 0, 1}, 37},
+      {{LossKind::kSparseCategoricalCrossentropy, true, 0, 1}, 37},
+      {{LossKind::kCategoricalCrossentropy, false, 0.1f, 1}, 10},
+      {{LossKind::kCategoricalCrossentropy, true, 0.1f, 1}, 10},
+      {{LossKind::kBinaryCrossentropy, false, 0, 1}, 1},
+      {{LossKind::kBinaryCrossentropy, true, 0.2f, 1}, 3},
+      {{LossKind::kMeanSquaredError, false, 0, 1}, 5},
+      {{LossKind::kMeanAbsoluteError, false, 0, 1}, 5},
+      {{LossKind::kHuber, false, 0, 0.5f}, 5},
+  };
+  const int64_t rows = 70;
+  for (const Case& c : cases) {
+    for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+      const std::string what =
+          graph::LossName(c.l) + (c.l.from_logits ? " logits " : " ") + DTypeName(t);
+      const Shape shape{rows, c.classes};
+      Tensor pred = Random(shape, -3.0f, 3.0f);
+      const bool probs =
+          !c.l.from_logits && (c.l.kind == LossKind::kCategoricalCrossentropy ||
+                               c.l.kind == LossKind::kSparseCategoricalCrossentropy ||
+                               c.l.kind == LossKind::kBinaryCrossentropy);
+      if (probs) {
+        Tensor p;
+        graph::ActivationForward({c.l.kind == LossKind::kBinaryCrossentropy ? graph::Act::kSigmoid
+                                                                            : graph::Act::kSoftmax,
+                                  0},
+                                 pred, &p);
+        pred = p;
+      }
+      pred = Rounded(ctx_.get(), pred, t);
+      Tensor target;
+      if (c.l.kind == LossKind::kSparseCategoricalCrossentropy) {
+        target = Tensor({rows});
+        for (int64_t r = 0; r < rows; ++r) target[r] = static_cast<float>(rng_() % c.classes);
+      } else if (c.l.kind == LossKind::kCategoricalCrossentropy) {
+        target = Tensor(shape, 0.0f);
+        for (int64_t r = 0; r < rows; ++r) target[r * c.classes + rng_() % c.classes] = 1.0f;
+      } else if (c.l.kind == LossKind::kBinaryCrossentropy) {
+        target = Tensor(shape);
+        for (int64_t i = 0; i < target.size(); ++i) target[i] = static_cast<float>(rng_() % 2);
+      } else {
+        target = Random(shape, -2.0f, 2.0f);
+      }
+      Tensor dcpu;
+      absl::StatusOr<double> want = graph::ComputeLoss(c.l, pred, target, &dcpu);
+      ASSERT_TRUE(want.ok()) << what << ": " << want.status();
+      int64_t judged = 0;
+      const int64_t right = graph::CountCorrect(c.l, pred, target, &judged);
+
+      DeviceTensor dp, dt, dgrad;
+      ASSERT_OK(Upload(ctx_.get(), pred, t, &dp));
+      ASSERT_OK(Upload(ctx_.get(), target, DType::kF32, &dt));
+      ASSERT_OK(dgrad.Resize(ctx_.get(), shape, t));
+      Poison(&dgrad);
+      absl::StatusOr<LossResult> got = ComputeLoss(ctx_.get(), c.l, dp, dt, &dgrad);
+      ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+      EXPECT_NEAR(got->loss, *want, 1e-5 * std::max(1.0, std::abs(*want))) << what;
+      EXPECT_EQ(got->correct, right) << what;
+      EXPECT_EQ(got->judged, judged) << what;
+      Tensor g;
+      ASSERT_OK(Download(ctx_.get(), dgrad, &g));
+      EXPECT_LT(RelativeError(g, dcpu), Tolerance(t)) << what << " gradient";
+    }
+  }
+  // A class id the output has no row for fails the step, as on the CPU.
+  DeviceTensor dp, dt;
+  ASSERT_OK(Upload(ctx_.get(), Random({4, 3}, 0.1f, 1.0f), DType::kF32, &dp));
+  ASSERT_OK(Upload(ctx_.get(), Tensor({4}, {0, 1, 3, 2}), DType::kF32, &dt));
+  absl::StatusOr<LossResult> bad = ComputeLoss(
+      ctx_.get(), {LossKind::kSparseCategoricalCrossentropy, false, 0, 1}, dp, dt, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("1 of 4 rows have a class id outside [0, 3)"),
+            std::string::npos)
+      << bad.status();
 }
 
 }  // namespace
