@@ -37,6 +37,11 @@ ready_replicas() { [[ $(k -n $ns get deploy lockstep -o jsonpath='{.status.ready
 operator_pods() { k -n $ns get pods -l app.kubernetes.io/name=lockstep -o name; }
 # Conditions for wait_for (it runs them in this shell).
 held_by_other_than() { local h; h=$(holder); [[ -n $h && $h != "$1" ]]; }
+# The Lease names one of the operator pods that exist now.
+held_by_an_operator_pod() {
+  local h; h=$(holder)
+  [[ -n $h ]] && operator_pods | grep -qx "pod/${h%_*}"
+}
 pod_phase_is() { [[ $(k get pod "$1" -o jsonpath='{.status.phase}') == "$2" ]]; }
 job_gone() { ! k get tj "$1"; }
 pod_gone() { ! k -n $ns get "$1"; }
@@ -98,8 +103,11 @@ expect "final test accuracy" k logs fmnist-single-worker-0
 # 4. Failover: the leader's pod goes; the standby leads, the Deployment replaces the pod.
 # The holder's identity is "<pod name>_<random>" (the chart sets POD_NAME). It is read now,
 # not at install: under load a leader may miss a renewal during step 3 and hand over, and its
-# pod is then replaced, which is the same failover this step provokes.
+# pod is then replaced, which is the same failover this step provokes. Until the standby takes
+# the Lease over, it still names the replaced pod, so the holder is read once it names a pod
+# that exists (a sanitizer run beside another suite caught the moment in between).
 wait_for 60 "two ready operator pods" ready_replicas
+wait_for 60 "the Lease held by an existing operator pod" held_by_an_operator_pod
 first=$(holder)
 [[ $first == "$installed_holder" ]] ||
   echo "note: the Lease passed from $installed_holder to $first before the failover step" >&2
