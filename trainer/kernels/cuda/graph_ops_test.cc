@@ -1,5 +1,5 @@
 // The graph's CUDA ops (activations, convolutions, BatchNormalization, LayerNormalization,
-// pooling, losses) against their CPU
+// pooling, merges, concatenation, embedding, losses) against their CPU
 // counterparts (trainer/graph/: the functions, or the layers themselves) on fresh random inputs,
 // for each storage dtype, by the relative error ||gpu - cpu|| / ||cpu||: fp32 1e-5, fp16 5e-3,
 // bf16 3e-2 (16-bit inputs are rounded; the arithmetic stays fp32). Outputs are poisoned (NaN)
@@ -24,13 +24,16 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 
 #include "trainer/graph/activation.h"
 #include "trainer/graph/layers/conv.h"
+#include "trainer/graph/layers/core.h"
 #include "trainer/graph/layers/normalization.h"
 #include "trainer/graph/layers/pooling.h"
+#include "trainer/graph/layers/recurrent.h"
 #include "trainer/graph/loss.h"
 #include "trainer/kernels/cuda/activation.h"
 #include "trainer/kernels/cuda/conv_nd.h"
 #include "trainer/kernels/cuda/device.h"
 #include "trainer/kernels/cuda/loss.h"
+#include "trainer/kernels/cuda/merge.h"
 #include "trainer/kernels/cuda/normalization.h"
 #include "trainer/kernels/cuda/pooling.h"
 
@@ -595,6 +598,151 @@ TEST_F(GraphCudaOpsTest, LossesMatchTheCpu) {
   EXPECT_NE(bad.status().message().find("1 of 4 rows have a class id outside [0, 3)"),
             std::string::npos)
       << bad.status();
+}
+
+// A CPU layer of several inputs: y and each input's gradient.
+std::vector<Tensor> RunCpuMulti(graph::Layer& l, const std::vector<Tensor>& x, const Tensor& dy) {
+  std::mt19937_64 rng(3);
+  std::vector<Shape> shapes;
+  std::vector<const Tensor*> in;
+  for (const Tensor& t : x) {
+    shapes.push_back(Shape(t.shape().begin() + 1, t.shape().end()));
+    in.push_back(&t);
+  }
+  EXPECT_TRUE(l.Build(shapes, graph::BuildContext{&rng}).ok());
+  std::vector<Tensor> out(1), din(x.size());
+  graph::Saved s;
+  const graph::Args args{in, std::vector<const Tensor*>(x.size(), nullptr)};
+  l.Forward(args, &out, &s, graph::CallContext{true, &rng});
+  l.Backward(args, out, {&dy}, std::vector<bool>(x.size(), true), &din, &s);
+  std::vector<Tensor> r{out[0]};
+  for (Tensor& d : din) r.push_back(d);
+  return r;
+}
+
+TEST_F(GraphCudaOpsTest, MergesAndConcatenationMatchTheCpuLayers) {
+  using graph::MergeOp;
+  struct Case {
+    const char* cls;
+    MergeOp op;
+    std::vector<Shape> x;
+  };
+  // Squeeze-and-excitation's [n, 1, 1, c] against [n, h, w, c], three-way merges, and a tie
+  // that Maximum must give to the first input (x0 == x1 where both are the largest).
+  const std::vector<Case> cases = {
+      {"Add", MergeOp::kAdd, {{4, 5, 6, 8}, {4, 5, 6, 8}, {4, 5, 6, 8}}},
+      {"Multiply", MergeOp::kMultiply, {{4, 5, 6, 8}, {4, 1, 1, 8}}},
+      {"Multiply", MergeOp::kMultiply, {{3, 7, 9}, {3, 7, 9}, {3, 1, 9}}},
+      {"Subtract", MergeOp::kSubtract, {{6, 10}, {6, 10}}},
+      {"Average", MergeOp::kAverage, {{6, 10}, {6, 10}, {6, 10}}},
+      {"Maximum", MergeOp::kMaximum, {{5, 12}, {5, 12}, {5, 1}}},
+      {"Minimum", MergeOp::kMinimum, {{5, 12}, {5, 12}}},
+  };
+  for (const Case& c : cases) {
+    for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+      const std::string what = std::string(c.cls) + " " + ShapeString(c.x[1]) + " " + DTypeName(t);
+      std::vector<Tensor> x;
+      for (const Shape& s : c.x) x.push_back(Rounded(ctx_.get(), Random(s, -2.0f, 2.0f), t));
+      if (c.op == MergeOp::kMaximum) {
+        for (int64_t i = 0; i < x[0].size(); i += 3) x[1][i] = x[0][i] = 5.0f;  // ties
+      }
+      auto layer = graph::MakeMerge("m", c.cls, c.op);
+      const Tensor dy = Rounded(ctx_.get(), Random(c.x[0], -1.0f, 1.0f), t);
+      const std::vector<Tensor> cpu = RunCpuMulti(*layer, x, dy);
+      std::vector<DeviceTensor> dxs(x.size()), dgs(x.size());
+      std::vector<const DeviceTensor*> in;
+      std::vector<DeviceTensor*> grads;
+      for (size_t k = 0; k < x.size(); ++k) {
+        ASSERT_OK(Upload(ctx_.get(), x[k], t, &dxs[k]));
+        in.push_back(&dxs[k]);
+        grads.push_back(&dgs[k]);
+      }
+      DeviceTensor y, ddy;
+      ASSERT_OK(Upload(ctx_.get(), dy, t, &ddy));
+      ASSERT_OK(MergeForward(ctx_.get(), c.op, in, &y));
+      ASSERT_OK(MergeBackward(ctx_.get(), c.op, in, y, ddy, grads));
+      Tensor got;
+      ASSERT_OK(Download(ctx_.get(), y, &got));
+      EXPECT_LT(RelativeError(got, cpu[0]), Tolerance(t)) << what << " y";
+      for (size_t k = 0; k < x.size(); ++k) {
+        ASSERT_OK(Download(ctx_.get(), dgs[k], &got));
+        ASSERT_EQ(got.shape(), cpu[k + 1].shape()) << what << " dx" << k;
+        EXPECT_LT(RelativeError(got, cpu[k + 1]), Tolerance(t)) << what << " dx" << k;
+      }
+    }
+  }
+  // Concatenation on the last axis and on a middle one, three inputs of different lengths.
+  for (int axis : {3, 1}) {
+    std::vector<Shape> shapes = {{2, 3, 4, 5}, {2, 3, 4, 7}, {2, 3, 4, 2}};
+    if (axis == 1) shapes = {{2, 3, 4, 5}, {2, 1, 4, 5}, {2, 6, 4, 5}};
+    std::vector<Tensor> x;
+    for (const Shape& s : shapes) x.push_back(Random(s, -2.0f, 2.0f));
+    auto layer = graph::MakeConcatenate("c", axis);
+    Shape out = shapes[0];
+    out[static_cast<size_t>(axis)] = 0;
+    for (const Shape& s : shapes) out[static_cast<size_t>(axis)] += s[static_cast<size_t>(axis)];
+    const Tensor dy = Random(out, -1.0f, 1.0f);
+    const std::vector<Tensor> cpu = RunCpuMulti(*layer, x, dy);
+    std::vector<DeviceTensor> dxs(x.size()), dgs(x.size());
+    std::vector<const DeviceTensor*> in;
+    std::vector<DeviceTensor*> grads;
+    for (size_t k = 0; k < x.size(); ++k) {
+      ASSERT_OK(Upload(ctx_.get(), x[k], DType::kF32, &dxs[k]));
+      in.push_back(&dxs[k]);
+      grads.push_back(&dgs[k]);
+    }
+    DeviceTensor y, ddy;
+    ASSERT_OK(Upload(ctx_.get(), dy, DType::kF32, &ddy));
+    ASSERT_OK(ConcatForward(ctx_.get(), in, axis, &y));
+    ASSERT_OK(ConcatBackward(ctx_.get(), ddy, in, axis, grads));
+    Tensor got;
+    ASSERT_OK(Download(ctx_.get(), y, &got));
+    EXPECT_EQ(got, cpu[0]) << "axis " << axis;
+    for (size_t k = 0; k < x.size(); ++k) {
+      ASSERT_OK(Download(ctx_.get(), dgs[k], &got));
+      EXPECT_EQ(got, cpu[k + 1]) << "axis " << axis << " dx" << k;
+    }
+  }
+}
+
+TEST_F(GraphCudaOpsTest, EmbeddingMatchesTheCpuLayer) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    graph::EmbeddingOptions o;
+    o.input_dim = 50;
+    o.output_dim = 16;
+    auto layer = graph::MakeEmbedding("e", o);
+    // Ids with many repeats (each id's gradient sums several rows) and some padding zeros.
+    Tensor ids({8, 12});
+    for (int64_t i = 0; i < ids.size(); ++i) {
+      ids[i] = i % 5 == 0 ? 0.0f : static_cast<float>(rng_() % 50);
+    }
+    const Tensor dy = Rounded(ctx_.get(), Random({8, 12, 16}, -1.0f, 1.0f), t);
+    std::mt19937_64 brng(1);
+    ASSERT_TRUE(layer->Build({Shape{12}}, graph::BuildContext{&brng}).ok());
+    layer->weights()[0].value = Rounded(ctx_.get(), layer->weights()[0].value, t);
+    const LayerRun cpu = RunCpuLayer(*layer, ids, dy, true);
+    DeviceTensor did, table, ddy, y, dtable, bad;
+    ASSERT_OK(Upload(ctx_.get(), ids, DType::kF32, &did));
+    ASSERT_OK(Upload(ctx_.get(), layer->weights()[0].value, t, &table));
+    ASSERT_OK(Upload(ctx_.get(), dy, t, &ddy));
+    ASSERT_OK(Upload(ctx_.get(), Tensor({50, 16}, 0.0f), DType::kF32, &dtable));
+    ASSERT_OK(Upload(ctx_.get(), Tensor({1}, 0.0f), DType::kF32, &bad));  // an int 0
+    ASSERT_OK(EmbeddingForward(ctx_.get(), did, table, &y, bad.as<int>()));
+    ASSERT_OK(EmbeddingBackward(ctx_.get(), did, ddy, 50, dtable.as<float>()));
+    Tensor got;
+    ASSERT_OK(Download(ctx_.get(), y, &got));
+    EXPECT_LT(RelativeError(got, cpu.y), Tolerance(t)) << DTypeName(t) << " y";
+    ASSERT_OK(Download(ctx_.get(), dtable, &got));
+    EXPECT_LT(RelativeError(got, cpu.grads[0]), Tolerance(t)) << DTypeName(t) << " dtable";
+    // Ids outside the table read zeros and are counted.
+    ASSERT_OK(Upload(ctx_.get(), Tensor({3}, {1, 50, -1}), DType::kF32, &did));
+    ASSERT_OK(EmbeddingForward(ctx_.get(), did, table, &y, bad.as<int>()));
+    ASSERT_OK(Download(ctx_.get(), y, &got));
+    for (int64_t j = 16; j < 48; ++j) EXPECT_EQ(got[j], 0.0f) << j;
+    int count = 0;
+    ASSERT_EQ(cudaMemcpy(&count, bad.data(), sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(count, 2);
+  }
 }
 
 }  // namespace
