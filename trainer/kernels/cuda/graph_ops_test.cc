@@ -34,6 +34,8 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 #include "trainer/kernels/cuda/activation.h"
 #include "trainer/kernels/cuda/conv_nd.h"
 #include "trainer/kernels/cuda/device.h"
+#include "trainer/kernels/cuda/dropout.h"
+#include "trainer/kernels/cuda/keras_dense.h"
 #include "trainer/kernels/cuda/loss.h"
 #include "trainer/kernels/cuda/merge.h"
 #include "trainer/kernels/cuda/normalization.h"
@@ -848,6 +850,97 @@ TEST_F(GraphCudaOpsTest, PaddingCroppingAndUpsamplingMatchTheCpuLayers) {
       ASSERT_EQ(got.shape(), cpu.dx.shape()) << what;
       EXPECT_LT(RelativeError(got, cpu.dx), Tolerance(t)) << what << " dx";
     }
+  }
+}
+
+// Dropout's draws are the GPU's own (counter-based), so it is checked by its distribution and
+// by its contract: the backward pass drops exactly what the forward pass dropped, a seed
+// repeats, another seed differs, and a noise shape shares draws along its broadcast axes.
+TEST_F(GraphCudaOpsTest, DropoutKeepsOneMinusRateAndItsGradientFollowsTheMask) {
+  const Shape shape{64, 1000};
+  const float rate = 0.3f;
+  DeviceTensor ones, y, dx, again, other;
+  ASSERT_OK(Upload(ctx_.get(), Tensor(shape, 1.0f), DType::kF32, &ones));
+  ASSERT_OK(DropoutForward(ctx_.get(), ones, rate, {}, 7, &y));
+  ASSERT_OK(DropoutBackward(ctx_.get(), ones, rate, {}, 7, &dx));
+  ASSERT_OK(DropoutForward(ctx_.get(), ones, rate, {}, 7, &again));
+  ASSERT_OK(DropoutForward(ctx_.get(), ones, rate, {}, 8, &other));
+  Tensor hy, hdx, hagain, hother;
+  ASSERT_OK(Download(ctx_.get(), y, &hy));
+  ASSERT_OK(Download(ctx_.get(), dx, &hdx));
+  ASSERT_OK(Download(ctx_.get(), again, &hagain));
+  ASSERT_OK(Download(ctx_.get(), other, &hother));
+  int64_t dropped = 0, differ = 0;
+  for (int64_t i = 0; i < hy.size(); ++i) {
+    if (hy[i] == 0.0f) {
+      ++dropped;
+    } else {
+      ASSERT_NEAR(hy[i], 1.0f / (1.0f - rate), 1e-6f) << i;
+    }
+    ASSERT_EQ(hdx[i], hy[i]) << i;
+    ASSERT_EQ(hagain[i], hy[i]) << i;
+    differ += hother[i] != hy[i];
+  }
+  const double n = static_cast<double>(hy.size());
+  const double sigma = std::sqrt(rate * (1 - rate) / n);
+  EXPECT_NEAR(static_cast<double>(dropped) / n, rate, 5 * sigma);
+  EXPECT_GT(differ, hy.size() / 4);  // another seed, another mask
+  // noise_shape [64, 1]: each row is dropped or kept whole.
+  ASSERT_OK(DropoutForward(ctx_.get(), ones, rate, {64, 1}, 9, &y));
+  ASSERT_OK(Download(ctx_.get(), y, &hy));
+  int64_t rows_dropped = 0;
+  for (int64_t r = 0; r < 64; ++r) {
+    for (int64_t j = 1; j < 1000; ++j) ASSERT_EQ(hy[r * 1000 + j], hy[r * 1000]) << r;
+    rows_dropped += hy[r * 1000] == 0.0f;
+  }
+  EXPECT_GT(rows_dropped, 0);
+  EXPECT_LT(rows_dropped, 64);
+  EXPECT_FALSE(DropoutForward(ctx_.get(), ones, 1.0f, {}, 1, &y).ok());
+  // GaussianNoise: the added noise has mean 0 and the standard deviation asked for.
+  ASSERT_OK(GaussianNoise(ctx_.get(), ones, 0.5f, 3, &y));
+  ASSERT_OK(Download(ctx_.get(), y, &hy));
+  double sum = 0, sq = 0;
+  for (int64_t i = 0; i < hy.size(); ++i) {
+    const double e = hy[i] - 1.0;
+    sum += e;
+    sq += e * e;
+  }
+  EXPECT_NEAR(sum / n, 0.0, 5 * 0.5 / std::sqrt(n));
+  EXPECT_NEAR(std::sqrt(sq / n), 0.5, 0.01);
+}
+
+// Dense's linear part on Keras's [in, units] kernel, over the last axis of a rank-3 input.
+TEST_F(GraphCudaOpsTest, DenseMatchesTheCpuLayer) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    graph::DenseOptions o;
+    o.units = 19;
+    o.bias_initializer.kind = graph::Initializer::Kind::kRandomUniform;
+    auto layer = graph::MakeDense("d", o);
+    const Shape shape{6, 7, 33};
+    std::mt19937_64 brng(1);
+    ASSERT_TRUE(layer->Build({Shape{7, 33}}, graph::BuildContext{&brng}).ok());
+    layer->weights()[0].value = Rounded(ctx_.get(), layer->weights()[0].value, t);
+    const Tensor x = Rounded(ctx_.get(), Random(shape, -1.0f, 1.0f), t);
+    const Tensor dy = Rounded(ctx_.get(), Random({6, 7, 19}, -1.0f, 1.0f), t);
+    const LayerRun cpu = RunCpuLayer(*layer, x, dy, true);
+    DeviceTensor dx_in, k, b, ddy, y, dx, dk, db;
+    ASSERT_OK(Upload(ctx_.get(), x, t, &dx_in));
+    ASSERT_OK(Upload(ctx_.get(), layer->weights()[0].value, t, &k));
+    ASSERT_OK(Upload(ctx_.get(), layer->weights()[1].value, DType::kF32, &b));
+    ASSERT_OK(Upload(ctx_.get(), dy, t, &ddy));
+    ASSERT_OK(dk.Resize(ctx_.get(), {33, 19}, DType::kF32));
+    ASSERT_OK(db.Resize(ctx_.get(), {19}, DType::kF32));
+    ASSERT_OK(KerasDenseForward(ctx_.get(), dx_in, k, b.as<float>(), &y));
+    ASSERT_OK(KerasDenseBackward(ctx_.get(), dx_in, k, ddy, &dx, dk.as<float>(), db.as<float>()));
+    Tensor got;
+    ASSERT_OK(Download(ctx_.get(), y, &got));
+    EXPECT_LT(RelativeError(got, cpu.y), Tolerance(t)) << DTypeName(t) << " y";
+    ASSERT_OK(Download(ctx_.get(), dx, &got));
+    EXPECT_LT(RelativeError(got, cpu.dx), Tolerance(t)) << DTypeName(t) << " dx";
+    ASSERT_OK(Download(ctx_.get(), dk, &got));
+    EXPECT_LT(RelativeError(got, cpu.grads[0]), Tolerance(t)) << DTypeName(t) << " dkernel";
+    ASSERT_OK(Download(ctx_.get(), db, &got));
+    EXPECT_LT(RelativeError(got, cpu.grads[1]), Tolerance(t)) << DTypeName(t) << " dbias";
   }
 }
 
