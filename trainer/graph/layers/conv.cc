@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 
+#include "common/log.h"
 #include "trainer/kernels/cpu/dnnl_conv.h"
 #include "trainer/kernels/cpu/gemm.h"
 
@@ -377,7 +378,12 @@ class WindowLayer : public Layer {
         cg.pad_before[i] = g.pad[ga];
       }
       absl::StatusOr<std::unique_ptr<cpu::DnnlConv>> made = cpu::DnnlConv::Make(cg, bias);
-      if (!made.ok()) ++onednn_refusals;
+      if (!made.ok()) {
+        ++onednn_refusals;
+        common::LogWarning("graph", "layer '", name(), "' (", class_name(), ") on input ",
+                           ShapeString(Shape{g.n, g.in[0], g.in[1], g.in[2], g.c}),
+                           ": runs without oneDNN (", made.status().message(), ")");
+      }
       it = dnnl_.emplace(key, made.ok() ? std::move(*made) : nullptr).first;
     }
     return it->second.get();

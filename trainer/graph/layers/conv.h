@@ -36,7 +36,8 @@ enum class Padding { kValid, kSame, kCausal };
 enum class ConvBackend { kOneDnn, kLoops };
 void SetConvBackend(ConvBackend b);
 ConvBackend GetConvBackend();
-// How many call geometries oneDNN has refused in this process (each then runs the loops).
+// How many call geometries oneDNN has refused in this process (each then runs the loops, with
+// a warning naming the layer and its input).
 int64_t OneDnnRefusals();
 
 // One spatial axis of a windowed operation: the output length and the padding before the first
