@@ -1,6 +1,8 @@
 // The sequence layers' factories (trainer/graph/layers/recurrent.h): Embedding, SimpleRNN, LSTM,
-// GRU, Bidirectional and TimeDistributed, from the configs Keras 2 (2.0 ... 2.15) and Keras 3
-// write.
+// GRU, the generic RNN around one of their cells, Bidirectional and TimeDistributed, from the
+// configs Keras 2 (2.0 ... 2.15) and Keras 3 write.
+#include <map>
+
 #include "trainer/graph/layers/recurrent.h"
 #include "trainer/keras/layer_factory.h"
 
@@ -153,6 +155,40 @@ std::string ClassOf(const json& layer) {
              : "";
 }
 
+// Keras's generic RNN layer around one built-in cell: the LSTM, GRU or SimpleRNN layer with the
+// cell's options and the RNN's sequence options, read (and checked) together.
+LayerOr GenericRnn(LayerConfig& c, const LayerFactories&) {
+  const json cell = c.Object("cell");
+  if (cell.is_array() || ClassOf(cell) == "StackedRNNCells") {
+    return c.Prefix("a stack of cells (StackedRNNCells) is not supported; stack RNN layers");
+  }
+  if (!cell.is_object()) return c.Prefix("option cell is required");
+  static const std::map<std::string, graph::RnnCell> kCells = {
+      {"LSTMCell", graph::RnnCell::kLstm},
+      {"GRUCell", graph::RnnCell::kGru},
+      {"SimpleRNNCell", graph::RnnCell::kSimpleRnn}};
+  const std::string cls = ClassOf(cell);
+  auto it = kCells.find(cls);
+  if (it == kCells.end()) {
+    return c.Prefix("cell class '" + cls +
+                    "' is not supported (LSTMCell, GRUCell and SimpleRNNCell are)");
+  }
+  json merged =
+      cell.contains("config") && cell["config"].is_object() ? cell["config"] : json::object();
+  for (const char* k : {"return_sequences", "return_state", "go_backwards", "stateful", "unroll",
+                        "time_major", "zero_output_for_mask"}) {
+    if (!c.Has(k)) continue;
+    merged[k] = c.raw()[k];
+    c.Ignore(k);  // read below, with the cell's options
+  }
+  LayerConfig inner(merged, c.name(), c.class_name(), c.keras3());
+  ReadCommonOptions(inner);
+  LayerOr l = Recurrent(inner, it->second);
+  if (!l.ok()) return l;
+  if (absl::Status s = inner.Finish(); !s.ok()) return s;
+  return l;
+}
+
 bool Flag(const json& cfg, const char* key) {
   return cfg.contains(key) && cfg[key].is_boolean() && cfg[key].get<bool>();
 }
@@ -256,6 +292,7 @@ void AddRecurrentLayers(LayerFactories* f) {
          [](LayerConfig& c, const LayerFactories&) { return Recurrent(c, graph::RnnCell::kLstm); });
   f->Add("GRU",
          [](LayerConfig& c, const LayerFactories&) { return Recurrent(c, graph::RnnCell::kGru); });
+  f->Add("RNN", GenericRnn);
   f->Add("Bidirectional", Bidirectional);
   f->Add("TimeDistributed", TimeDistributed);
 }

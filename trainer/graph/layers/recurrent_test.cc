@@ -743,6 +743,67 @@ TEST(RecurrentFactoryTest, BuildsTheCorpusConfigs) {
   EXPECT_NEAR(dot, 0.0, 1e-4);
 }
 
+// Keras's generic RNN around a built-in cell is the layer of that cell: RNN(LSTMCell) with the
+// same options and seeds computes what LSTM computes; stacks of cells, other cells and unread
+// options are refused by name.
+TEST(RecurrentFactoryTest, GenericRnnOfABuiltInCellIsThatLayer) {
+  const std::string cell_opts =
+      R"("units": 5, "activation": "tanh", "recurrent_activation": "sigmoid", "use_bias": true,
+         "kernel_initializer": {"class_name": "GlorotUniform", "config": {"seed": 3}},
+         "recurrent_initializer": {"class_name": "Orthogonal", "config": {"gain": 1.0, "seed": 4}},
+         "bias_initializer": {"class_name": "Zeros", "config": {}}, "unit_forget_bias": true,
+         "kernel_regularizer": null, "recurrent_regularizer": null, "bias_regularizer": null,
+         "kernel_constraint": null, "recurrent_constraint": null, "bias_constraint": null,
+         "dropout": 0.0, "recurrent_dropout": 0.0)";
+  const std::string rnn =
+      R"({"class_name": "RNN", "config": {"name": "rnn", "trainable": true, "dtype": "float32",
+         "return_sequences": true, "return_state": false, "go_backwards": true, "stateful": false,
+         "unroll": false, "zero_output_for_mask": false,
+         "cell": {"class_name": "LSTMCell", "config": {"name": "lstm_cell", "trainable": true,
+                  "dtype": "float32", )" +
+      cell_opts + "}}}}";
+  const std::string lstm =
+      R"({"class_name": "LSTM", "config": {"name": "rnn", "return_sequences": true,
+         "go_backwards": true, )" +
+      cell_opts + "}}";
+  auto a = FromKeras(rnn, true);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = FromKeras(lstm, true);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*a)->class_name(), "LSTM");
+  EXPECT_EQ(Shapes(**a, {{7, 3}}), (std::vector<Shape>{{7, 5}}));
+  EXPECT_EQ(Shapes(**b, {{7, 3}}), (std::vector<Shape>{{7, 5}}));
+  for (size_t w = 0; w < 3; ++w) EXPECT_EQ((*a)->weights()[w].value, (*b)->weights()[w].value);
+  const Tensor x = testing::RandomTensor({2, 7, 3}, 9);
+  std::vector<Tensor> ya(1), yb(1);
+  Saved sa, sb;
+  (*a)->Forward(Args{{&x}, {nullptr}}, &ya, &sa, CallContext{});
+  (*b)->Forward(Args{{&x}, {nullptr}}, &yb, &sb, CallContext{});
+  EXPECT_EQ(ya[0], yb[0]);
+
+  auto stacked = FromKeras(
+      R"({"class_name": "RNN", "config": {"name": "s", "cell": [{"class_name": "LSTMCell",
+         "config": {"units": 2}}, {"class_name": "LSTMCell", "config": {"units": 2}}]}})",
+      true);
+  ASSERT_FALSE(stacked.ok());
+  EXPECT_NE(stacked.status().message().find("layer 's' (RNN): a stack of cells"), std::string::npos)
+      << stacked.status();
+  auto custom = FromKeras(
+      R"({"class_name": "RNN", "config": {"name": "c", "cell": {"class_name": "MinimalRNNCell",
+         "config": {"units": 2}}}})",
+      true);
+  ASSERT_FALSE(custom.ok());
+  EXPECT_NE(custom.status().message().find("cell class 'MinimalRNNCell' is not supported"),
+            std::string::npos)
+      << custom.status();
+  auto unread = FromKeras(
+      R"({"class_name": "RNN", "config": {"name": "u", "stateful": true,
+         "cell": {"class_name": "GRUCell", "config": {"units": 2}}}})",
+      true);
+  ASSERT_FALSE(unread.ok());
+  EXPECT_NE(unread.status().message().find("stateful"), std::string::npos) << unread.status();
+}
+
 TEST(RecurrentFactoryTest, TheCorpusEmbeddingMasksTheCorpusLstm) {
   // 049's captioning decoder: Embedding(mask_zero) -> LSTM, as a graph.
   Graph g;
