@@ -416,6 +416,36 @@ absl::Status CudnnConv::BackwardWeights(const DeviceTensor& x, const DeviceTenso
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<CudnnConvTranspose>> CudnnConvTranspose::Make(
+    GpuContext* ctx, const cpu::ConvGeometry& g, DType dtype, bool bias) {
+  if (g.depthwise) {
+    return absl::InvalidArgumentError("CudnnConvTranspose: no depthwise transposed convolution");
+  }
+  absl::StatusOr<std::unique_ptr<CudnnConv>> conv = CudnnConv::Make(ctx, g, dtype, false);
+  if (!conv.ok()) return conv.status();
+  return std::unique_ptr<CudnnConvTranspose>(
+      new CudnnConvTranspose(std::move(*conv), ctx, g.c_in, bias));
+}
+
+absl::Status CudnnConvTranspose::Forward(const DeviceTensor& x, const DeviceTensor& w,
+                                         const float* b, DeviceTensor* y) {
+  if (absl::Status s = conv_->BackwardData(x, w, y); !s.ok()) return s;
+  if (!bias_) return absl::OkStatus();
+  return AddBias(ctx_, y, b, y->size() / filters_, filters_, 1);
+}
+
+absl::Status CudnnConvTranspose::BackwardData(const DeviceTensor& dy, const DeviceTensor& w,
+                                              DeviceTensor* dx) {
+  return conv_->Forward(dy, w, nullptr, dx);
+}
+
+absl::Status CudnnConvTranspose::BackwardWeights(const DeviceTensor& x, const DeviceTensor& dy,
+                                                 float* dw, float* db) {
+  if (absl::Status s = conv_->BackwardWeights(dy, x, dw, nullptr); !s.ok()) return s;
+  if (!bias_) return absl::OkStatus();
+  return BiasGrad(ctx_, dy, db, dy.size() / filters_, filters_, 1);
+}
+
 std::vector<int> CudnnConv::Algorithms() const {
   return {static_cast<int>(plan_->fwd), static_cast<int>(plan_->bwd_data),
           static_cast<int>(plan_->bwd_filter)};

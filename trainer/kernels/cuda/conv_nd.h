@@ -51,4 +51,33 @@ class CudnnConv {
   std::unique_ptr<Plan> plan_;
 };
 
+// Conv1D/2D/3DTranspose, the gradient of a convolution with respect to its input, through the
+// same plans: forward is that convolution's BackwardData, the input gradient its Forward, the
+// kernel gradient its BackwardWeights with the roles of input and gradient swapped. `g` is the
+// convolution's geometry as the CPU layer derives it (its input is this layer's output, its
+// output this layer's input; c_in = filters, c_out = this layer's input channels), and the
+// Keras kernel [k..., filters, in] is that convolution's kernel as it is. A geometry whose
+// output_padding leaves the convolution more windows than the input has positions is refused
+// at Make (cuDNN's window count must equal the geometry's).
+class CudnnConvTranspose {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudnnConvTranspose>> Make(GpuContext* ctx,
+                                                                  const cpu::ConvGeometry& g,
+                                                                  DType dtype, bool bias);
+  // y [n, out..., filters] from x [n, in..., c] (+ b).
+  absl::Status Forward(const DeviceTensor& x, const DeviceTensor& w, const float* b,
+                       DeviceTensor* y);
+  absl::Status BackwardData(const DeviceTensor& dy, const DeviceTensor& w, DeviceTensor* dx);
+  // dw (fp32, Keras layout) and db overwritten.
+  absl::Status BackwardWeights(const DeviceTensor& x, const DeviceTensor& dy, float* dw, float* db);
+
+ private:
+  CudnnConvTranspose(std::unique_ptr<CudnnConv> conv, GpuContext* ctx, int64_t filters, bool bias)
+      : conv_(std::move(conv)), ctx_(ctx), filters_(filters), bias_(bias) {}
+  std::unique_ptr<CudnnConv> conv_;
+  GpuContext* ctx_;
+  int64_t filters_;
+  bool bias_;
+};
+
 }  // namespace lockstep::trainer::cuda

@@ -944,6 +944,92 @@ TEST_F(GraphCudaOpsTest, DenseMatchesTheCpuLayer) {
   }
 }
 
+// Transposed convolutions through the convolution plans, against the CPU layers: Keras's
+// output lengths and TensorFlow's padding (odd same padding included), 1D to 3D.
+TEST_F(GraphCudaOpsTest, TransposedConvolutionsMatchTheCpuLayers) {
+  using graph::Padding;
+  struct Case {
+    Shape x;
+    int64_t filters;
+    std::vector<int64_t> k, st;
+    Padding p;
+  };
+  const std::vector<Case> cases = {
+      {{2, 5, 6, 4}, 3, {3, 3}, {2, 2}, Padding::kSame},
+      {{2, 5, 6, 4}, 3, {3, 3}, {2, 2}, Padding::kValid},
+      {{3, 7, 5}, 6, {4}, {2}, Padding::kSame},
+      {{2, 3, 4, 3, 2}, 2, {2, 2, 2}, {2, 2, 2}, Padding::kValid},
+      {{2, 4, 4, 3}, 5, {3, 3}, {1, 1}, Padding::kSame},
+  };
+  for (const Case& c : cases) {
+    for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+      const std::string what = ShapeString(c.x) + " k" + ShapeString(c.k) + " s" +
+                               ShapeString(c.st) + (c.p == Padding::kSame ? " same " : " valid ") +
+                               DTypeName(t);
+      graph::ConvTransposeOptions o;
+      o.rank = static_cast<int>(c.k.size());
+      o.filters = c.filters;
+      o.kernel_size = c.k;
+      o.strides = c.st;
+      o.padding = c.p;
+      o.bias_initializer.kind = graph::Initializer::Kind::kRandomUniform;
+      auto layer = graph::MakeConvTranspose("t", o);
+      std::mt19937_64 brng(1);
+      auto built = layer->Build({Shape(c.x.begin() + 1, c.x.end())}, graph::BuildContext{&brng});
+      ASSERT_TRUE(built.ok()) << what << ": " << built.status();
+      layer->weights()[0].value = Rounded(ctx_.get(), layer->weights()[0].value, t);
+      // The convolution this layer is the input gradient of: Keras's output lengths, and the
+      // padding TensorFlow derives from them.
+      cpu::ConvGeometry g;
+      g.rank = o.rank;
+      g.n = c.x[0];
+      g.c_in = c.filters;
+      g.c_out = c.x.back();
+      Shape ys{c.x[0]};
+      for (int a = 0; a < g.rank; ++a) {
+        const auto i = static_cast<size_t>(a);
+        const int64_t l = c.x[i + 1], k = c.k[i], st = c.st[i];
+        const int64_t out = c.p == Padding::kSame ? l * st : l * st + std::max<int64_t>(k - st, 0);
+        g.in[i] = out;
+        g.out[i] = l;
+        g.kernel[i] = k;
+        g.stride[i] = st;
+        g.dilation[i] = 1;
+        g.pad_before[i] =
+            c.p == Padding::kSame ? std::max<int64_t>((l - 1) * st + k - out, 0) / 2 : 0;
+        ys.push_back(out);
+      }
+      ys.push_back(c.filters);
+      ASSERT_EQ(Shape(ys.begin() + 1, ys.end()), (*built)[0]) << what;
+      const Tensor x = Rounded(ctx_.get(), Random(c.x, -1.0f, 1.0f), t);
+      const Tensor dy = Rounded(ctx_.get(), Random(ys, -1.0f, 1.0f), t);
+      const LayerRun cpu = RunCpuLayer(*layer, x, dy, true);
+      absl::StatusOr<std::unique_ptr<CudnnConvTranspose> > conv =
+          CudnnConvTranspose::Make(ctx_.get(), g, t, true);
+      ASSERT_TRUE(conv.ok()) << what << ": " << conv.status();
+      DeviceTensor dx_in, ddy, w, b, y, dx, dw, db;
+      ASSERT_OK(Upload(ctx_.get(), x, t, &dx_in));
+      ASSERT_OK(Upload(ctx_.get(), dy, t, &ddy));
+      ASSERT_OK(Upload(ctx_.get(), layer->weights()[0].value, t, &w));
+      ASSERT_OK(Upload(ctx_.get(), layer->weights()[1].value, DType::kF32, &b));
+      ASSERT_OK(dw.Resize(ctx_.get(), layer->weights()[0].value.shape(), DType::kF32));
+      ASSERT_OK(db.Resize(ctx_.get(), {c.filters}, DType::kF32));
+      ASSERT_OK((*conv)->Forward(dx_in, w, b.as<float>(), &y));
+      ASSERT_OK((*conv)->BackwardData(ddy, w, &dx));
+      ASSERT_OK((*conv)->BackwardWeights(dx_in, ddy, dw.as<float>(), db.as<float>()));
+      Tensor got;
+      ASSERT_OK(Download(ctx_.get(), y, &got));
+      EXPECT_LT(RelativeError(got, cpu.y), Tolerance(t)) << what << " y";
+      ASSERT_OK(Download(ctx_.get(), dx, &got));
+      EXPECT_LT(RelativeError(got, cpu.dx), Tolerance(t)) << what << " dx";
+      ASSERT_OK(Download(ctx_.get(), dw, &got));
+      EXPECT_LT(RelativeError(got, cpu.grads[0]), Tolerance(t)) << what << " dw";
+      ASSERT_OK(Download(ctx_.get(), db, &got));
+      EXPECT_LT(RelativeError(got, cpu.grads[1]), Tolerance(t)) << what << " db";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lockstep::trainer::cuda
 
