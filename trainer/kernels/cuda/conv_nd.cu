@@ -192,6 +192,12 @@ struct CudnnConv::Plan {
 
   // The kernel in cuDNN's layout.
   absl::StatusOr<const void*> Kernel(const DeviceTensor& w_in) {
+    if (w_in.size() != taps * g.c_in * cols || w_in.dtype() != dtype) {
+      return absl::InvalidArgumentError("CudnnConv: kernel " + ShapeString(w_in.shape()) + " in " +
+                                        DTypeName(w_in.dtype()) + " does not match the plan's " +
+                                        std::to_string(taps * g.c_in * cols) + " values in " +
+                                        DTypeName(dtype));
+    }
     if (absl::Status s = wc.Resize(ctx, {w_in.size()}, dtype); !s.ok()) return s;
     DispatchDType(dtype, [&](auto t) {
       using T = decltype(t);
@@ -390,7 +396,8 @@ absl::Status CudnnConv::BackwardWeights(const DeviceTensor& x, const DeviceTenso
                                         float* db) {
   Plan& p = *plan_;
   GpuContext* ctx = p.ctx;
-  if (x.size() != NumElements(p.InShape()) || dy.size() != NumElements(p.OutShape())) {
+  if (x.size() != NumElements(p.InShape()) || dy.size() != NumElements(p.OutShape()) ||
+      x.dtype() != p.dtype || dy.dtype() != p.dtype) {
     return absl::InvalidArgumentError("CudnnConv::BackwardWeights: input " +
                                       ShapeString(x.shape()) + " or gradient " +
                                       ShapeString(dy.shape()) + " does not match the plan");

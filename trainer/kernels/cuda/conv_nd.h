@@ -11,7 +11,10 @@
 // padding are done by copying the input into a zero-padded buffer first (and the input
 // gradient cropped from the padded one). 1D runs as 2D with a height of 1. The fastest
 // algorithm per direction is measured once (cudnnFind*). Arithmetic is fp32 for every storage
-// dtype; TF32 where the context allows it.
+// dtype; TF32 where the context allows it. Known limits: cuDNN writes the kernel gradient in the
+// storage dtype before it is widened to fp32 (under fp16 loss scaling a large sum overflows and
+// the scaler lowers the scale; Dense's gradient is fp32 throughout), and the fastest algorithm
+// may accumulate with atomics, so convolutions need not repeat bit for bit.
 // Thread-safety: one thread per object (the context's).
 
 #include <cstdint>

@@ -256,9 +256,10 @@ absl::StatusOr<LossResult> ComputeLoss(GpuContext* ctx, const graph::Loss& l,
   const bool xent = sparse || l.kind == LossKind::kCategoricalCrossentropy;
   if ((sparse ? target.size() != rows : target.size() != pred.size()) ||
       target.dtype() != DType::kF32) {
-    return absl::InvalidArgumentError("targets of shape " + ShapeString(target.shape()) +
-                                      " do not fit outputs of shape " + ShapeString(pred.shape()) +
-                                      " for " + graph::LossName(l));
+    return absl::InvalidArgumentError(
+        "targets of shape " + ShapeString(target.shape()) + " do not fit outputs of shape " +
+        ShapeString(pred.shape()) +
+        (sparse ? " (one fp32 class id per output row)" : " (one fp32 target per output value)"));
   }
   if (dpred != nullptr) {
     if (absl::Status s = dpred->Resize(ctx, pred.shape(), pred.dtype()); !s.ok()) return s;

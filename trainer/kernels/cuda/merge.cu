@@ -194,12 +194,13 @@ __global__ void EmbeddingForwardKernel(const float* __restrict__ ids, int64_t ro
 // Keys for the sort: the id, or `vocabulary` (sorted last, skipped) for an id outside the table.
 __global__ void EmbeddingKeysKernel(const float* __restrict__ ids, int64_t rows, int64_t vocabulary,
                                     int* __restrict__ keys, int* __restrict__ order) {
-  const int64_t r = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
-  const float v = ids[r];
-  const bool ok = v >= 0 && v < static_cast<float>(vocabulary) && v == floorf(v);
-  keys[r] = ok ? static_cast<int>(v) : static_cast<int>(vocabulary);
-  order[r] = static_cast<int>(r);
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t r = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; r < rows; r += stride) {
+    const float v = ids[r];
+    const bool ok = v >= 0 && v < static_cast<float>(vocabulary) && v == floorf(v);
+    keys[r] = ok ? static_cast<int>(v) : static_cast<int>(vocabulary);
+    order[r] = static_cast<int>(r);
+  }
 }
 
 // One block per sorted position; a block that starts a run of one id sums the run's rows of
@@ -270,8 +271,16 @@ absl::Status MergeBackward(GpuContext* ctx, MergeOp op, const std::vector<const 
                            const DeviceTensor& y, const DeviceTensor& dy,
                            const std::vector<DeviceTensor*>& dx) {
   if (x.empty() || x.size() > static_cast<size_t>(kMaxMergeInputs) || dx.size() != x.size() ||
-      dy.shape() != y.shape()) {
+      dy.shape() != y.shape() || dy.dtype() != y.dtype() ||
+      y.shape().size() > static_cast<size_t>(kMaxMergeRank)) {
     return absl::InvalidArgumentError("MergeBackward: inputs, gradients and output disagree");
+  }
+  for (const DeviceTensor* t : x) {
+    if (t->shape().size() != y.shape().size() || t->dtype() != y.dtype()) {
+      return absl::InvalidArgumentError(
+          "MergeBackward: an input differs from the output in "
+          "rank or dtype");
+    }
   }
   absl::Status st = absl::OkStatus();
   DispatchDType(y.dtype(), [&](auto t) {

@@ -394,6 +394,9 @@ absl::Status LayerNormBackward(GpuContext* ctx, const DeviceTensor& x, const Dev
     return absl::InvalidArgumentError("LayerNormBackward: x and dy differ in shape or dtype");
   }
   const int64_t rows = x.size() / group;
+  if (dx != nullptr) {
+    if (absl::Status s = dx->Resize(ctx, x.shape(), x.dtype()); !s.ok()) return s;
+  }
   if (rows == 0) return absl::OkStatus();
   absl::Status st = absl::OkStatus();
   DispatchDType(x.dtype(), [&](auto t) {
@@ -413,8 +416,6 @@ absl::Status LayerNormBackward(GpuContext* ctx, const DeviceTensor& x, const Dev
                                                                       group, dbeta);
     }
     if (dx != nullptr) {
-      st.Update(dx->Resize(ctx, x.shape(), x.dtype()));
-      if (!st.ok()) return 0;
       LayerNormInputGradKernel<T><<<RowBlocks(rows), kThreads, 0, ctx->stream()>>>(
           x.as<T>(), dy.as<T>(), rows, group, gamma, mean, rstd, dx->as<T>());
     }

@@ -2,6 +2,8 @@
 // The graph's normalization layers on the GPU, with the CPU layers' semantics
 // (trainer/graph/layers/normalization.h), on channels-last data flattened to rows:
 //
+// Without masks: the CPU BatchNormalization excludes masked steps from its statistics, so a
+// masked call stays on the CPU path until these take a mask.
 // BatchNormalization over [rows, c]: in training the batch's mean and biased variance
 // normalise (the moving statistics follow Keras's update with the same biased variance), in
 // inference the moving statistics. Per-channel sums are deterministic: fixed chunks of rows

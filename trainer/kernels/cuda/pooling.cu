@@ -145,25 +145,26 @@ template <typename T>
 __global__ void GlobalPoolForwardKernel(const T* __restrict__ x, int64_t n, int64_t steps,
                                         int64_t c, bool max, T* __restrict__ y,
                                         int32_t* __restrict__ arg) {
-  const int64_t idx = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (idx >= n * c) return;
-  const int64_t b = idx / c, j = idx % c;
-  float best = 0.0f, sum = 0.0f;
-  int64_t best_i = -1;
-  for (int64_t t = 0; t < steps; ++t) {
-    const int64_t i = (b * steps + t) * c + j;
-    const float v = ToFloat(x[i]);
-    if (best_i < 0 || v > best) {
-      best = v;
-      best_i = i;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t idx = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; idx < n * c; idx += stride) {
+    const int64_t b = idx / c, j = idx % c;
+    float best = 0.0f, sum = 0.0f;
+    int64_t best_i = -1;
+    for (int64_t t = 0; t < steps; ++t) {
+      const int64_t i = (b * steps + t) * c + j;
+      const float v = ToFloat(x[i]);
+      if (best_i < 0 || v > best) {
+        best = v;
+        best_i = i;
+      }
+      sum += v;
     }
-    sum += v;
-  }
-  if (max) {
-    y[idx] = FromFloat<T>(best);
-    arg[idx] = static_cast<int32_t>(best_i);
-  } else {
-    y[idx] = FromFloat<T>(sum / static_cast<float>(steps));
+    if (max) {
+      y[idx] = FromFloat<T>(best);
+      arg[idx] = static_cast<int32_t>(best_i);
+    } else {
+      y[idx] = FromFloat<T>(sum / static_cast<float>(steps));
+    }
   }
 }
 

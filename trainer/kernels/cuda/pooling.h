@@ -6,7 +6,9 @@
 //                             "same" padding, more at the end); an average divides by the
 //                             real inputs of its window, as TensorFlow does; a max passes its
 //                             gradient to the first largest input of the window.
-//   GlobalPoolForward/Backward  over every spatial position: [n, steps, c] -> [n, c].
+//   GlobalPoolForward/Backward  over every spatial position: [n, steps, c] -> [n, c]; without
+//                             the CPU's masked GlobalAveragePooling1D (a masked call stays on
+//                             the CPU path until this takes a mask).
 // The backward passes gather (each input sums the outputs whose window holds it), so no atomics
 // and a run repeats bit for bit. Any storage dtype, fp32 arithmetic; arg-max indices are int32
 // in a 4-byte DeviceTensor.

@@ -214,6 +214,10 @@ absl::Status UpsampleNearest(GpuContext* ctx, const DeviceTensor& x, int rank, c
   for (int k = 0; k < rank; ++k) {
     const int ga = 3 - rank + k;
     g.a[ga] = size[static_cast<size_t>(k)];
+    if (g.a[ga] <= 0) {
+      return absl::InvalidArgumentError("UpsampleNearest: size " + std::to_string(g.a[ga]) +
+                                        " on axis " + std::to_string(k) + " is not positive");
+    }
     g.out[ga] = g.in[ga] * g.a[ga];
   }
   if (absl::Status s = y->Resize(ctx, ShapeOf(g, rank, g.out), x.dtype()); !s.ok()) return s;
