@@ -1,6 +1,5 @@
 #include "trainer/kernels/cpu/dnnl_conv.h"
 
-#include <algorithm>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -35,8 +34,6 @@ memory::dims Data(const ConvGeometry& g, int64_t c, const std::array<int64_t, 3>
   for (int a = 0; a < g.rank; ++a) d.push_back(sp[static_cast<size_t>(a)]);
   return d;
 }
-
-std::string ImplOf(const dnnl::primitive_desc_base& pd) { return pd.impl_info_str(); }
 
 // A tensor the caller holds in its own layout (`user`) that a primitive wants in another
 // (`prim`, oneDNN's blocked weight layouts): reordered into scratch on the way in (In) or out of
@@ -100,10 +97,7 @@ DnnlConv::DnnlConv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DnnlConv::~DnnlConv() = default;
 
 absl::StatusOr<std::unique_ptr<DnnlConv>> DnnlConv::Make(const ConvGeometry& g, bool bias) {
-  if (g.rank < 1 || g.rank > 3 || g.n <= 0 || g.c_in <= 0 || g.c_out <= 0 ||
-      (g.depthwise && g.c_out % g.c_in != 0)) {
-    return absl::InvalidArgumentError("convolution geometry out of range");
-  }
+  if (!g.valid()) return absl::InvalidArgumentError("convolution geometry out of range");
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.g = g;
@@ -128,11 +122,7 @@ absl::StatusOr<std::unique_ptr<DnnlConv>> DnnlConv::Make(const ConvGeometry& g, 
     const auto i = static_cast<size_t>(a);
     m.dilates.push_back(g.dilation[i] - 1);  // oneDNN counts the gaps
     m.pad_l.push_back(g.pad_before[i]);
-    // Padding after the last input so that the window count is `out`; a valid window that
-    // leaves inputs over needs none (oneDNN rounds the count down, as Keras does).
-    const int64_t span = (g.kernel[i] - 1) * g.dilation[i] + 1;
-    m.pad_r.push_back(
-        std::max<int64_t>((g.out[i] - 1) * g.stride[i] + span - g.in[i] - g.pad_before[i], 0));
+    m.pad_r.push_back(g.pad_after(i));  // oneDNN rounds the window count down, as Keras does
   }
   const auto direct = dnnl::algorithm::convolution_direct;
   try {
@@ -200,11 +190,6 @@ void DnnlConv::BackwardWeights(const float* x, const float* dy, float* dw, float
   m.bwd_weights.execute(s, args);
   m.bwd_weights_dw.Finish(dw, s);
   s.wait();
-}
-
-std::string DnnlConv::Implementations() const {
-  return "forward " + ImplOf(impl_->fwd_pd) + ", backward data " + ImplOf(impl_->bwd_data_pd) +
-         ", backward weights " + ImplOf(impl_->bwd_weights_pd);
 }
 
 }  // namespace lockstep::trainer::cpu

@@ -9,21 +9,12 @@
 // Thread-safety: one thread per object. oneDNN runs on OpenMP threads, as many as threads.h
 // allows.
 
-#include <array>
-#include <cstdint>
 #include <memory>
-#include <string>
 
 #include "absl/status/statusor.h"
+#include "trainer/kernels/cpu/conv_geometry.h"
 
 namespace lockstep::trainer::cpu {
-
-struct ConvGeometry {
-  int rank = 2;  // spatial axes, 1 to 3
-  int64_t n = 0, c_in = 0, c_out = 0;
-  bool depthwise = false;
-  std::array<int64_t, 3> in{}, out{}, kernel{}, stride{}, dilation{}, pad_before{};
-};
 
 class DnnlConv {
  public:
@@ -38,9 +29,6 @@ class DnnlConv {
   void BackwardData(const float* dy, const float* w, float* dx);
   // dw (and db when made with a bias) overwritten with the gradients of the weights.
   void BackwardWeights(const float* x, const float* dy, float* dw, float* db);
-
-  // oneDNN's implementation names (forward, backward data, backward weights), for benchmarks.
-  std::string Implementations() const;
 
  private:
   struct Impl;

@@ -1,86 +1,18 @@
 #include "trainer/kernels/cuda/conv_nd.h"
 
 #include <algorithm>
-#include <array>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "trainer/kernels/cuda/check.h"
+#include "trainer/kernels/cuda/cudnn_util.h"
 #include "trainer/kernels/cuda/dtype.cuh"
 #include "trainer/kernels/cuda/elementwise.h"
+#include "trainer/kernels/cuda/spatial.h"
 
 namespace lockstep::trainer::cuda {
 namespace {
-
-cudnnDataType_t CudnnType(DType t) {
-  switch (t) {
-    case DType::kF16:
-      return CUDNN_DATA_HALF;
-    case DType::kBF16:
-      return CUDNN_DATA_BFLOAT16;
-    default:
-      return CUDNN_DATA_FLOAT;
-  }
-}
-
-// Workspaces beyond this are not considered when choosing an algorithm.
-constexpr size_t kMaxConvWorkspace = size_t{256} << 20;
-
-template <typename Perf, typename Algo>
-bool Fastest(const Perf* results, int found, Algo* algo, size_t* bytes) {
-  for (int i = 0; i < found; ++i) {
-    if (results[i].status == CUDNN_STATUS_SUCCESS && results[i].memory <= kMaxConvWorkspace) {
-      *algo = results[i].algo;
-      *bytes = results[i].memory;
-      return true;
-    }
-  }
-  return false;
-}
-
-// Three spatial axes, the missing leading ones of length 1, for the pad and crop kernels.
-struct Box {
-  int64_t n, c;
-  int64_t in[3], outer[3], before[3];  // the inner box [before, before + in) of the outer one
-};
-
-// out (the outer box, zero outside the inner one) from x (the inner box).
-template <typename T>
-__global__ void PadKernel(const T* __restrict__ x, Box b, T* __restrict__ out) {
-  const int64_t total = b.n * b.outer[0] * b.outer[1] * b.outer[2] * b.c;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int64_t j = i % b.c;
-    int64_t p = i / b.c;
-    int64_t q[3];
-    for (int a = 2; a >= 0; --a) {
-      q[a] = p % b.outer[a] - b.before[a];
-      p /= b.outer[a];
-    }
-    bool inside = true;
-    for (int a = 0; a < 3; ++a) inside = inside && q[a] >= 0 && q[a] < b.in[a];
-    out[i] = inside ? x[(((p * b.in[0] + q[0]) * b.in[1] + q[1]) * b.in[2] + q[2]) * b.c + j]
-                    : FromFloat<T>(0.0f);
-  }
-}
-
-// x (the inner box) cut from the outer one.
-template <typename T>
-__global__ void CropKernel(const T* __restrict__ outer, Box b, T* __restrict__ x) {
-  const int64_t total = b.n * b.in[0] * b.in[1] * b.in[2] * b.c;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int64_t j = i % b.c;
-    int64_t p = i / b.c;
-    int64_t q[3];
-    for (int a = 2; a >= 0; --a) {
-      q[a] = p % b.in[a] + b.before[a];
-      p /= b.in[a];
-    }
-    x[i] = outer[(((p * b.outer[0] + q[0]) * b.outer[1] + q[1]) * b.outer[2] + q[2]) * b.c + j];
-  }
-}
 
 // Where element (s, ci, co) of a Keras kernel [taps, c_in, cols] goes in cuDNN's
 // [k_out, taps, c_group]: a plain kernel has k_out = co and c_group = c_in; a depthwise one
@@ -130,9 +62,10 @@ struct CudnnConv::Plan {
   cpu::ConvGeometry g;
   DType dtype = DType::kF32;
   bool bias = false;
-  bool padded = false;  // the input is copied into a zero-padded buffer first
-  Box box{};
-  std::vector<int64_t> in_p;  // cuDNN's input spatial dims (padded; 1D as 2D)
+  // Keras's padding per axis when cuDNN cannot do it (asymmetric): the input is copied into a
+  // zero-padded buffer first.
+  bool padded = false;
+  Axes3 before{}, after{};
   int64_t taps = 1, cols = 1;
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
@@ -162,13 +95,14 @@ struct CudnnConv::Plan {
     s.push_back(g.c_out);
     return s;
   }
-  Shape PaddedShape() const {
-    Shape s{g.n};
-    for (int a = 0; a < 3; ++a) {
-      if (a >= 3 - g.rank) s.push_back(box.outer[a]);
+  // The input cuDNN reads: the padded one when Keras's padding is asymmetric.
+  Shape CudnnInShape() const {
+    Shape s = InShape();
+    for (int a = 0; a < g.rank; ++a) {
+      const auto i = static_cast<size_t>(a);
+      s[i + 1] += before[i] + after[i];
     }
-    s.push_back(g.c_in);
-    return s;
+    return padded ? s : InShape();
   }
   int64_t rows() const {
     int64_t r = g.n;
@@ -179,14 +113,7 @@ struct CudnnConv::Plan {
   // The input as cuDNN reads it: x itself, or its zero-padded copy.
   absl::StatusOr<const void*> Input(const DeviceTensor& x_in) {
     if (!padded) return static_cast<const void*>(x_in.data());
-    if (absl::Status s = xp.Resize(ctx, PaddedShape(), dtype); !s.ok()) return s;
-    DispatchDType(dtype, [&](auto t) {
-      using T = decltype(t);
-      PadKernel<T>
-          <<<Blocks(xp.size()), kThreads, 0, ctx->stream()>>>(x_in.as<T>(), box, xp.as<T>());
-      return 0;
-    });
-    LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
+    if (absl::Status s = PadOrCrop(ctx, x_in, g.rank, before, after, &xp); !s.ok()) return s;
     return static_cast<const void*>(xp.data());
   }
 
@@ -216,10 +143,7 @@ CudnnConv::~CudnnConv() = default;
 absl::StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Make(GpuContext* ctx,
                                                            const cpu::ConvGeometry& g, DType dtype,
                                                            bool bias) {
-  if (g.rank < 1 || g.rank > 3 || g.n <= 0 || g.c_in <= 0 || g.c_out <= 0 ||
-      (g.depthwise && g.c_out % g.c_in != 0)) {
-    return absl::InvalidArgumentError("CudnnConv: convolution geometry out of range");
-  }
+  if (!g.valid()) return absl::InvalidArgumentError("CudnnConv: convolution geometry out of range");
   auto plan = std::make_unique<Plan>();
   Plan& p = *plan;
   p.ctx = ctx;
@@ -228,23 +152,11 @@ absl::StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Make(GpuContext* ctx,
   p.bias = bias;
   p.cols = g.depthwise ? g.c_out / g.c_in : g.c_out;
   // Padding per axis: Keras's before, and after whatever makes `out` windows.
-  std::array<int64_t, 3> after{};
-  p.box.n = g.n;
-  p.box.c = g.c_in;
-  for (int a = 0; a < 3; ++a) {
-    p.box.in[a] = p.box.outer[a] = 1;
-    p.box.before[a] = 0;
-  }
   for (int a = 0; a < g.rank; ++a) {
     const auto i = static_cast<size_t>(a);
-    const int64_t span = (g.kernel[i] - 1) * g.dilation[i] + 1;
-    after[i] =
-        std::max<int64_t>((g.out[i] - 1) * g.stride[i] + span - g.in[i] - g.pad_before[i], 0);
-    if (after[i] != g.pad_before[i]) p.padded = true;
-    const int ga = 3 - g.rank + a;
-    p.box.in[ga] = g.in[i];
-    p.box.before[ga] = g.pad_before[i];
-    p.box.outer[ga] = g.in[i] + g.pad_before[i] + after[i];
+    p.before[i] = g.pad_before[i];
+    p.after[i] = g.pad_after(i);
+    if (p.after[i] != p.before[i]) p.padded = true;
     p.taps *= g.kernel[i];
   }
   // cuDNN's view: at least two spatial axes (1D as height 1), padding symmetric or done above.
@@ -259,7 +171,7 @@ absl::StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Make(GpuContext* ctx,
   }
   for (int a = 0; a < g.rank; ++a) {
     const auto i = static_cast<size_t>(a);
-    in_sp.push_back(p.padded ? p.box.outer[3 - g.rank + a] : g.in[i]);
+    in_sp.push_back(p.padded ? g.in[i] + p.before[i] + p.after[i] : g.in[i]);
     out_sp.push_back(g.out[i]);
     k.push_back(g.kernel[i]);
     stride.push_back(g.stride[i]);
@@ -300,8 +212,7 @@ absl::StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Make(GpuContext* ctx,
   }
 
   // The fastest algorithms, measured on scratch tensors of the right sizes.
-  absl::StatusOr<DeviceTensor> xs =
-      DeviceTensor::Make(ctx, p.padded ? p.PaddedShape() : p.InShape(), dtype);
+  absl::StatusOr<DeviceTensor> xs = DeviceTensor::Make(ctx, p.CudnnInShape(), dtype);
   absl::StatusOr<DeviceTensor> ys = DeviceTensor::Make(ctx, p.OutShape(), dtype);
   absl::StatusOr<DeviceTensor> ws = DeviceTensor::Make(ctx, {p.taps * g.c_in * p.cols}, dtype);
   if (!xs.ok()) return xs.status();
@@ -371,7 +282,7 @@ absl::Status CudnnConv::BackwardData(const DeviceTensor& dy, const DeviceTensor&
   if (absl::Status s = dx->Resize(ctx, p.InShape(), p.dtype); !s.ok()) return s;
   void* target = dx->data();
   if (p.padded) {
-    if (absl::Status s = p.dxp.Resize(ctx, p.PaddedShape(), p.dtype); !s.ok()) return s;
+    if (absl::Status s = p.dxp.Resize(ctx, p.CudnnInShape(), p.dtype); !s.ok()) return s;
     target = p.dxp.data();
   }
   absl::StatusOr<void*> scratch = ctx->Workspace(std::max<size_t>(p.bwd_data_bytes, 1));
@@ -380,16 +291,14 @@ absl::Status CudnnConv::BackwardData(const DeviceTensor& dy, const DeviceTensor&
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnConvolutionBackwardData(ctx->cudnn(), &one, p.w, *kernel, p.y,
                                                             dy.data(), p.conv, p.bwd_data, *scratch,
                                                             p.bwd_data_bytes, &zero, p.x, target));
-  if (p.padded) {
-    DispatchDType(p.dtype, [&](auto t) {
-      using T = decltype(t);
-      CropKernel<T>
-          <<<Blocks(dx->size()), kThreads, 0, ctx->stream()>>>(p.dxp.as<T>(), p.box, dx->as<T>());
-      return 0;
-    });
-    LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
+  if (!p.padded) return absl::OkStatus();
+  // The input's gradient is the padded one with the padding cut off.
+  Axes3 cut_before{}, cut_after{};
+  for (size_t a = 0; a < 3; ++a) {
+    cut_before[a] = -p.before[a];
+    cut_after[a] = -p.after[a];
   }
-  return absl::OkStatus();
+  return PadOrCrop(ctx, p.dxp, p.g.rank, cut_before, cut_after, dx);
 }
 
 absl::Status CudnnConv::BackwardWeights(const DeviceTensor& x, const DeviceTensor& dy, float* dw,
@@ -451,11 +360,6 @@ absl::Status CudnnConvTranspose::BackwardWeights(const DeviceTensor& x, const De
   if (absl::Status s = conv_->BackwardWeights(dy, x, dw, nullptr); !s.ok()) return s;
   if (!bias_) return absl::OkStatus();
   return BiasGrad(ctx_, dy, db, dy.size() / filters_, filters_, 1);
-}
-
-std::vector<int> CudnnConv::Algorithms() const {
-  return {static_cast<int>(plan_->fwd), static_cast<int>(plan_->bwd_data),
-          static_cast<int>(plan_->bwd_filter)};
 }
 
 }  // namespace lockstep::trainer::cuda

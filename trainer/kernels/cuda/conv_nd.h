@@ -19,10 +19,9 @@
 
 #include <cstdint>
 #include <memory>
-#include <vector>
 
 #include "absl/status/statusor.h"
-#include "trainer/kernels/cpu/dnnl_conv.h"
+#include "trainer/kernels/cpu/conv_geometry.h"
 #include "trainer/kernels/cuda/device_tensor.h"
 
 namespace lockstep::trainer::cuda {
@@ -44,9 +43,6 @@ class CudnnConv {
   absl::Status BackwardData(const DeviceTensor& dy, const DeviceTensor& w, DeviceTensor* dx);
   // dw (fp32, Keras layout) and db (fp32, when made with a bias) overwritten.
   absl::Status BackwardWeights(const DeviceTensor& x, const DeviceTensor& dy, float* dw, float* db);
-
-  // The algorithms chosen: forward, backward data, backward filter (logs, benchmarks).
-  std::vector<int> Algorithms() const;
 
  private:
   struct Plan;

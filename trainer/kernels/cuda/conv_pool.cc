@@ -3,45 +3,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "trainer/kernels/cuda/check.h"
+#include "trainer/kernels/cuda/cudnn_util.h"
 #include "trainer/kernels/cuda/elementwise.h"
 #include "trainer/kernels/cuda/ops.h"
 
 namespace lockstep::trainer::cuda {
 namespace {
 
-cudnnDataType_t CudnnType(DType t) {
-  switch (t) {
-    case DType::kF16:
-      return CUDNN_DATA_HALF;
-    case DType::kBF16:
-      return CUDNN_DATA_BFLOAT16;
-    default:
-      return CUDNN_DATA_FLOAT;
-  }
-}
-
 absl::Status SetTensor4d(cudnnTensorDescriptor_t d, const Shape& s, DType t) {
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(
       d, CUDNN_TENSOR_NCHW, CudnnType(t), static_cast<int>(s[0]), static_cast<int>(s[1]),
       static_cast<int>(s[2]), static_cast<int>(s[3])));
   return absl::OkStatus();
-}
-
-// Workspaces beyond this are not considered when choosing an algorithm.
-constexpr size_t kMaxConvWorkspace = size_t{256} << 20;
-
-// The first (fastest: cudnnFind* sorts by time) of `found` results that ran and fits the
-// workspace limit; false when none does.
-template <typename Perf, typename Algo>
-bool Fastest(const Perf* results, int found, Algo* algo, size_t* bytes) {
-  for (int i = 0; i < found; ++i) {
-    if (results[i].status == CUDNN_STATUS_SUCCESS && results[i].memory <= kMaxConvWorkspace) {
-      *algo = results[i].algo;
-      *bytes = results[i].memory;
-      return true;
-    }
-  }
-  return false;
 }
 
 }  // namespace

@@ -17,7 +17,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "trainer/kernels/cpu/dnnl_conv.h"
+#include "trainer/kernels/cpu/conv_geometry.h"
 #include "trainer/kernels/cuda/device_tensor.h"
 
 namespace lockstep::trainer::cuda {
