@@ -389,15 +389,33 @@ class WindowLayer : public Layer {
     return it->second.get();
   }
 
-  // The weights' gradients through oneDNN, which overwrites its outputs: computed into scratch
-  // and added, since a shared layer's calls sum theirs.
-  void DnnlWeightGrads(cpu::DnnlConv* d, const float* x, const float* dz, Weight& kernel,
-                       Weight* bias) {
-    dw_.resize(static_cast<size_t>(kernel.grad.size()));
-    db_.resize(bias != nullptr ? static_cast<size_t>(bias->grad.size()) : 0);
-    d->BackwardWeights(x, dz, dw_.data(), bias != nullptr ? db_.data() : nullptr);
-    AddTo(dw_, kernel.grad.data());
-    if (bias != nullptr) AddTo(db_, bias->grad.data());
+  // y = conv(x, weights()[0]) (+ weights()[1] when `bias`) through oneDNN; false where the
+  // loops must run.
+  bool DnnlForward(const Geo& g, int64_t c_out, bool depthwise, bool bias, const float* x,
+                   float* y) {
+    cpu::DnnlConv* d = Dnnl(g, c_out, depthwise, bias);
+    if (d == nullptr) return false;
+    d->Forward(x, weights()[0].value.data(), bias ? weights()[1].value.data() : nullptr, y);
+    return true;
+  }
+
+  // The backward pass of DnnlForward: the weights' gradients (when the kernel is trainable)
+  // and dx (when not null, sized as x). oneDNN overwrites its outputs, so the weights'
+  // gradients go through scratch and are added: a shared layer's calls sum theirs.
+  bool DnnlBackward(const Geo& g, int64_t c_out, bool depthwise, bool bias, const float* x,
+                    const float* dz, float* dx) {
+    cpu::DnnlConv* d = Dnnl(g, c_out, depthwise, bias);
+    if (d == nullptr) return false;
+    Weight& kernel = weights()[0];
+    if (kernel.trainable) {
+      dw_.resize(static_cast<size_t>(kernel.grad.size()));
+      db_.resize(bias ? static_cast<size_t>(weights()[1].grad.size()) : 0);
+      d->BackwardWeights(x, dz, dw_.data(), bias ? db_.data() : nullptr);
+      AddTo(dw_, kernel.grad.data());
+      if (bias) AddTo(db_, weights()[1].grad.data());
+    }
+    if (dx != nullptr) d->BackwardData(dz, kernel.value.data(), dx);
+    return true;
   }
 
   int rank_;
@@ -456,8 +474,7 @@ class Conv final : public WindowLayer {
     Tensor& z = PreActivation(out, s);
     z.Resize(OutShape(g, f));
     const float* w = weights()[0].value.data();
-    if (cpu::DnnlConv* d = Dnnl(g, f, false, use_bias_)) {
-      d->Forward(x.data(), w, use_bias_ ? weights()[1].value.data() : nullptr, z.data());
+    if (DnnlForward(g, f, false, use_bias_, x.data(), z.data())) {
       Activate(out, s);
       return;
     }
@@ -487,14 +504,9 @@ class Conv final : public WindowLayer {
     const Tensor* dz = PreActivationGrad(out, dout, s);
     const int64_t f = o_.filters, rows = g.out_size(), patch = g.patch();
     const bool wgrad = weights()[0].trainable;
-    if (cpu::DnnlConv* d = Dnnl(g, f, false, use_bias_)) {
-      if (wgrad) {
-        DnnlWeightGrads(d, x.data(), dz->data(), weights()[0], use_bias_ ? &weights()[1] : nullptr);
-      }
-      if (need[0]) {
-        (*din)[0].Resize(x.shape());
-        d->BackwardData(dz->data(), weights()[0].value.data(), (*din)[0].data());
-      }
+    if (need[0]) (*din)[0].Resize(x.shape());
+    if (DnnlBackward(g, f, false, use_bias_, x.data(), dz->data(),
+                     need[0] ? (*din)[0].data() : nullptr)) {
       return;
     }
     if (wgrad && use_bias_) BiasGrad(dz->data(), g.n * rows, f, weights()[1].grad.data());
@@ -726,9 +738,7 @@ class DepthwiseConv final : public WindowLayer {
     const int64_t cm = g.c * o_.depth_multiplier;
     Tensor& z = PreActivation(out, s);
     z.Resize(OutShape(g, cm));
-    if (cpu::DnnlConv* d = Dnnl(g, cm, true, use_bias_)) {
-      d->Forward(x.data(), weights()[0].value.data(),
-                 use_bias_ ? weights()[1].value.data() : nullptr, z.data());
+    if (DnnlForward(g, cm, true, use_bias_, x.data(), z.data())) {
       Activate(out, s);
       return;
     }
@@ -746,14 +756,9 @@ class DepthwiseConv final : public WindowLayer {
     const Tensor* dz = PreActivationGrad(out, dout, s);
     const int64_t cm = g.c * o_.depth_multiplier;
     const bool wgrad = weights()[0].trainable;
-    if (cpu::DnnlConv* d = Dnnl(g, cm, true, use_bias_)) {
-      if (wgrad) {
-        DnnlWeightGrads(d, x.data(), dz->data(), weights()[0], use_bias_ ? &weights()[1] : nullptr);
-      }
-      if (need[0]) {
-        (*din)[0].Resize(x.shape());
-        d->BackwardData(dz->data(), weights()[0].value.data(), (*din)[0].data());
-      }
+    if (need[0]) (*din)[0].Resize(x.shape());
+    if (DnnlBackward(g, cm, true, use_bias_, x.data(), dz->data(),
+                     need[0] ? (*din)[0].data() : nullptr)) {
       return;
     }
     if (wgrad && use_bias_) BiasGrad(dz->data(), dz->size() / cm, cm, weights()[1].grad.data());
@@ -819,9 +824,7 @@ class SeparableConv final : public WindowLayer {
     Tensor& z = PreActivation(out, s);
     Tensor& mid = s->t[1];
     mid.Resize(OutShape(g, cm));
-    if (cpu::DnnlConv* d = Dnnl(g, cm, true, false)) {
-      d->Forward(x.data(), weights()[0].value.data(), nullptr, mid.data());
-    } else {
+    if (!DnnlForward(g, cm, true, false, x.data(), mid.data())) {
       mid.Fill(0.0f);
       DepthwiseForward(g, o_.depth_multiplier, x.data(), weights()[0].value.data(), mid.data());
     }
@@ -861,11 +864,7 @@ class SeparableConv final : public WindowLayer {
     dmid.Resize(mid.shape());
     cpu::Gemm(false, true, rows, cm, f, 1.0f, dz->data(), weights()[1].value.data(), 0.0f,
               dmid.data());
-    if (cpu::DnnlConv* d = Dnnl(g, cm, true, false)) {
-      if (wgrad) DnnlWeightGrads(d, x.data(), dmid.data(), weights()[0], nullptr);
-      if (dx != nullptr) d->BackwardData(dmid.data(), weights()[0].value.data(), dx);
-      return;
-    }
+    if (DnnlBackward(g, cm, true, false, x.data(), dmid.data(), dx)) return;
     DepthwiseBackward(g, o_.depth_multiplier, x.data(), weights()[0].value.data(), dmid.data(), dx,
                       wgrad ? weights()[0].grad.data() : nullptr);
   }
