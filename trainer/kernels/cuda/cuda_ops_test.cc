@@ -25,46 +25,13 @@ TEST(CudaOps, SkippedWithoutCuda) { GTEST_SKIP() << lockstep::trainer::cuda::Gpu
 #include "trainer/kernels/cpu/softmax_xent.h"
 #include "trainer/kernels/cuda/device.h"
 #include "trainer/kernels/cuda/elementwise.h"
+#include "trainer/kernels/cuda/op_test_util.h"
 #include "trainer/kernels/cuda/ops.h"
 #include "trainer/kernels/cuda/optimizer_kernels.h"
 #include "trainer/optim/optimizer.h"
 
 namespace lockstep::trainer::cuda {
 namespace {
-
-#define ASSERT_OK(expr)                    \
-  do {                                     \
-    const absl::Status s_ = (expr);        \
-    ASSERT_TRUE(s_.ok()) << s_.ToString(); \
-  } while (0)
-
-double Tolerance(DType t, bool tf32) {
-  switch (t) {
-    case DType::kF16:
-      return 5e-3;
-    case DType::kBF16:
-      return 3e-2;
-    default:
-      return tf32 ? 5e-3 : 1e-5;
-  }
-}
-
-double RelativeError(const Tensor& got, const Tensor& want) {
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
-    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-    norm += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
-}
-
-Tensor Random(Shape shape, std::mt19937* rng, float lo = -1.0f, float hi = 1.0f) {
-  Tensor t(std::move(shape));
-  std::uniform_real_distribution<float> u(lo, hi);
-  for (int64_t i = 0; i < t.size(); ++i) t[i] = u(*rng);
-  return t;
-}
 
 class CudaOpsTest : public ::testing::Test {
  protected:

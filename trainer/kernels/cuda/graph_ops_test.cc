@@ -38,47 +38,16 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 #include "trainer/kernels/cuda/loss.h"
 #include "trainer/kernels/cuda/merge.h"
 #include "trainer/kernels/cuda/normalization.h"
+#include "trainer/kernels/cuda/op_test_util.h"
 #include "trainer/kernels/cuda/pooling.h"
 #include "trainer/kernels/cuda/spatial.h"
 
 namespace lockstep::trainer::cuda {
 namespace {
 
-#define ASSERT_OK(expr)                    \
-  do {                                     \
-    const absl::Status s_ = (expr);        \
-    ASSERT_TRUE(s_.ok()) << s_.ToString(); \
-  } while (0)
-
-double Tolerance(DType t) { return t == DType::kF16 ? 5e-3 : t == DType::kBF16 ? 3e-2 : 1e-5; }
 // Convolutions: cuDNN may pick Winograd or FFT algorithms, whose fp32 results differ from a
 // direct sum by more than rounding alone (1e-4 still catches any wrong index).
 double ConvTolerance(DType t) { return t == DType::kF32 ? 1e-4 : Tolerance(t); }
-
-// Infinite (a failure) when the sizes differ, so a short or long result never passes.
-double RelativeError(const Tensor& got, const Tensor& want) {
-  if (got.size() != want.size()) {
-    ADD_FAILURE() << "result " << ShapeString(got.shape()) << ", expected "
-                  << ShapeString(want.shape());
-    return std::numeric_limits<double>::infinity();
-  }
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
-    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-    norm += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
-}
-
-// `t` rounded through a 16-bit dtype and back, so the CPU reference sees what the GPU reads.
-Tensor Rounded(GpuContext* ctx, const Tensor& t, DType d) {
-  DeviceTensor dev;
-  EXPECT_TRUE(Upload(ctx, t, d, &dev).ok());
-  Tensor out;
-  EXPECT_TRUE(Download(ctx, dev, &out).ok());
-  return out;
-}
 
 class GraphCudaOpsTest : public ::testing::Test {
  protected:
@@ -91,10 +60,7 @@ class GraphCudaOpsTest : public ::testing::Test {
     rng_.seed(static_cast<uint32_t>(std::random_device{}()));
   }
   Tensor Random(Shape shape, float lo, float hi) {
-    Tensor t(std::move(shape));
-    std::uniform_real_distribution<float> u(lo, hi);
-    for (int64_t i = 0; i < t.size(); ++i) t[i] = u(rng_);
-    return t;
+    return cuda::Random(std::move(shape), &rng_, lo, hi);
   }
   void Poison(DeviceTensor* t) {
     ASSERT_EQ(cudaMemsetAsync(t->data(), 0xff, t->bytes(), ctx_->stream()), cudaSuccess);
@@ -230,10 +196,8 @@ TEST_F(GraphCudaOpsTest, BatchNormMatchesTheCpuLayerInTrainingAndInference) {
         ASSERT_OK(BatchNormBackward(ctx_.get(), dx_in, ddy, w[0].as<float>(), mean, rstd, p,
                                     grads.as<float>(), grads.as<float>() + c, &dx));
         Tensor got;
-        ASSERT_OK(Download(ctx_.get(), y, &got));
-        EXPECT_LT(RelativeError(got, cpu.y), Tolerance(t)) << what << " y";
-        ASSERT_OK(Download(ctx_.get(), dx, &got));
-        EXPECT_LT(RelativeError(got, cpu.dx), Tolerance(t)) << what << " dx";
+        EXPECT_LT(DeviceError(ctx_.get(), y, cpu.y), Tolerance(t)) << what << " y";
+        EXPECT_LT(DeviceError(ctx_.get(), dx, cpu.dx), Tolerance(t)) << what << " dx";
         ASSERT_OK(Download(ctx_.get(), grads, &got));
         Tensor dgamma({c}), dbeta({c});
         std::copy_n(got.data(), c, dgamma.data());
@@ -241,8 +205,8 @@ TEST_F(GraphCudaOpsTest, BatchNormMatchesTheCpuLayerInTrainingAndInference) {
         EXPECT_LT(RelativeError(dgamma, cpu.grads[0]), Tolerance(t)) << what << " dgamma";
         EXPECT_LT(RelativeError(dbeta, cpu.grads[1]), Tolerance(t)) << what << " dbeta";
         for (size_t i = 2; i < 4; ++i) {
-          ASSERT_OK(Download(ctx_.get(), w[i], &got));
-          EXPECT_LT(RelativeError(got, cpu.values[i]), Tolerance(t)) << what << " moving " << i;
+          EXPECT_LT(DeviceError(ctx_.get(), w[i], cpu.values[i]), Tolerance(t))
+              << what << " moving " << i;
         }
       }
     }
@@ -284,10 +248,8 @@ TEST_F(GraphCudaOpsTest, LayerNormMatchesTheCpuLayer) {
       ASSERT_OK(LayerNormBackward(ctx_.get(), dx_in, ddy, g, gamma.as<float>(), mean, rstd,
                                   grads.as<float>(), grads.as<float>() + g, &dx));
       Tensor got;
-      ASSERT_OK(Download(ctx_.get(), y, &got));
-      EXPECT_LT(RelativeError(got, cpu.y), Tolerance(t)) << what << " y";
-      ASSERT_OK(Download(ctx_.get(), dx, &got));
-      EXPECT_LT(RelativeError(got, cpu.dx), Tolerance(t)) << what << " dx";
+      EXPECT_LT(DeviceError(ctx_.get(), y, cpu.y), Tolerance(t)) << what << " y";
+      EXPECT_LT(DeviceError(ctx_.get(), dx, cpu.dx), Tolerance(t)) << what << " dx";
       ASSERT_OK(Download(ctx_.get(), grads, &got));
       Tensor dgamma({g}), dbeta({g});
       std::copy_n(got.data(), g, dgamma.data());
@@ -366,8 +328,7 @@ TEST_F(GraphCudaOpsTest, PoolingMatchesTheCpuLayers) {
       ASSERT_OK(Download(ctx_.get(), y, &got));
       ASSERT_EQ(got.shape(), cpu.y.shape()) << what;
       EXPECT_LT(RelativeError(got, cpu.y), Tolerance(t)) << what << " y";
-      ASSERT_OK(Download(ctx_.get(), dx, &got));
-      EXPECT_LT(RelativeError(got, cpu.dx), Tolerance(t)) << what << " dx";
+      EXPECT_LT(DeviceError(ctx_.get(), dx, cpu.dx), Tolerance(t)) << what << " dx";
     }
   }
   // Global pooling: [n, spatial..., c] -> [n, c].
@@ -387,8 +348,7 @@ TEST_F(GraphCudaOpsTest, PoolingMatchesTheCpuLayers) {
       ASSERT_OK(GlobalPoolForward(ctx_.get(), dx_in, 5, 42, 33, kind, &y, &arg));
       ASSERT_OK(GlobalPoolBackward(ctx_.get(), ddy, 5, 42, 33, kind, arg, &dx));
       Tensor got;
-      ASSERT_OK(Download(ctx_.get(), y, &got));
-      EXPECT_LT(RelativeError(got, cpu.y), Tolerance(t)) << DTypeName(t) << " global y";
+      EXPECT_LT(DeviceError(ctx_.get(), y, cpu.y), Tolerance(t)) << DTypeName(t) << " global y";
       ASSERT_OK(Download(ctx_.get(), dx, &got));
       EXPECT_LT(RelativeError(got.Reshaped(shape), cpu.dx), Tolerance(t))
           << DTypeName(t) << " global dx";
@@ -515,15 +475,10 @@ TEST_F(GraphCudaOpsTest, ConvolutionsMatchTheCpuLayers) {
       Poison(&dw);
       Poison(&db);
       ASSERT_OK((*conv)->BackwardWeights(dx_in, ddy, dw.as<float>(), db.as<float>()));
-      Tensor got;
-      ASSERT_OK(Download(ctx_.get(), y, &got));
-      EXPECT_LT(RelativeError(got, cpu.y), ConvTolerance(t)) << what << " y";
-      ASSERT_OK(Download(ctx_.get(), dx, &got));
-      EXPECT_LT(RelativeError(got, cpu.dx), ConvTolerance(t)) << what << " dx";
-      ASSERT_OK(Download(ctx_.get(), dw, &got));
-      EXPECT_LT(RelativeError(got, cpu.grads[0]), ConvTolerance(t)) << what << " dw";
-      ASSERT_OK(Download(ctx_.get(), db, &got));
-      EXPECT_LT(RelativeError(got, cpu.grads[1]), ConvTolerance(t)) << what << " db";
+      EXPECT_LT(DeviceError(ctx_.get(), y, cpu.y), ConvTolerance(t)) << what << " y";
+      EXPECT_LT(DeviceError(ctx_.get(), dx, cpu.dx), ConvTolerance(t)) << what << " dx";
+      EXPECT_LT(DeviceError(ctx_.get(), dw, cpu.grads[0]), ConvTolerance(t)) << what << " dw";
+      EXPECT_LT(DeviceError(ctx_.get(), db, cpu.grads[1]), ConvTolerance(t)) << what << " db";
     }
   }
 }
@@ -681,8 +636,7 @@ TEST_F(GraphCudaOpsTest, MergesAndConcatenationMatchTheCpuLayers) {
       ASSERT_OK(MergeForward(ctx_.get(), c.op, in, &y));
       ASSERT_OK(MergeBackward(ctx_.get(), c.op, in, y, ddy, grads));
       Tensor got;
-      ASSERT_OK(Download(ctx_.get(), y, &got));
-      EXPECT_LT(RelativeError(got, cpu[0]), Tolerance(t)) << what << " y";
+      EXPECT_LT(DeviceError(ctx_.get(), y, cpu[0]), Tolerance(t)) << what << " y";
       for (size_t k = 0; k < x.size(); ++k) {
         ASSERT_OK(Download(ctx_.get(), dgs[k], &got));
         ASSERT_EQ(got.shape(), cpu[k + 1].shape()) << what << " dx" << k;
@@ -757,10 +711,9 @@ TEST_F(GraphCudaOpsTest, EmbeddingMatchesTheCpuLayer) {
     ASSERT_OK(EmbeddingForward(ctx_.get(), did, table, &y, bad.as<int>()));
     ASSERT_OK(EmbeddingBackward(ctx_.get(), did, ddy, 50, dtable.as<float>()));
     Tensor got;
-    ASSERT_OK(Download(ctx_.get(), y, &got));
-    EXPECT_LT(RelativeError(got, cpu.y), Tolerance(t)) << DTypeName(t) << " y";
-    ASSERT_OK(Download(ctx_.get(), dtable, &got));
-    EXPECT_LT(RelativeError(got, cpu.grads[0]), Tolerance(t)) << DTypeName(t) << " dtable";
+    EXPECT_LT(DeviceError(ctx_.get(), y, cpu.y), Tolerance(t)) << DTypeName(t) << " y";
+    EXPECT_LT(DeviceError(ctx_.get(), dtable, cpu.grads[0]), Tolerance(t))
+        << DTypeName(t) << " dtable";
     // Ids outside the table read zeros and are counted.
     ASSERT_OK(Upload(ctx_.get(), Tensor({3}, {1, 50, -1}), DType::kF32, &did));
     ASSERT_OK(EmbeddingForward(ctx_.get(), did, table, &y, bad.as<int>()));
@@ -961,15 +914,11 @@ TEST_F(GraphCudaOpsTest, DenseMatchesTheCpuLayer) {
     for (DeviceTensor* p : {&dk, &db, &y, &dx}) Poison(p);
     ASSERT_OK(KerasDenseForward(ctx_.get(), dx_in, k, b.as<float>(), &y));
     ASSERT_OK(KerasDenseBackward(ctx_.get(), dx_in, k, ddy, &dx, dk.as<float>(), db.as<float>()));
-    Tensor got;
-    ASSERT_OK(Download(ctx_.get(), y, &got));
-    EXPECT_LT(RelativeError(got, cpu.y), Tolerance(t)) << DTypeName(t) << " y";
-    ASSERT_OK(Download(ctx_.get(), dx, &got));
-    EXPECT_LT(RelativeError(got, cpu.dx), Tolerance(t)) << DTypeName(t) << " dx";
-    ASSERT_OK(Download(ctx_.get(), dk, &got));
-    EXPECT_LT(RelativeError(got, cpu.grads[0]), Tolerance(t)) << DTypeName(t) << " dkernel";
-    ASSERT_OK(Download(ctx_.get(), db, &got));
-    EXPECT_LT(RelativeError(got, cpu.grads[1]), Tolerance(t)) << DTypeName(t) << " dbias";
+    EXPECT_LT(DeviceError(ctx_.get(), y, cpu.y), Tolerance(t)) << DTypeName(t) << " y";
+    EXPECT_LT(DeviceError(ctx_.get(), dx, cpu.dx), Tolerance(t)) << DTypeName(t) << " dx";
+    EXPECT_LT(DeviceError(ctx_.get(), dk, cpu.grads[0]), Tolerance(t))
+        << DTypeName(t) << " dkernel";
+    EXPECT_LT(DeviceError(ctx_.get(), db, cpu.grads[1]), Tolerance(t)) << DTypeName(t) << " dbias";
   }
 }
 
@@ -1049,15 +998,10 @@ TEST_F(GraphCudaOpsTest, TransposedConvolutionsMatchTheCpuLayers) {
       ASSERT_OK((*conv)->Forward(dx_in, w, b.as<float>(), &y));
       ASSERT_OK((*conv)->BackwardData(ddy, w, &dx));
       ASSERT_OK((*conv)->BackwardWeights(dx_in, ddy, dw.as<float>(), db.as<float>()));
-      Tensor got;
-      ASSERT_OK(Download(ctx_.get(), y, &got));
-      EXPECT_LT(RelativeError(got, cpu.y), ConvTolerance(t)) << what << " y";
-      ASSERT_OK(Download(ctx_.get(), dx, &got));
-      EXPECT_LT(RelativeError(got, cpu.dx), ConvTolerance(t)) << what << " dx";
-      ASSERT_OK(Download(ctx_.get(), dw, &got));
-      EXPECT_LT(RelativeError(got, cpu.grads[0]), ConvTolerance(t)) << what << " dw";
-      ASSERT_OK(Download(ctx_.get(), db, &got));
-      EXPECT_LT(RelativeError(got, cpu.grads[1]), ConvTolerance(t)) << what << " db";
+      EXPECT_LT(DeviceError(ctx_.get(), y, cpu.y), ConvTolerance(t)) << what << " y";
+      EXPECT_LT(DeviceError(ctx_.get(), dx, cpu.dx), ConvTolerance(t)) << what << " dx";
+      EXPECT_LT(DeviceError(ctx_.get(), dw, cpu.grads[0]), ConvTolerance(t)) << what << " dw";
+      EXPECT_LT(DeviceError(ctx_.get(), db, cpu.grads[1]), ConvTolerance(t)) << what << " db";
     }
   }
 }
