@@ -6,30 +6,19 @@
 
 #include "trainer/kernels/cuda/check.h"
 #include "trainer/kernels/cuda/dtype.cuh"
+#include "trainer/kernels/cuda/index.cuh"
 
 namespace lockstep::trainer::cuda {
 namespace {
 
-constexpr int kMaxRank = 6;
-
 struct NoiseMap {
-  int rank = 0;
-  int64_t x[kMaxRank] = {};
-  int64_t noise[kMaxRank] = {};
+  BShape x, noise;
   bool full = true;  // one draw per element
 };
 
 // The draw index of element i: i itself, or its index in the noise shape.
 __device__ __forceinline__ int64_t DrawIndex(const NoiseMap& m, int64_t i) {
-  if (m.full) return i;
-  int64_t j = 0, stride = 1;
-  for (int a = m.rank - 1; a >= 0; --a) {
-    const int64_t c = i % m.x[a];
-    i /= m.x[a];
-    if (m.noise[a] != 1) j += c * stride;
-    stride *= m.noise[a];
-  }
-  return j;
+  return m.full ? i : BroadcastIndex(m.x, m.noise, i);
 }
 
 __device__ __forceinline__ float Uniform(uint64_t seed, int64_t draw) {
@@ -63,24 +52,23 @@ __global__ void GaussianKernel(const T* __restrict__ x, int64_t n, float stddev,
 
 absl::StatusOr<NoiseMap> MapOf(const Shape& x, const Shape& noise) {
   NoiseMap m;
-  if (x.size() > static_cast<size_t>(kMaxRank)) {
-    return absl::InvalidArgumentError("Dropout: rank above " + std::to_string(kMaxRank));
+  if (x.size() > static_cast<size_t>(kMaxBroadcastRank)) {
+    return absl::InvalidArgumentError("Dropout: rank above " + std::to_string(kMaxBroadcastRank));
   }
-  m.rank = static_cast<int>(x.size());
-  for (size_t a = 0; a < x.size(); ++a) m.x[a] = x[a];
+  m.x = ShapeOf(x);
   if (noise.empty()) return m;
   if (noise.size() != x.size()) {
     return absl::InvalidArgumentError("Dropout: noise shape " + ShapeString(noise) +
                                       " does not match input " + ShapeString(x));
   }
-  m.full = false;
   for (size_t a = 0; a < x.size(); ++a) {
     if (noise[a] != 1 && noise[a] != x[a]) {
       return absl::InvalidArgumentError("Dropout: noise shape " + ShapeString(noise) +
                                         " does not broadcast to " + ShapeString(x));
     }
-    m.noise[a] = noise[a];
   }
+  m.noise = ShapeOf(noise);
+  m.full = false;
   return m;
 }
 

@@ -6,35 +6,14 @@
 
 #include "trainer/kernels/cuda/check.h"
 #include "trainer/kernels/cuda/dtype.cuh"
+#include "trainer/kernels/cuda/index.cuh"
 
 namespace lockstep::trainer::cuda {
 namespace {
 
 using graph::MergeOp;
 
-struct BShape {
-  int rank = 0;
-  int64_t d[kMaxMergeRank] = {};
-};
-
-BShape ShapeOf(const Shape& s) {
-  BShape b;
-  b.rank = static_cast<int>(s.size());
-  for (size_t a = 0; a < s.size(); ++a) b.d[a] = s[a];
-  return b;
-}
-
-// The index in `x` (whose size-1 axes broadcast) of output element i of shape `y`.
-__device__ __forceinline__ int64_t BroadcastIndex(const BShape& y, const BShape& x, int64_t i) {
-  int64_t j = 0, stride = 1;
-  for (int a = y.rank - 1; a >= 0; --a) {
-    const int64_t c = i % y.d[a];
-    i /= y.d[a];
-    if (x.d[a] != 1) j += c * stride;
-    stride *= x.d[a];
-  }
-  return j;
-}
+static_assert(kMaxMergeRank <= kMaxBroadcastRank);
 
 template <typename T>
 struct Inputs {

@@ -4,6 +4,7 @@
 
 #include "trainer/kernels/cuda/check.h"
 #include "trainer/kernels/cuda/dtype.cuh"
+#include "trainer/kernels/cuda/index.cuh"
 
 namespace lockstep::trainer::cuda {
 namespace {
@@ -51,18 +52,10 @@ __global__ void PoolForwardKernel(const T* __restrict__ x, Geo3 g, bool max, T* 
   const int64_t total = g.n * g.out_size() * g.c;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t idx = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; idx < total; idx += stride) {
-    const int64_t j = idx % g.c;
-    int64_t o = idx / g.c;
-    const int64_t o2 = o % g.out[2];
-    o /= g.out[2];
-    const int64_t o1 = o % g.out[1];
-    o /= g.out[1];
-    const int64_t o0 = o % g.out[0];
-    const int64_t b = o / g.out[0];
+    int64_t j, o[3], b;
+    Coords(idx, g.out, g.c, &j, o, &b);
     int64_t lo[3], hi[3];
-    Window(g, 0, o0, &lo[0], &hi[0]);
-    Window(g, 1, o1, &lo[1], &hi[1]);
-    Window(g, 2, o2, &lo[2], &hi[2]);
+    for (int a = 0; a < 3; ++a) Window(g, a, o[a], &lo[a], &hi[a]);
     float best = 0.0f, sum = 0.0f;
     int64_t best_i = -1;
     for (int64_t i0 = lo[0]; i0 < hi[0]; ++i0) {
@@ -105,18 +98,10 @@ __global__ void PoolBackwardKernel(const T* __restrict__ dy, Geo3 g, bool max,
   const int64_t total = g.n * g.in_size() * g.c;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t idx = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; idx < total; idx += stride) {
-    const int64_t j = idx % g.c;
-    int64_t p = idx / g.c;
-    const int64_t i2 = p % g.in[2];
-    p /= g.in[2];
-    const int64_t i1 = p % g.in[1];
-    p /= g.in[1];
-    const int64_t i0 = p % g.in[0];
-    const int64_t b = p / g.in[0];
+    int64_t j, in[3], b;
+    Coords(idx, g.in, g.c, &j, in, &b);
     int64_t f[3], l[3];
-    Covering(g, 0, i0, &f[0], &l[0]);
-    Covering(g, 1, i1, &f[1], &l[1]);
-    Covering(g, 2, i2, &f[2], &l[2]);
+    for (int a = 0; a < 3; ++a) Covering(g, a, in[a], &f[a], &l[a]);
     float sum = 0.0f;
     for (int64_t o0 = f[0]; o0 <= l[0]; ++o0) {
       for (int64_t o1 = f[1]; o1 <= l[1]; ++o1) {

@@ -4,6 +4,7 @@
 
 #include "trainer/kernels/cuda/check.h"
 #include "trainer/kernels/cuda/dtype.cuh"
+#include "trainer/kernels/cuda/index.cuh"
 
 namespace lockstep::trainer::cuda {
 namespace {
@@ -20,23 +21,6 @@ absl::Status Check(const DeviceTensor& x, int rank, const char* op) {
                                       " is not [n, " + std::to_string(rank) + " spatial axes, c]");
   }
   return absl::OkStatus();
-}
-
-// Decomposes flat index i of an [n, d0, d1, d2, c] array.
-__device__ __forceinline__ void Coords(int64_t i, const int64_t* d, int64_t c, int64_t* j,
-                                       int64_t* q, int64_t* b) {
-  *j = i % c;
-  int64_t p = i / c;
-  for (int k = 2; k >= 0; --k) {
-    q[k] = p % d[k];
-    p /= d[k];
-  }
-  *b = p;
-}
-
-__device__ __forceinline__ int64_t Flat(int64_t b, const int64_t* q, const int64_t* d, int64_t c,
-                                        int64_t j) {
-  return (((b * d[0] + q[0]) * d[1] + q[1]) * d[2] + q[2]) * c + j;
 }
 
 template <typename T>
