@@ -178,8 +178,16 @@ int main() {
     for (float* s : {m1.as<float>(), v1.as<float>()}) cudaMemset(s, 0, m * sizeof(float));
     lt::cuda::UpdateArgs a{.params = p.as<float>(), .grads = gr.as<float>(), .n = m};
     const double ms = MedianMs(ctx.get(), 20, [&] {
-      CHECK_OK(lt::cuda::AdamUpdate(ctx.get(), a, m1.as<float>(), v1.as<float>(), 0.9f, 0.999f,
-                                    1e-3f, 1e-7f));
+      lt::UpdateParams u;
+      u.rule = lt::UpdateRule::kTorchAdam;
+      u.alpha = 1e-3f;
+      u.eps = 1e-7f;
+      u.beta1 = 0.9f;
+      u.beta2 = 0.999f;
+      u.a1 = 0.1f;
+      u.a2 = 0.001f;
+      CHECK_OK(
+          lt::cuda::ApplyUpdate(ctx.get(), u, a, m1.as<float>(), v1.as<float>(), nullptr, nullptr));
     });
     report("adam update (2^26, 28 B/elem)", ms, 28.0 * static_cast<double>(m));
   }

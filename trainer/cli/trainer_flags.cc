@@ -49,6 +49,7 @@ absl::Status ApplyModelCompileConfig(TrainerConfig* c, std::vector<std::string>*
   if (!doc.ok()) {
     return absl::InvalidArgumentError("--model: " + std::string(doc.status().message()));
   }
+  c->model_precision = *ParsePrecision(keras::DTypePolicyOf(*doc));
   const nlohmann::json tc = keras::TrainingConfigOf(*doc);
   if (!tc.is_object()) return absl::OkStatus();
   if (warnings != nullptr) {
@@ -94,7 +95,8 @@ Trains a model with a tf.distribute strategy and serves GET /progress and /metri
 
   --model=mlp|cnn|mlp-large|FILE  a built-in model, or a Keras model file: model.to_json()
                                   (Keras 2 or 3), a .keras archive's config.json, or a
-                                  TensorFlow.js model.json (default mlp; files train on the CPU)
+                                  TensorFlow.js model.json (default mlp); a file runs on the
+                                  GPUs when each of its layers has a GPU op, else on the CPU
   --dataset=fashion-mnist|synthetic   (default fashion-mnist)
   --data-dir=DIR                  Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)
   --synthetic-size=N              examples in the synthetic dataset (default 10000)
@@ -116,7 +118,8 @@ GPUs:
   --device=auto|cpu|gpu           auto: the GPUs when any is visible, else the CPU (default auto)
   --precision=float32|mixed_float16|mixed_bfloat16
                                   mixed: 16-bit activations and GEMM inputs, fp32 master
-                                  weights; fp16 with dynamic loss scaling (default float32)
+                                  weights; fp16 with dynamic loss scaling (default float32, or
+                                  the model file's mixed dtype policy on GPUs)
   --tf32=true|false               fp32 GEMMs and convolutions on TF32 tensor cores (default true)
   --collective=auto|nccl|ring     MultiWorkerMirrored backend: auto picks NCCL for GPU replicas
                                   and the TCP ring for CPU ones (default auto)
@@ -255,6 +258,7 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
       s = ParseInto(name, ParseDevice(value), &c.device);
     } else if (name == "precision") {
       s = ParseInto(name, ParsePrecision(value), &c.precision);
+      c.precision_from_flag = true;
     } else if (name == "tf32") {
       if (value != "true" && value != "false") return Bad(name, value, "true or false");
       c.tf32 = value == "true";

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "trainer/progress/progress.h"
+#include "trainer/strategy/engine.h"
 
 namespace lockstep::trainer {
 namespace {
@@ -206,6 +207,34 @@ TEST(TrainerFlagsTest, UnreportedCompileMetricsAreNamed) {
   EXPECT_THAT(warnings[1], HasSubstr("metric AUC is not reported"));
   EXPECT_THAT(warnings[2], HasSubstr("metric Precision is not reported"));
   EXPECT_THAT(warnings[3], HasSubstr("metric top_k_categorical_accuracy is not reported"));
+  std::remove(path.c_str());
+}
+
+// A mixed dtype policy on the model's layers is the precision on GPUs unless --precision
+// says otherwise; on the CPU the model trains in float32 instead of failing.
+TEST(TrainerFlagsTest, TheModelsDtypePolicyIsThePrecisionOnGpus) {
+  const std::string path = ::testing::TempDir() + "/mixed-model.json";
+  {
+    std::ofstream f(path);
+    f << R"({"class_name": "Sequential", "config": {"name": "s", "layers": [
+             {"class_name": "Dense", "config": {"name": "d", "units": 3,
+               "batch_input_shape": [null, 4],
+               "dtype": {"module": "keras", "class_name": "DTypePolicy",
+                         "config": {"name": "mixed_bfloat16"}}}}]}})";
+  }
+  auto c = ParseTrainerConfig({"--model=" + path, "--device=cpu"}, {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(ApplyModelCompileConfig(&*c).ok());
+  EXPECT_EQ(c->model_precision, Precision::kMixedBfloat16);
+  EXPECT_EQ(c->precision, Precision::kFloat32);
+  EXPECT_FALSE(c->precision_from_flag);
+  absl::StatusOr<Placement> p = PlaceReplicas(*c);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->gpu);
+  EXPECT_FALSE(p->precision.has_value());
+  auto flag = ParseTrainerConfig({"--model=" + path, "--precision=float32"}, {});
+  ASSERT_TRUE(flag.ok());
+  EXPECT_TRUE(flag->precision_from_flag);
   std::remove(path.c_str());
 }
 

@@ -82,6 +82,10 @@ struct TrainerConfig {
   // GPUs.
   Device device = Device::kAuto;
   Precision precision = Precision::kFloat32;
+  bool precision_from_flag = false;
+  // A model file's dtype policy (a mixed one): the precision on GPUs unless --precision says
+  // otherwise; on the CPU the model trains in float32.
+  Precision model_precision = Precision::kFloat32;
   bool tf32 = true;
   CollectiveBackend collective = CollectiveBackend::kAuto;  // MultiWorkerMirrored
   PsMode ps_mode = PsMode::kAsync;                          // ParameterServer

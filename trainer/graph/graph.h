@@ -51,6 +51,18 @@ class Graph {
   std::vector<const Layer*> Consumers(int tensor) const;
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   size_t num_nodes() const { return nodes_.size(); }
+  // Node i as it was called (for engines that run the graph elsewhere: the GPU's): its layer,
+  // its input and output tensors, which inputs take a gradient, its fixed training mode.
+  struct NodeSpec {
+    Layer* layer = nullptr;
+    std::vector<int> inputs, outputs;
+    std::vector<bool> need_din;
+    std::optional<bool> training;
+  };
+  NodeSpec node(size_t i) const {
+    const Node& n = nodes_.at(i);
+    return {n.layer, n.inputs, n.outputs, n.need_din, n.training};
+  }
 
   // Runs every node on batch tensors (batch first) for the graph's inputs, which must stay
   // alive and unchanged until Backward has run.

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -136,5 +137,21 @@ class Layer {
 
 // InvalidArgument "layer 'name' (Class): message".
 absl::Status LayerError(const Layer& l, const std::string& message);
+
+// A layer whose options an engine that runs the graph elsewhere (the GPU's,
+// model/device_graph.h) reads back as the typed record they were made from.
+template <typename Options>
+class HasOptions {
+ public:
+  virtual ~HasOptions() = default;
+  virtual Options options() const = 0;
+};
+// The options of `l` when it is a layer of that kind, else nullopt.
+template <typename Options>
+std::optional<Options> OptionsOf(const Layer& l) {
+  const auto* p = dynamic_cast<const HasOptions<Options>*>(&l);
+  if (p == nullptr) return std::nullopt;
+  return p->options();
+}
 
 }  // namespace lockstep::trainer::graph

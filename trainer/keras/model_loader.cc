@@ -600,6 +600,31 @@ std::vector<std::string> UnreportedMetrics(const json& training_config) {
   return out;
 }
 
+std::string DTypePolicyOf(const json& doc) {
+  auto policy = [](const json& d) -> std::string {
+    if (d.is_string()) return d.get<std::string>();
+    if (d.is_object() && d.contains("config") && d["config"].is_object()) {
+      return d["config"].value("name", "");
+    }
+    return "";
+  };
+  std::string found;
+  std::function<void(const json&)> visit = [&](const json& v) {
+    if (!found.empty()) return;
+    if (v.is_object()) {
+      if (v.contains("dtype")) {
+        const std::string p = policy(v["dtype"]);
+        if (p == "mixed_float16" || p == "mixed_bfloat16") found = p;
+      }
+      for (const auto& [k, child] : v.items()) visit(child);
+    } else if (v.is_array()) {
+      for (const json& child : v) visit(child);
+    }
+  };
+  visit(doc);
+  return found.empty() ? "float32" : found;
+}
+
 json TrainingConfigOf(const json& doc) {
   if (!doc.is_object()) return json();
   if (doc.contains("modelTopology") && doc["modelTopology"].is_object()) {

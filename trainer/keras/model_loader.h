@@ -49,6 +49,9 @@ absl::StatusOr<KerasModel> LoadKerasModel(const nlohmann::json& doc, const LoadO
 // The compile settings a model document carries (TF.js's training_config, Keras 3's
 // compile_config), or null.
 nlohmann::json TrainingConfigOf(const nlohmann::json& doc);
+// The mixed dtype policy the model's layers declare ("mixed_float16" or "mixed_bfloat16", as a
+// string, or a DTypePolicy / Policy object), the first one found; "float32" when none does.
+std::string DTypePolicyOf(const nlohmann::json& doc);
 // Reads a JSON file, or the config.json of a .keras archive (a zip file); NotFound or
 // InvalidArgument naming the path.
 absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path);

@@ -136,52 +136,27 @@ class FlattenLayer final : public DeviceLayer {
   DeviceTensor y_, dx_;
 };
 
-constexpr int64_t kAlign = 64;  // elements: 256 bytes of fp32, 128 of fp16
-
 }  // namespace
 
 DeviceModel::~DeviceModel() = default;
-
-void* DeviceModel::compute_copy() const {
-  return compute_ == DType::kF32 ? nullptr : compute_copy_.data();
-}
 
 absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Create(GpuContext* ctx,
                                                                  SequentialModel& host,
                                                                  DType compute) {
   std::unique_ptr<DeviceModel> m(new DeviceModel);
   m->ctx_ = ctx;
-  m->compute_ = compute;
   std::vector<Tensor*> params = host.Params();
-  for (Tensor* p : params) {
-    m->offsets_.push_back(m->flat_size_);
-    m->flat_size_ += (p->size() + kAlign - 1) / kAlign * kAlign;
-  }
-  const Shape flat{std::max<int64_t>(m->flat_size_, 1)};
-  LOCKSTEP_RETURN_IF_ERROR(m->params_.Resize(ctx, flat, DType::kF32));
-  LOCKSTEP_RETURN_IF_ERROR(m->grads_.Resize(ctx, flat, DType::kF32));
-  LOCKSTEP_GPU_RETURN_IF_ERROR(
-      cudaMemsetAsync(m->params_.data(), 0, m->params_.bytes(), ctx->stream()));
-  LOCKSTEP_GPU_RETURN_IF_ERROR(
-      cudaMemsetAsync(m->grads_.data(), 0, m->grads_.bytes(), ctx->stream()));
-  if (compute != DType::kF32) {
-    LOCKSTEP_RETURN_IF_ERROR(m->compute_copy_.Resize(ctx, flat, compute));
-  }
+  LOCKSTEP_RETURN_IF_ERROR(m->weights_.Init(ctx, params, {}, compute));
   size_t next = 0;  // the next parameter index
   for (const auto& layer : host.layers()) {
     const std::string kind = layer->name();
     const size_t count = layer->Params().size();
     ParamViews v;
     if (count == 2) {
-      const int64_t wo = m->offsets_[next], bo = m->offsets_[next + 1];
-      const Shape& ws = params[next]->shape();
-      void* wdata = compute == DType::kF32 ? static_cast<void*>(m->params() + wo)
-                                           : static_cast<char*>(m->compute_copy_.data()) +
-                                                 static_cast<size_t>(wo) * cuda::DTypeSize(compute);
-      v = {.w = DeviceTensor::View(wdata, ws, compute),
-           .b = m->params() + bo,
-           .dw = m->grads() + wo,
-           .db = m->grads() + bo};
+      v = {.w = m->weights_.compute_view(next, params[next]->shape()),
+           .b = m->weights_.master(next + 1),
+           .dw = m->weights_.grad(next),
+           .db = m->weights_.grad(next + 1)};
     }
     next += count;
     if (kind == "Dense") {
@@ -199,37 +174,12 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Create(GpuContext* ctx
           absl::StrCat("layer ", kind, " has no GPU implementation (use --device cpu)"));
     }
   }
-  LOCKSTEP_RETURN_IF_ERROR(m->LoadFlat(params, m->params()));
   return m;
-}
-
-absl::Status DeviceModel::LoadFlat(const std::vector<Tensor*>& host, float* flat) {
-  for (size_t i = 0; i < host.size() && i < offsets_.size(); ++i) {
-    LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemcpyAsync(
-        flat + offsets_[i], host[i]->data(), static_cast<size_t>(host[i]->size()) * sizeof(float),
-        cudaMemcpyHostToDevice, ctx_->stream()));
-  }
-  if (flat == params()) return RefreshComputeCopy();
-  return absl::OkStatus();
-}
-
-absl::Status DeviceModel::StoreFlat(float* flat, const std::vector<Tensor*>& host) {
-  for (size_t i = 0; i < host.size() && i < offsets_.size(); ++i) {
-    LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemcpyAsync(
-        host[i]->data(), flat + offsets_[i], static_cast<size_t>(host[i]->size()) * sizeof(float),
-        cudaMemcpyDeviceToHost, ctx_->stream()));
-  }
-  return ctx_->Synchronize();
-}
-
-absl::Status DeviceModel::RefreshComputeCopy() {
-  if (compute_ == DType::kF32) return absl::OkStatus();
-  return cuda::Cast(ctx_, params(), DType::kF32, compute_copy_.data(), compute_, flat_size_);
 }
 
 absl::StatusOr<const DeviceTensor*> DeviceModel::Forward(const Tensor& x,
                                                          const std::vector<int32_t>& labels) {
-  LOCKSTEP_RETURN_IF_ERROR(cuda::Upload(ctx_, x, compute_, &input_));
+  LOCKSTEP_RETURN_IF_ERROR(cuda::Upload(ctx_, x, weights_.compute(), &input_));
   const size_t label_bytes = labels.size() * sizeof(int32_t);
   if (labels_capacity_ < label_bytes || labels_.get() == nullptr) {
     absl::StatusOr<cuda::DeviceBuffer> b =

@@ -111,6 +111,23 @@ std::string GraphModel::TakeInputError() {
   return e;
 }
 
+void GraphModel::Targets(const std::vector<int32_t>& labels, Tensor* out) const {
+  const auto n = static_cast<int64_t>(labels.size());
+  const int64_t c = m_.graph->shape(m_.graph->outputs()[0])[0];
+  if (loss_.kind == graph::LossKind::kCategoricalCrossentropy) {
+    out->Resize({n, c});
+    out->Fill(0.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t y = labels[static_cast<size_t>(i)];
+      if (y >= 0 && y < c) (*out)[i * c + y] = 1.0f;
+    }
+    return;
+  }
+  out->Resize({n, 1});
+  for (int64_t i = 0; i < n; ++i) (*out)[i] = static_cast<float>(labels[static_cast<size_t>(i)]);
+  if (loss_.kind == graph::LossKind::kSparseCategoricalCrossentropy) *out = out->Reshaped({n});
+}
+
 cpu::XentResult GraphModel::Run(const Tensor& x, const std::vector<int32_t>& labels, bool training,
                                 const GradsReady* ready) {
   graph::Graph& g = graph();
@@ -118,21 +135,7 @@ cpu::XentResult GraphModel::Run(const Tensor& x, const std::vector<int32_t>& lab
   Shape shape{n};
   for (int64_t d : example_shape()) shape.push_back(d);
   x_ = x.Reshaped(shape);
-  const int64_t c = g.shape(g.outputs()[0])[0];
-  if (loss_.kind == graph::LossKind::kCategoricalCrossentropy) {
-    targets_.Resize({n, c});
-    targets_.Fill(0.0f);
-    for (int64_t i = 0; i < n; ++i) {
-      const int32_t y = labels[static_cast<size_t>(i)];
-      if (y >= 0 && y < c) targets_[i * c + y] = 1.0f;
-    }
-  } else {
-    targets_.Resize({n, 1});
-    for (int64_t i = 0; i < n; ++i)
-      targets_[i] = static_cast<float>(labels[static_cast<size_t>(i)]);
-    if (loss_.kind == graph::LossKind::kSparseCategoricalCrossentropy)
-      targets_ = targets_.Reshaped({n});
-  }
+  Targets(labels, &targets_);
   std::string err;
   g.Forward({&x_}, graph::CallContext{training, &rng_, &err});
   absl::StatusOr<double> l =

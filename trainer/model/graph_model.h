@@ -35,6 +35,10 @@ class GraphModel final : public Model {
   // The first input the last step could not compute on (an id outside an Embedding), or "".
   std::string TakeInputError() override;
 
+  // The loss's targets for class labels: one-hot rows [n, classes] (categorical), else the ids
+  // as floats ([n] sparse, [n, 1] binary).
+  void Targets(const std::vector<int32_t>& labels, Tensor* out) const;
+
   graph::Graph& graph() { return *m_.graph; }
   const graph::Loss& loss() const { return loss_; }
   const keras::KerasModel& keras() const { return m_; }

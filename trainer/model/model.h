@@ -2,7 +2,7 @@
 // Model: what a replica trains. Two kinds: the built-in models (SequentialModel below: a
 // sequence of layers with a softmax cross-entropy head, NCHW, which the GPU engine mirrors),
 // and graph models built from a Keras model file (GraphModel, trainer/model/graph_model.h,
-// CPU only until the graph's GPU kernels land). The built-in ones:
+// which DeviceGraph mirrors on a GPU where gpu_support.h takes its layers). The built-in ones:
 //   mlp: Flatten, Dense 784-256, ReLU, Dense 256-256, ReLU, Dense 256-10
 //   cnn: Conv 32 3x3, ReLU, MaxPool 2, Conv 64 3x3, ReLU, MaxPool 2, Flatten, Dense 1600-128,
 //        ReLU, Dense 128-10

@@ -66,7 +66,7 @@ class KerasOptimizer final : public Optimizer {
 
   void Step(const std::vector<Tensor*>& params, const std::vector<Tensor*>& grads) override {
     Init(params);
-    step_[0] += 1.0f;
+    UpdateParams u = BeginExternalStep().u;
     float global = 1.0f;
     if (o_.global_clipnorm > 0) {
       double sq = 0;
@@ -75,7 +75,6 @@ class KerasOptimizer final : public Optimizer {
       if (norm > o_.global_clipnorm) global = static_cast<float>(o_.global_clipnorm / norm);
     }
     const int n = SlotsPerParam();
-    UpdateParams u = Params();
     auto slot = [&](size_t i, int k) {
       return n > k ? slots_[i * static_cast<size_t>(n) + static_cast<size_t>(k)].data() : nullptr;
     };
@@ -96,8 +95,20 @@ class KerasOptimizer final : public Optimizer {
     return out;
   }
 
- private:
-  int SlotsPerParam() const {
+  ExternalStep BeginExternalStep() override {
+    step_[0] += 1.0f;
+    return {.u = Params(), .clipnorm = o_.clipnorm, .global_clipnorm = o_.global_clipnorm};
+  }
+  std::vector<Tensor*> Slots(int k) override {
+    std::vector<Tensor*> out;
+    const int n = SlotsPerParam();
+    for (size_t i = static_cast<size_t>(k); k < n && i < slots_.size();
+         i += static_cast<size_t>(n)) {
+      out.push_back(&slots_[i]);
+    }
+    return out;
+  }
+  int SlotsPerParam() const override {
     if (o_.kind == "sgd") return o_.momentum > 0 ? 1 : 0;
     if (o_.kind == "adam" || o_.kind == "adamw") return o_.amsgrad ? 3 : 2;
     if (o_.kind == "rmsprop") return 1 + (o_.momentum > 0 ? 1 : 0) + (o_.centered ? 1 : 0);

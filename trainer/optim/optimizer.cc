@@ -19,10 +19,7 @@ class Sgd final : public Optimizer {
   }
   void Step(const std::vector<Tensor*>& params, const std::vector<Tensor*>& grads) override {
     Init(params);
-    UpdateParams u;
-    u.rule = UpdateRule::kTorchSgd;
-    u.lr = lr_;
-    u.momentum = momentum_;
+    const UpdateParams u = BeginExternalStep().u;
     for (size_t i = 0; i < params.size(); ++i) {
       ApplyUpdate(u, params[i]->data(), grads[i]->data(),
                   momentum_ == 0.0f ? nullptr : velocity_[i].data(), nullptr, nullptr,
@@ -34,6 +31,15 @@ class Sgd final : public Optimizer {
     for (Tensor& t : velocity_) out.push_back(&t);
     return out;
   }
+  ExternalStep BeginExternalStep() override {
+    ExternalStep x;
+    x.u.rule = UpdateRule::kTorchSgd;
+    x.u.lr = lr_;
+    x.u.momentum = momentum_;
+    return x;
+  }
+  int SlotsPerParam() const override { return momentum_ == 0.0f ? 0 : 1; }
+  std::vector<Tensor*> Slots(int k) override { return k == 0 ? State() : std::vector<Tensor*>{}; }
 
  private:
   float momentum_;
@@ -55,18 +61,7 @@ class Adam final : public Optimizer {
   }
   void Step(const std::vector<Tensor*>& params, const std::vector<Tensor*>& grads) override {
     Init(params);
-    step_[0] += 1.0f;
-    const double t = step_[0];
-    const float c1 = static_cast<float>(1.0 - std::pow(kBeta1, t));
-    const float c2 = static_cast<float>(1.0 - std::pow(kBeta2, t));
-    UpdateParams u;
-    u.rule = UpdateRule::kTorchAdam;
-    u.alpha = lr_ * std::sqrt(c2) / c1;
-    u.eps = kEpsilon * std::sqrt(c2);
-    u.beta1 = kBeta1;
-    u.beta2 = kBeta2;
-    u.a1 = 1.0f - kBeta1;
-    u.a2 = 1.0f - kBeta2;
+    const UpdateParams u = BeginExternalStep().u;
     for (size_t i = 0; i < params.size(); ++i) {
       ApplyUpdate(u, params[i]->data(), grads[i]->data(), m_[i].data(), v_[i].data(), nullptr,
                   params[i]->size());
@@ -76,6 +71,29 @@ class Adam final : public Optimizer {
     std::vector<Tensor*> out{&step_};
     for (Tensor& t : m_) out.push_back(&t);
     for (Tensor& t : v_) out.push_back(&t);
+    return out;
+  }
+  ExternalStep BeginExternalStep() override {
+    step_[0] += 1.0f;
+    const double t = step_[0];
+    const float c1 = static_cast<float>(1.0 - std::pow(kBeta1, t));
+    const float c2 = static_cast<float>(1.0 - std::pow(kBeta2, t));
+    ExternalStep x;
+    x.u.rule = UpdateRule::kTorchAdam;
+    x.u.alpha = lr_ * std::sqrt(c2) / c1;
+    x.u.eps = kEpsilon * std::sqrt(c2);
+    x.u.beta1 = kBeta1;
+    x.u.beta2 = kBeta2;
+    x.u.a1 = 1.0f - kBeta1;
+    x.u.a2 = 1.0f - kBeta2;
+    return x;
+  }
+  int SlotsPerParam() const override { return 2; }
+  std::vector<Tensor*> Slots(int k) override {
+    std::vector<Tensor*> out;
+    if (k < 2) {
+      for (Tensor& t : k == 0 ? m_ : v_) out.push_back(&t);
+    }
     return out;
   }
 

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "trainer/optim/update_kernels.h"
 #include "trainer/tensor/tensor.h"
 
 namespace lockstep::trainer {
@@ -26,6 +27,20 @@ class Optimizer {
   virtual void Init(const std::vector<Tensor*>& params) = 0;
   float learning_rate() const { return lr_; }
   void set_learning_rate(float lr) { lr_ = lr; }
+
+  // For an engine that keeps the parameters elsewhere (a GPU's flat buffers) and runs the same
+  // update there: BeginExternalStep advances the step count as Step does and returns this
+  // step's rule and constants (the gradient scale left at 1) and the clipping to apply first.
+  // Slot k of parameter i is Slots(k)[i], tensors that State() also lists, so a checkpoint
+  // saves what the engine stores back into them. Init must have run.
+  struct ExternalStep {
+    UpdateParams u;
+    float clipnorm = 0;         // per tensor (Keras's clipnorm)
+    float global_clipnorm = 0;  // over all of them
+  };
+  virtual ExternalStep BeginExternalStep() = 0;
+  virtual int SlotsPerParam() const = 0;
+  virtual std::vector<Tensor*> Slots(int k) = 0;
 
  protected:
   explicit Optimizer(float lr) : lr_(lr) {}

@@ -3,7 +3,10 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "trainer/kernels/cuda/gpu_available.h"
+#include "trainer/model/gpu_support.h"
+#include "trainer/model/graph_model.h"
 #include "trainer/strategy/buckets.h"
 
 namespace lockstep::trainer {
@@ -57,27 +60,41 @@ class CpuEngine final : public Engine {
 }  // namespace
 
 absl::StatusOr<Placement> PlaceReplicas(const TrainerConfig& c) {
-  const cuda::GpuCountResult n =
+  cuda::GpuCountResult n =
       c.device == Device::kCpu ? cuda::GpuCountResult{0, "--device cpu"} : cuda::GpuCount();
   if (c.device == Device::kGpu && n.count == 0) {
     return absl::FailedPreconditionError(absl::StrCat("--device gpu: ", n.why_none));
   }
   Placement p{.gpu = n.count > 0, .gpus = n.count};
   if (p.gpu && !IsBuiltinModel(c.model)) {
-    // Graph models (Keras model files) have CPU kernels only so far.
-    if (c.device == Device::kGpu) {
-      return absl::FailedPreconditionError(
-          "--device gpu: a Keras model file trains on the CPU in this version (its layers have "
-          "no GPU kernels yet); use --device cpu");
+    // A Keras model file runs on the GPU when every layer it calls has a GPU op.
+    absl::StatusOr<std::unique_ptr<Model>> m = BuildModel(c.model, c.seed);
+    if (!m.ok()) return m.status();
+    auto* g = dynamic_cast<GraphModel*>(m->get());
+    if (absl::Status s = g != nullptr ? GpuSupported(g->graph()) : absl::OkStatus(); !s.ok()) {
+      if (c.device == Device::kGpu) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("--device gpu: ", s.message(), "; use --device cpu"));
+      }
+      common::LogInfo("trainer", "the model trains on the CPU: ", s.message());
+      n.why_none = std::string(s.message());
+      p = Placement{};
     }
-    p = Placement{};
   }
+  if (p.gpu && !c.precision_from_flag && c.precision == Precision::kFloat32 &&
+      c.model_precision != Precision::kFloat32) {
+    p.precision = c.model_precision;
+  } else if (!p.gpu && c.model_precision != Precision::kFloat32 && !c.precision_from_flag) {
+    common::LogInfo("trainer", "the model's dtype policy ", PrecisionName(c.model_precision),
+                    " needs a GPU; it trains in float32 on the CPU");
+  }
+  const Precision precision = p.precision.value_or(c.precision);
   if (!p.gpu && c.precision != Precision::kFloat32) {
     return absl::FailedPreconditionError(absl::StrCat("--precision ", PrecisionName(c.precision),
                                                       " needs a GPU; the replicas run on the CPU (",
                                                       n.why_none, ")"));
   }
-  if (c.precision == Precision::kMixedFloat16 && VariablesOnHost(c.strategy)) {
+  if (precision == Precision::kMixedFloat16 && VariablesOnHost(c.strategy)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--precision mixed_float16 needs the optimizer on the GPU (dynamic loss scaling skips "
         "overflowing steps there); ",
@@ -89,7 +106,12 @@ absl::StatusOr<Placement> PlaceReplicas(const TrainerConfig& c) {
 absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(const TrainerConfig& c,
                                                    const Placement& placement, int device,
                                                    comm::Collective* comm) {
-  if (placement.gpu) return MakeGpuEngine(c, device, comm);
+  if (placement.gpu) {
+    if (!placement.precision) return MakeGpuEngine(c, device, comm);
+    TrainerConfig gc = c;
+    gc.precision = *placement.precision;
+    return MakeGpuEngine(gc, device, comm);
+  }
   absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(c.model, c.seed);
   if (!model.ok()) return model.status();
   absl::StatusOr<std::unique_ptr<Optimizer>> opt =

@@ -1,9 +1,10 @@
 #pragma once
 // Engine: what one replica computes on. The CPU engine is the host Model and Optimizer; the GPU
-// engine is a DeviceModel on one GPU with the optimizer as fused kernels, mixed precision and
-// dynamic loss scaling. Both keep a host Model and Optimizer as the record the training loop
-// restores checkpoints into, broadcasts, and saves from: Load() copies that record to the
-// device, Store() copies the device's state back (both do nothing on the CPU).
+// engine is the model on one GPU (a DeviceModel or DeviceGraph, model/device_net.h) with the
+// host optimizer's rule as one fused kernel, mixed precision and dynamic loss scaling. Both keep a
+// host Model and Optimizer as the record the training loop restores checkpoints into, broadcasts,
+// and saves from: Load() copies that record to the device, Store() copies the device's state back
+// (both do nothing on the CPU).
 //
 // A step is TrainStep (forward, backward; with a collective, the gradient average is issued:
 // in buckets while backward runs on the CPU, in one all-reduce of the flat gradient buffer on
@@ -14,6 +15,7 @@
 // Thread-safety: one thread per engine (the replica's).
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -46,7 +48,12 @@ class Engine {
 struct Placement {
   bool gpu = false;
   int gpus = 0;
+  // Set when the model file's dtype policy decides the precision (no --precision, replicas
+  // on GPUs); the engines then use it instead of the config's.
+  std::optional<Precision> precision;
 };
+// A Keras model file with a layer that has no GPU op (gpu_support.h) runs on the CPU under
+// --device auto (logged, naming the layer) and is FailedPrecondition under --device gpu.
 // FailedPrecondition for --device gpu without a GPU, or mixed precision where the replicas
 // would run on the CPU; InvalidArgument for mixed_float16 with a strategy that updates
 // variables on the host (CentralStorage, ParameterServer), where no loss scaler can skip.

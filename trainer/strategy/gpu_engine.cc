@@ -1,5 +1,6 @@
-// The GPU engine (engine.h): a DeviceModel, the optimizer as fused kernels over the flat
-// buffers, the loss scaler, and the gradient average over the replica's collective.
+// The GPU engine (engine.h): a DeviceModel (built-in models) or DeviceGraph (Keras model
+// files), the host optimizer's rule as one fused kernel over the flat buffers, the loss scaler,
+// and the gradient average over the replica's collective.
 #include <cmath>
 #include <optional>
 
@@ -7,7 +8,9 @@
 #include "trainer/kernels/cuda/check.h"
 #include "trainer/kernels/cuda/elementwise.h"
 #include "trainer/kernels/cuda/optimizer_kernels.h"
+#include "trainer/model/device_graph.h"
 #include "trainer/model/device_model.h"
+#include "trainer/model/graph_model.h"
 #include "trainer/optim/loss_scale.h"
 #include "trainer/strategy/buckets.h"
 #include "trainer/strategy/engine.h"
@@ -23,8 +26,6 @@ class GpuEngine final : public Engine {
                                                         comm::Collective* comm) {
     std::unique_ptr<GpuEngine> e(new GpuEngine);
     e->comm_ = comm;
-    e->optimizer_name_ = c.optimizer;
-    e->momentum_ = c.momentum;
     e->precision_ = c.precision;
     const DType compute = c.precision == Precision::kMixedFloat16    ? DType::kF16
                           : c.precision == Precision::kMixedBfloat16 ? DType::kBF16
@@ -34,23 +35,38 @@ class GpuEngine final : public Engine {
         cuda::GpuContext::Create(device, {.tf32 = c.tf32});
     if (!ctx.ok()) return ctx.status();
     e->ctx_ = std::move(*ctx);
-    absl::StatusOr<std::unique_ptr<SequentialModel>> model = BuildBuiltinModel(c.model, c.seed);
+    absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(c.model, c.seed);
     if (!model.ok()) return model.status();
     e->model_ = std::move(*model);
     absl::StatusOr<std::unique_ptr<Optimizer>> opt =
-        MakeOptimizer(c.optimizer, c.learning_rate, c.momentum);
+        MakeOptimizer(c.optimizer, c.learning_rate, c.momentum, c.keras_optimizer);
     if (!opt.ok()) return opt.status();
     e->opt_ = std::move(*opt);
     e->opt_->Init(e->model_->Params());
-    absl::StatusOr<std::unique_ptr<DeviceModel>> dm =
-        DeviceModel::Create(e->ctx_.get(), *e->model_, compute);
-    if (!dm.ok()) return dm.status();
-    e->dm_ = std::move(*dm);
-    const Shape flat{e->dm_->flat_size()};
-    for (cuda::DeviceTensor* t : {&e->state1_, &e->state2_}) {
-      if (absl::Status s = t->Resize(e->ctx_.get(), flat, DType::kF32); !s.ok()) return s;
-      LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemsetAsync(t->data(), 0, t->bytes(), e->ctx_->stream()));
+    if (auto* seq = dynamic_cast<SequentialModel*>(e->model_.get()); seq != nullptr) {
+      absl::StatusOr<std::unique_ptr<DeviceModel>> dm =
+          DeviceModel::Create(e->ctx_.get(), *seq, compute);
+      if (!dm.ok()) return dm.status();
+      e->net_ = std::move(*dm);
+    } else {
+      absl::StatusOr<std::unique_ptr<DeviceGraph>> dg = DeviceGraph::Create(
+          e->ctx_.get(), dynamic_cast<GraphModel&>(*e->model_), compute, c.seed);
+      if (!dg.ok()) return dg.status();
+      e->net_ = std::move(*dg);
     }
+    DeviceParams& w = e->net_->weights();
+    const Shape flat{std::max<int64_t>(w.trainable_size(), 1)};
+    e->slots_.resize(static_cast<size_t>(e->opt_->SlotsPerParam()));
+    for (cuda::DeviceTensor& t : e->slots_) {
+      if (absl::Status s = t.Resize(e->ctx_.get(), flat, DType::kF32); !s.ok()) return s;
+      LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemsetAsync(t.data(), 0, t.bytes(), e->ctx_->stream()));
+    }
+    absl::StatusOr<cuda::ClipScales> clip = cuda::ClipScales::Make(
+        e->ctx_.get(),
+        {w.offsets().begin(), w.offsets().begin() + static_cast<long>(w.trainable_sizes().size())},
+        w.trainable_sizes(), w.trainable_size());
+    if (!clip.ok()) return clip.status();
+    e->clip_.emplace(std::move(*clip));
     if (comm != nullptr && !comm->device_buffers()) {
       e->reducer_.emplace(e->model_->Grads(), comm);
     }
@@ -71,43 +87,37 @@ class GpuEngine final : public Engine {
   Model& model() override { return *model_; }
   Optimizer& optimizer() override { return *opt_; }
 
+  // Host to device: the trained weights, and with the optimizer state also the kept weights
+  // (moving statistics) and the optimizer's slots.
   absl::Status Load(bool with_optimizer_state) override {
     if (absl::Status s = ctx_->Activate(); !s.ok()) return s;
-    if (absl::Status s = dm_->LoadFlat(model_->Params(), dm_->params()); !s.ok()) return s;
-    if (!with_optimizer_state) return absl::OkStatus();
-    // Host state: sgd [velocity...] (none without momentum); adam [step, m..., v...].
-    std::vector<Tensor*> st = opt_->State();
-    const size_t np = model_->Params().size();
-    if (optimizer_name_ == "adam" && st.size() == 1 + 2 * np) {
-      adam_step_ = static_cast<int64_t>(st[0]->data()[0]);
-      if (absl::Status s = dm_->LoadFlat({st.begin() + 1, st.begin() + 1 + np}, state1());
+    DeviceParams& w = net_->weights();
+    if (!with_optimizer_state) return w.LoadFlat(model_->Params(), w.params());
+    if (absl::Status s = w.Load(); !s.ok()) return s;
+    if (absl::Status s = net_->Reloaded(); !s.ok()) return s;
+    for (size_t k = 0; k < slots_.size(); ++k) {
+      if (absl::Status s = w.LoadFlat(opt_->Slots(static_cast<int>(k)), slots_[k].as<float>());
           !s.ok()) {
         return s;
       }
-      return dm_->LoadFlat({st.begin() + 1 + np, st.end()}, state2());
     }
-    if (optimizer_name_ == "sgd" && st.size() == np) return dm_->LoadFlat(st, state1());
     return absl::OkStatus();
   }
 
   absl::Status Store() override {
-    if (absl::Status s = dm_->StoreFlat(dm_->params(), model_->Params()); !s.ok()) return s;
-    std::vector<Tensor*> st = opt_->State();
-    const size_t np = model_->Params().size();
-    if (optimizer_name_ == "adam" && st.size() == 1 + 2 * np) {
-      st[0]->data()[0] = static_cast<float>(adam_step_);
-      if (absl::Status s = dm_->StoreFlat(state1(), {st.begin() + 1, st.begin() + 1 + np});
+    DeviceParams& w = net_->weights();
+    if (absl::Status s = w.Store(); !s.ok()) return s;
+    for (size_t k = 0; k < slots_.size(); ++k) {
+      if (absl::Status s = w.StoreFlat(slots_[k].as<float>(), opt_->Slots(static_cast<int>(k)));
           !s.ok()) {
         return s;
       }
-      return dm_->StoreFlat(state2(), {st.begin() + 1 + np, st.end()});
     }
-    if (optimizer_name_ == "sgd" && st.size() == np) return dm_->StoreFlat(state1(), st);
     return absl::OkStatus();
   }
 
   absl::StatusOr<cpu::XentResult> TrainStep(const Batch& b) override {
-    absl::StatusOr<cpu::XentResult> r = dm_->TrainStep(b.images, b.labels, scaler_.scale());
+    absl::StatusOr<cpu::XentResult> r = net_->TrainStep(b.images, b.labels, scaler_.scale());
     if (!r.ok()) return r.status();
     grads_on_host_ = false;
     if (comm_ == nullptr) return r;
@@ -115,9 +125,11 @@ class GpuEngine final : public Engine {
       // NCCL: one all-reduce of the flat gradients on the backend's stream, once backward
       // (queued on ours) has written them.
       if (absl::Status s = ctx_->Synchronize(); !s.ok()) return s;
-      work_ = comm_->AllReduce(dm_->grads(), dm_->flat_size());
+      work_ = comm_->AllReduce(weights().grads(), weights().trainable_size());
     } else {
-      if (absl::Status s = dm_->StoreFlat(dm_->grads(), model_->Grads()); !s.ok()) return s;
+      if (absl::Status s = weights().StoreFlat(weights().grads(), model_->Grads()); !s.ok()) {
+        return s;
+      }
       reducer_->Ready(0, model_->Grads().size());
     }
     return r;
@@ -133,13 +145,15 @@ class GpuEngine final : public Engine {
     // The host average (BucketReducer) goes back to the device for the update.
     if (absl::Status s = reducer_->Finish(timeout); !s.ok()) return s;
     grads_on_host_ = true;
-    return dm_->LoadFlat(model_->Grads(), dm_->grads());
+    return weights().LoadFlat(model_->Grads(), weights().grads());
   }
 
   absl::Status GradientsToHost() override {
     if (grads_on_host_) return absl::OkStatus();
     grads_on_host_ = true;
-    if (absl::Status s = dm_->StoreFlat(dm_->grads(), model_->Grads()); !s.ok()) return s;
+    if (absl::Status s = weights().StoreFlat(weights().grads(), model_->Grads()); !s.ok()) {
+      return s;
+    }
     // Device-reduced gradients are sums, scaled by the loss scale: make them the average.
     const float factor = GradFactor();
     for (Tensor* g : model_->Grads()) {
@@ -149,32 +163,38 @@ class GpuEngine final : public Engine {
   }
 
   absl::StatusOr<bool> Apply(float lr) override {
+    DeviceParams& w = weights();
     const float factor = GradFactor();
     if (precision_ == Precision::kMixedFloat16) {
       // Every replica holds the same reduced gradients, so all make the same choice.
-      absl::StatusOr<bool> finite = cuda::AllFinite(ctx_.get(), dm_->grads(), dm_->flat_size());
+      absl::StatusOr<bool> finite = cuda::AllFinite(ctx_.get(), w.grads(), w.trainable_size());
       if (!finite.ok()) return finite.status();
       if (!scaler_.Update(*finite)) return false;
     }
-    cuda::UpdateArgs a{.params = dm_->params(),
-                       .grads = dm_->grads(),
-                       .n = dm_->flat_size(),
-                       .grad_factor = factor,
-                       .compute_copy = dm_->compute_copy(),
-                       .compute_type = dm_->compute()};
-    absl::Status s;
-    if (optimizer_name_ == "adam") {
-      ++adam_step_;
-      const double t = static_cast<double>(adam_step_);
-      const float c1 = static_cast<float>(1.0 - std::pow(0.9, t));
-      const float c2 = static_cast<float>(1.0 - std::pow(0.999, t));
-      s = cuda::AdamUpdate(ctx_.get(), a, state1(), state2(), 0.9f, 0.999f, lr * std::sqrt(c2) / c1,
-                           1e-7f * std::sqrt(c2));
-    } else {
-      s = cuda::SgdUpdate(ctx_.get(), a, state1(), lr, momentum_);
-    }
-    if (!s.ok()) return s;
+    // The host optimizer keeps the step count and this step's constants; the kernel applies
+    // its rule to the flat buffers.
     opt_->set_learning_rate(lr);
+    const Optimizer::ExternalStep x = opt_->BeginExternalStep();
+    const bool clipping = x.clipnorm > 0 || x.global_clipnorm > 0;
+    if (clipping) {
+      if (absl::Status s =
+              clip_->Compute(ctx_.get(), w.grads(), factor, x.clipnorm, x.global_clipnorm);
+          !s.ok()) {
+        return s;
+      }
+    }
+    auto slot = [&](size_t k) { return k < slots_.size() ? slots_[k].as<float>() : nullptr; };
+    if (absl::Status s = cuda::ApplyUpdate(ctx_.get(), x.u,
+                                           {.params = w.params(),
+                                            .grads = w.grads(),
+                                            .n = w.trainable_size(),
+                                            .grad_factor = factor,
+                                            .compute_copy = w.compute_copy(),
+                                            .compute_type = w.compute()},
+                                           slot(0), slot(1), slot(2), clipping ? &*clip_ : nullptr);
+        !s.ok()) {
+      return s;
+    }
     return true;
   }
 
@@ -193,7 +213,7 @@ class GpuEngine final : public Engine {
         std::copy_n(test.images.data() + (start + i) * each, each, x.data() + i * each);
         y[static_cast<size_t>(i)] = test.labels[static_cast<size_t>(start + i)];
       }
-      absl::StatusOr<cpu::XentResult> r = dm_->Evaluate(x, y);
+      absl::StatusOr<cpu::XentResult> r = net_->Evaluate(x, y);
       if (!r.ok()) return r.status();
       loss += r->loss * static_cast<double>(n);
       correct += r->correct;
@@ -209,8 +229,7 @@ class GpuEngine final : public Engine {
 
  private:
   GpuEngine() = default;
-  float* state1() const { return state1_.as<float>(); }
-  float* state2() const { return state2_.as<float>(); }
+  DeviceParams& weights() { return net_->weights(); }
   // What the device gradients are multiplied by before the update: the loss scale undone, and
   // for device-reduced (summed) gradients the replica count.
   float GradFactor() const {
@@ -220,16 +239,14 @@ class GpuEngine final : public Engine {
   }
 
   comm::Collective* comm_ = nullptr;
-  std::string optimizer_name_;
   Precision precision_ = Precision::kFloat32;
-  float momentum_ = 0;
   LossScaler scaler_;
   std::unique_ptr<cuda::GpuContext> ctx_;
-  std::unique_ptr<SequentialModel> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> opt_;
-  std::unique_ptr<DeviceModel> dm_;
-  cuda::DeviceTensor state1_, state2_;  // sgd: velocity; adam: m, v
-  int64_t adam_step_ = 0;
+  std::unique_ptr<DeviceNet> net_;
+  std::vector<cuda::DeviceTensor> slots_;  // the optimizer's slots, laid out as the weights
+  std::optional<cuda::ClipScales> clip_;
   std::optional<BucketReducer> reducer_;
   comm::WorkPtr work_;
   bool grads_on_host_ = false;

@@ -19,6 +19,7 @@ TEST(GpuTrainingTest, SkippedWithoutCuda) {
 
 #include "trainer/comm/nccl.h"
 #include "trainer/data/batcher.h"
+#include "trainer/data/dataset.h"
 #include "trainer/kernels/cuda/gpu_available.h"
 #include "trainer/strategy/data_parallel.h"
 #include "trainer/strategy/engine.h"
@@ -97,6 +98,74 @@ TEST_F(GpuTrainingTest, OneStepMatchesTheCpuEngineInEveryPrecision) {
       EXPECT_LT(UpdateError(before, (*gpu)->model(), (*cpu)->model()), tol)
           << model << " " << precision;
     }
+  }
+}
+
+// A Keras model file with its compiled optimizer: one step of the GPU engine (DeviceGraph, the
+// optimizer's rule as the fused kernel, clipping on the device) against the CPU engine.
+TEST_F(GpuTrainingTest, KerasModelFilesStepAsOnTheCpu) {
+  const std::string keras_adam =
+      R"({"class_name": "Adam", "config": {"learning_rate": 0.01, "clipnorm": 0.5}})";
+  const std::string keras_rmsprop =
+      R"({"class_name": "RMSprop", "config": {"momentum": 0.5, "global_clipnorm": 1.0}})";
+  for (const char* model :
+       {"examples/models/cnn.json", "trainer/model/testdata/every_gpu_op.json"}) {
+    for (const std::string& opt : {keras_adam, keras_rmsprop}) {
+      TrainerConfig c = Config(std::string(LOCKSTEP_SOURCE_DIR) + "/" + model, "float32");
+      c.tf32 = false;
+      c.keras_optimizer = opt;
+      absl::StatusOr<std::unique_ptr<Engine> > gpu =
+          MakeEngine(c, {.gpu = true, .gpus = 1}, 0, nullptr);
+      ASSERT_TRUE(gpu.ok()) << gpu.status();
+      TrainerConfig cc = c;
+      cc.device = Device::kCpu;
+      absl::StatusOr<std::unique_ptr<Engine> > cpu = MakeEngine(cc, {}, 0, nullptr);
+      ASSERT_TRUE(cpu.ok()) << cpu.status();
+      const Shape example = (*cpu)->model().example_shape();
+      Dataset d =
+          SyntheticDataset(64, 3, 0, example, static_cast<int32_t>((*cpu)->model().classes()));
+      Batch b{.images = d.images, .labels = {d.labels.begin(), d.labels.end()}};
+      std::vector<Tensor> before;
+      for (Tensor* t : (*cpu)->model().Params()) before.push_back(*t);
+      absl::StatusOr<cpu::XentResult> lc = (*cpu)->TrainStep(b);
+      absl::StatusOr<cpu::XentResult> lg = (*gpu)->TrainStep(b);
+      ASSERT_TRUE(lc.ok()) << lc.status();
+      ASSERT_TRUE(lg.ok()) << lg.status();
+      EXPECT_NEAR(lg->loss, lc->loss, 1e-3 * lc->loss) << model;
+      ASSERT_TRUE(*(*cpu)->Apply(0.01f));
+      ASSERT_TRUE(*(*gpu)->Apply(0.01f));
+      ASSERT_TRUE((*gpu)->Store().ok());
+      EXPECT_LT(UpdateError(before, (*gpu)->model(), (*cpu)->model()), 1e-3) << model << opt;
+      // The optimizer's slots came back into the host optimizer's state.
+      std::vector<Tensor*> sg = (*gpu)->optimizer().State(), sc = (*cpu)->optimizer().State();
+      ASSERT_EQ(sg.size(), sc.size());
+      for (size_t i = 0; i < sg.size(); ++i) {
+        for (int64_t j = 0; j < sc[i]->size(); ++j) {
+          ASSERT_NEAR((*sg[i])[j], (*sc[i])[j], 1e-3 * (std::abs((*sc[i])[j]) + 1e-3))
+              << model << opt << " state " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(GpuTrainingTest, KerasCnnFileTrainsAsWellAsOnTheCpu) {
+  TrainerConfig cc =
+      Config(std::string(LOCKSTEP_SOURCE_DIR) + "/examples/models/cnn.json", "float32");
+  cc.device = Device::kCpu;
+  absl::StatusOr<Datasets> data = LoadDatasets(cc);
+  ASSERT_TRUE(data.ok());
+  absl::StatusOr<TrainResult> cpu_run = RunReplica(cc, *data, {});
+  ASSERT_TRUE(cpu_run.ok()) << cpu_run.status();
+  for (const char* precision : {"float32", "mixed_bfloat16", "mixed_float16"}) {
+    TrainerConfig c = cc;
+    c.device = Device::kGpu;
+    c.precision = *ParsePrecision(precision);
+    absl::StatusOr<TrainResult> r =
+        RunReplica(c, *data, {.placement = {.gpu = true, .gpus = gpus_}});
+    ASSERT_TRUE(r.ok()) << precision << ": " << r.status();
+    EXPECT_EQ(r->steps, 150);
+    EXPECT_GT(r->test_accuracy, cpu_run->test_accuracy - 0.03) << precision;
   }
 }
 

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "common/log.h"
+#include "trainer/graph/layers/pooling.h"
 #include "trainer/kernels/cpu/dnnl_conv.h"
 #include "trainer/kernels/cpu/gemm.h"
 
@@ -361,23 +362,8 @@ class WindowLayer : public Layer {
     if (it == dnnl_.end()) {
       // Inputs of ever-new shapes (sequences of any length) keep a bounded set.
       if (dnnl_.size() >= 8) dnnl_.clear();
-      cpu::ConvGeometry cg;
-      cg.rank = rank_;
-      cg.n = g.n;
-      cg.c_in = g.c;
-      cg.c_out = c_out;
-      cg.depthwise = depthwise;
-      for (int a = 0; a < rank_; ++a) {
-        const int ga = kAxes - rank_ + a;
-        const auto i = static_cast<size_t>(a);
-        cg.in[i] = g.in[ga];
-        cg.out[i] = g.out[ga];
-        cg.kernel[i] = g.k[ga];
-        cg.stride[i] = g.s[ga];
-        cg.dilation[i] = g.d[ga];
-        cg.pad_before[i] = g.pad[ga];
-      }
-      absl::StatusOr<std::unique_ptr<cpu::DnnlConv>> made = cpu::DnnlConv::Make(cg, bias);
+      absl::StatusOr<std::unique_ptr<cpu::DnnlConv>> made =
+          cpu::DnnlConv::Make(ToConvGeometry(g, c_out, depthwise), bias);
       if (!made.ok()) {
         ++onednn_refusals;
         common::LogWarning("graph", "layer '", name(), "' (", class_name(), ") on input ",
@@ -418,6 +404,31 @@ class WindowLayer : public Layer {
     return true;
   }
 
+  cpu::ConvGeometry ToConvGeometry(const Geo& g, int64_t c_out, bool depthwise) const {
+    cpu::ConvGeometry cg;
+    cg.rank = rank_;
+    cg.n = g.n;
+    cg.c_in = g.c;
+    cg.c_out = c_out;
+    cg.depthwise = depthwise;
+    for (int a = 0; a < rank_; ++a) {
+      const int ga = kAxes - rank_ + a;
+      const auto i = static_cast<size_t>(a);
+      cg.in[i] = g.in[ga];
+      cg.out[i] = g.out[ga];
+      cg.kernel[i] = g.k[ga];
+      cg.stride[i] = g.s[ga];
+      cg.dilation[i] = g.d[ga];
+      cg.pad_before[i] = g.pad[ga];
+    }
+    return cg;
+  }
+
+ public:
+  // CallGeometry's answer for this layer.
+  virtual cpu::ConvGeometry Geometry(const Shape& x) const = 0;
+
+ protected:
   int rank_;
   std::vector<int64_t> kernel_, strides_, dilation_;
   Padding padding_;
@@ -433,8 +444,12 @@ std::string ConvClass(const char* base, int rank, const char* suffix = "") {
   return std::string(base) + std::to_string(rank) + "D" + suffix;
 }
 
-class Conv final : public WindowLayer {
+class Conv final : public WindowLayer, public HasOptions<ConvOptions> {
  public:
+  ConvOptions options() const override { return o_; }
+  cpu::ConvGeometry Geometry(const Shape& x) const override {
+    return ToConvGeometry(InputGeo(x), o_.filters, false);
+  }
   explicit Conv(std::string name, ConvOptions o)
       : WindowLayer(std::move(name), ConvClass("Conv", o.rank), o.rank, o.kernel_size, o.strides,
                     o.dilation_rate, o.padding, o.activation, o.use_bias),
@@ -549,8 +564,12 @@ class Conv final : public WindowLayer {
 
 // The transpose runs a convolution's geometry backwards: the convolution's input is this
 // layer's output (length `out`), its output this layer's input.
-class ConvTranspose final : public WindowLayer {
+class ConvTranspose final : public WindowLayer, public HasOptions<ConvTransposeOptions> {
  public:
+  ConvTransposeOptions options() const override { return o_; }
+  cpu::ConvGeometry Geometry(const Shape& x) const override {
+    return ToConvGeometry(TransposeGeo(x), x.back(), false);
+  }
   explicit ConvTranspose(std::string name, ConvTransposeOptions o)
       : WindowLayer(std::move(name), ConvClass("Conv", o.rank, "Transpose"), o.rank, o.kernel_size,
                     o.strides, std::vector<int64_t>(o.kernel_size.size(), 1), o.padding,
@@ -697,8 +716,12 @@ class ConvTranspose final : public WindowLayer {
   ConvTransposeOptions o_;
 };
 
-class DepthwiseConv final : public WindowLayer {
+class DepthwiseConv final : public WindowLayer, public HasOptions<DepthwiseOptions> {
  public:
+  DepthwiseOptions options() const override { return o_; }
+  cpu::ConvGeometry Geometry(const Shape& x) const override {
+    return ToConvGeometry(InputGeo(x), x.back() * o_.depth_multiplier, true);
+  }
   explicit DepthwiseConv(std::string name, DepthwiseOptions o)
       : WindowLayer(std::move(name), ConvClass("DepthwiseConv", o.rank), o.rank, o.kernel_size,
                     o.strides, o.dilation_rate, o.padding, o.activation, o.use_bias),
@@ -776,8 +799,12 @@ class DepthwiseConv final : public WindowLayer {
   DepthwiseOptions o_;
 };
 
-class SeparableConv final : public WindowLayer {
+class SeparableConv final : public WindowLayer, public HasOptions<SeparableOptions> {
  public:
+  SeparableOptions options() const override { return o_; }
+  cpu::ConvGeometry Geometry(const Shape& x) const override {
+    return ToConvGeometry(InputGeo(x), x.back() * o_.depth_multiplier, true);
+  }
   explicit SeparableConv(std::string name, SeparableOptions o)
       : WindowLayer(std::move(name), ConvClass("SeparableConv", o.rank), o.rank, o.kernel_size,
                     o.strides, o.dilation_rate, o.padding, o.activation, o.use_bias),
@@ -874,6 +901,27 @@ class SeparableConv final : public WindowLayer {
 };
 
 }  // namespace
+
+absl::StatusOr<cpu::ConvGeometry> CallGeometry(const Layer& l, const Shape& x) {
+  if (const auto* w = dynamic_cast<const WindowLayer*>(&l); w != nullptr) return w->Geometry(x);
+  const std::optional<PoolOptions> p = OptionsOf<PoolOptions>(l);
+  if (!p) return LayerError(l, "is not a windowed layer");
+  cpu::ConvGeometry g;
+  g.rank = p->rank;
+  g.n = x[0];
+  g.c_in = g.c_out = x.back();
+  for (int a = 0; a < g.rank; ++a) {
+    const auto i = static_cast<size_t>(a);
+    const AxisGeometry ax = WindowAxis(x[i + 1], p->pool_size[i], p->strides[i], 1, p->padding);
+    g.in[i] = x[i + 1];
+    g.out[i] = ax.out;
+    g.kernel[i] = p->pool_size[i];
+    g.stride[i] = p->strides[i];
+    g.dilation[i] = 1;
+    g.pad_before[i] = ax.pad_before;
+  }
+  return g;
+}
 
 std::unique_ptr<Layer> MakeConv(std::string name, ConvOptions o) {
   return std::make_unique<Conv>(std::move(name), std::move(o));

@@ -21,9 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "trainer/graph/activation.h"
 #include "trainer/graph/initializer.h"
 #include "trainer/graph/layer.h"
+#include "trainer/kernels/cpu/conv_geometry.h"
 
 namespace lockstep::trainer::graph {
 
@@ -114,5 +116,12 @@ struct SeparableOptions {
 // "depthwise_kernel" [k..., in, multiplier], "pointwise_kernel" [1..., in * multiplier,
 // filters], "bias" [filters].
 std::unique_ptr<Layer> MakeSeparableConv(std::string name, SeparableOptions o);
+
+// The geometry of one call of a windowed layer on an input of batch-first shape `x`, as the
+// CPU layer computes it (what the GPU engine makes its cuDNN plans and pooling kernels from):
+// Conv and DepthwiseConv as they are; SeparableConv's depthwise part; ConvTranspose the
+// convolution it is the input gradient of (c_in = filters, its input this layer's output);
+// Max/AveragePooling with c_in == c_out. InvalidArgument for any other layer.
+absl::StatusOr<cpu::ConvGeometry> CallGeometry(const Layer& l, const Shape& x);
 
 }  // namespace lockstep::trainer::graph

@@ -17,8 +17,9 @@ Shape Batched(int64_t batch, const Shape& s) {
 
 std::string Str(const Shape& s) { return ShapeString(s); }
 
-class Dense final : public Layer {
+class Dense final : public Layer, public HasOptions<DenseOptions> {
  public:
+  DenseOptions options() const override { return o_; }
   Dense(std::string name, DenseOptions o) : Layer(std::move(name), "Dense"), o_(std::move(o)) {}
   const Activation* output_activation() const override { return &o_.activation; }
 
@@ -100,8 +101,9 @@ class Dense final : public Layer {
   int64_t in_ = 0;
 };
 
-class ActivationLayer final : public Layer {
+class ActivationLayer final : public Layer, public HasOptions<Activation> {
  public:
+  Activation options() const override { return a_; }
   ActivationLayer(std::string name, std::string cls, Activation a)
       : Layer(std::move(name), std::move(cls)), a_(a) {}
   const Activation* output_activation() const override { return &a_; }
@@ -141,8 +143,9 @@ class ActivationLayer final : public Layer {
   Activation a_;
 };
 
-class ReluLayer final : public Layer {
+class ReluLayer final : public Layer, public HasOptions<ReluOptions> {
  public:
+  ReluOptions options() const override { return {max_, slope_, threshold_}; }
   ReluLayer(std::string name, float max_value, float slope, float threshold)
       : Layer(std::move(name), "ReLU"), max_(max_value), slope_(slope), threshold_(threshold) {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
@@ -271,8 +274,9 @@ class RepeatVector final : public Layer {
   int64_t n_;
 };
 
-class Dropout final : public Layer {
+class Dropout final : public Layer, public HasOptions<DropoutOptions> {
  public:
+  DropoutOptions options() const override { return {rate_, noise_}; }
   Dropout(std::string name, float rate, Shape noise)
       : Layer(std::move(name), "Dropout"), rate_(rate), noise_(std::move(noise)) {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
@@ -339,8 +343,9 @@ class Dropout final : public Layer {
   Shape noise_;
 };
 
-class GaussianNoise final : public Layer {
+class GaussianNoise final : public Layer, public HasOptions<GaussianNoiseOptions> {
  public:
+  GaussianNoiseOptions options() const override { return {stddev_}; }
   GaussianNoise(std::string name, float stddev)
       : Layer(std::move(name), "GaussianNoise"), stddev_(stddev) {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
@@ -365,8 +370,9 @@ class GaussianNoise final : public Layer {
   float stddev_;
 };
 
-class Rescaling final : public Layer {
+class Rescaling final : public Layer, public HasOptions<RescalingOptions> {
  public:
+  RescalingOptions options() const override { return {scale_, offset_}; }
   Rescaling(std::string name, std::vector<float> scale, std::vector<float> offset)
       : Layer(std::move(name), "Rescaling"), scale_(std::move(scale)), offset_(std::move(offset)) {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
@@ -491,8 +497,9 @@ struct MergeRows {
   }
 };
 
-class Merge final : public Layer {
+class Merge final : public Layer, public HasOptions<MergeOp> {
  public:
+  MergeOp options() const override { return op_; }
   Merge(std::string name, std::string cls, MergeOp op)
       : Layer(std::move(name), std::move(cls)), op_(op) {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
@@ -700,8 +707,9 @@ class Merge final : public Layer {
   MergeOp op_;
 };
 
-class Concatenate final : public Layer {
+class Concatenate final : public Layer, public HasOptions<ConcatOptions> {
  public:
+  ConcatOptions options() const override { return {axis_}; }
   Concatenate(std::string name, int64_t axis)
       : Layer(std::move(name), "Concatenate"), axis_(axis) {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,

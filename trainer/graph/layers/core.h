@@ -25,6 +25,24 @@ struct DenseOptions {
 // y = act(x kernel + bias) over the last axis; kernel [in, units].
 std::unique_ptr<Layer> MakeDense(std::string name, DenseOptions o);
 
+// The options of the layers made from loose arguments below, as OptionsOf reads them back.
+struct ReluOptions {
+  float max_value = 3.4e38f, negative_slope = 0, threshold = 0;
+};
+struct DropoutOptions {
+  float rate = 0;
+  Shape noise_shape;
+};
+struct GaussianNoiseOptions {
+  float stddev = 0;
+};
+struct RescalingOptions {
+  std::vector<float> scale, offset;
+};
+struct ConcatOptions {
+  int64_t axis = -1;  // as given (negative counts from the end)
+};
+
 // An activation as a layer (Activation, ReLU, LeakyReLU, ELU, Softmax over the last axis).
 std::unique_ptr<Layer> MakeActivation(std::string name, std::string class_name, Activation a);
 // Keras's ReLU layer: min(max_value, x) above threshold, negative_slope * (x - threshold)

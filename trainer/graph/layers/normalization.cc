@@ -94,8 +94,9 @@ LOCKSTEP_SIMD_CLONES void InputGrad(const float* x, const float* dy, int64_t row
   }
 }
 
-class BatchNorm final : public Layer {
+class BatchNorm final : public Layer, public HasOptions<BatchNormOptions> {
  public:
+  BatchNormOptions options() const override { return o_; }
   BatchNorm(std::string name, BatchNormOptions o)
       : Layer(std::move(name), "BatchNormalization"), o_(std::move(o)) {}
 
@@ -254,8 +255,9 @@ class BatchNorm final : public Layer {
   int64_t c_ = 0;
 };
 
-class LayerNorm final : public Layer {
+class LayerNorm final : public Layer, public HasOptions<LayerNormOptions> {
  public:
+  LayerNormOptions options() const override { return o_; }
   LayerNorm(std::string name, LayerNormOptions o)
       : Layer(std::move(name), "LayerNormalization"), o_(std::move(o)) {}
 
@@ -376,8 +378,9 @@ class LayerNorm final : public Layer {
   Shape group_;
 };
 
-class Normalization final : public Layer {
+class Normalization final : public Layer, public HasOptions<NormalizationOptions> {
  public:
+  NormalizationOptions options() const override { return o_; }
   Normalization(std::string name, NormalizationOptions o)
       : Layer(std::move(name), "Normalization"), o_(std::move(o)) {}
 

@@ -47,8 +47,9 @@ Shape ShapeOf(const Dims& d, int rank) {
   return s;
 }
 
-class Pooling final : public Layer {
+class Pooling final : public Layer, public HasOptions<PoolOptions> {
  public:
+  PoolOptions options() const override { return o_; }
   Pooling(std::string name, PoolOptions o)
       : Layer(std::move(name),
               RankClass(o.mode == PoolMode::kMax ? "MaxPooling" : "AveragePooling", o.rank)),
@@ -224,8 +225,9 @@ class Pooling final : public Layer {
   PoolOptions o_;
 };
 
-class GlobalPooling final : public Layer {
+class GlobalPooling final : public Layer, public HasOptions<GlobalPoolOptions> {
  public:
+  GlobalPoolOptions options() const override { return {rank_, mode_, keepdims_}; }
   GlobalPooling(std::string name, int rank, PoolMode mode, bool keepdims)
       : Layer(
             std::move(name),
@@ -357,8 +359,9 @@ void BoxCopy(const Dims& big, const Dims& small, const int64_t* off, bool to_big
 }
 
 // ZeroPadding (grow) and Cropping (shrink).
-class PadCrop final : public Layer {
+class PadCrop final : public Layer, public HasOptions<PadCropOptions> {
  public:
+  PadCropOptions options() const override { return {rank_, pairs_, pad_}; }
   PadCrop(std::string name, int rank, AxisPairs pairs, bool pad)
       : Layer(std::move(name), RankClass(pad ? "ZeroPadding" : "Cropping", rank)),
         rank_(rank),
@@ -446,8 +449,9 @@ class PadCrop final : public Layer {
   bool pad_;
 };
 
-class UpSampling final : public Layer {
+class UpSampling final : public Layer, public HasOptions<UpSamplingOptions> {
  public:
+  UpSamplingOptions options() const override { return {rank_, size_, interp_}; }
   UpSampling(std::string name, int rank, std::vector<int64_t> size, Interpolation interp)
       : Layer(std::move(name), RankClass("UpSampling", rank)),
         rank_(rank),

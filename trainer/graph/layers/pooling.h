@@ -33,18 +33,34 @@ struct PoolOptions {
 // MaxPooling1D/2D/3D, AveragePooling1D/2D/3D.
 std::unique_ptr<Layer> MakePooling(std::string name, PoolOptions o);
 
+enum class Interpolation { kNearest, kBilinear };
+
+struct GlobalPoolOptions {
+  int rank = 1;
+  PoolMode mode = PoolMode::kAverage;
+  bool keepdims = false;
+};
 // GlobalMaxPooling1D/2D/3D, GlobalAveragePooling1D/2D/3D: [batch, spatial..., c] -> [batch, c]
 // ([batch, 1..., c] with keepdims).
 std::unique_ptr<Layer> MakeGlobalPooling(std::string name, int rank, PoolMode mode, bool keepdims);
 
 // (before, after) per spatial axis.
 using AxisPairs = std::vector<std::pair<int64_t, int64_t>>;
+struct PadCropOptions {
+  int rank = 2;
+  AxisPairs pairs;
+  bool pad = true;  // ZeroPadding; false: Cropping
+};
+struct UpSamplingOptions {
+  int rank = 2;
+  std::vector<int64_t> size;
+  Interpolation interpolation = Interpolation::kNearest;
+};
 // ZeroPadding1D/2D/3D: zeros added before and after each spatial axis.
 std::unique_ptr<Layer> MakeZeroPadding(std::string name, int rank, AxisPairs padding);
 // Cropping1D/2D/3D: positions removed from the start and end of each spatial axis.
 std::unique_ptr<Layer> MakeCropping(std::string name, int rank, AxisPairs cropping);
 
-enum class Interpolation { kNearest, kBilinear };
 // UpSampling1D/2D/3D: each spatial axis repeated `size` times (nearest), or, for 2D, bilinear
 // resizing to size times the input (tf.image.resize: half-pixel centres, edges clamped).
 std::unique_ptr<Layer> MakeUpSampling(std::string name, int rank, std::vector<int64_t> size,

@@ -44,8 +44,9 @@ std::string Position(const Shape& shape, int64_t i) {
   return out + "]";
 }
 
-class Embedding final : public Layer {
+class Embedding final : public Layer, public HasOptions<EmbeddingOptions> {
  public:
+  EmbeddingOptions options() const override { return o_; }
   Embedding(std::string name, EmbeddingOptions o)
       : Layer(std::move(name), "Embedding"), o_(std::move(o)) {}
 

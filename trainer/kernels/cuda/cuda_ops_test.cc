@@ -264,46 +264,89 @@ TEST_F(CudaOpsTest, SoftmaxCrossEntropyMatchesCpu) {
 }
 
 TEST_F(CudaOpsTest, OptimizerKernelsMatchCpuOptimizers) {
-  for (const char* name : {"sgd", "adam"}) {
-    Tensor p = Random({1000}, &rng_);
-    std::vector<Tensor> grads;
-    for (int s = 0; s < 3; ++s) grads.push_back(Random({1000}, &rng_));
-    auto opt = *MakeOptimizer(name, 0.01f, 0.9f);
-    Tensor cpu_p = p;
-    for (Tensor& g : grads) opt->Step({&cpu_p}, {&g});
+  // Every rule of optim/update_kernels.h, through the optimizers that choose it, with Keras's
+  // clipping: two parameters (the second not a multiple of the segment alignment) in one flat
+  // buffer, three steps on the CPU optimizer and on the GPU kernel side by side.
+  const std::vector<std::pair<std::string, std::string> > cases = {
+      {"sgd", ""},
+      {"adam", ""},
+      {"", R"({"class_name": "SGD", "config": {"learning_rate": 0.05, "clipvalue": 0.3}})"},
+      {"", R"({"class_name": "SGD", "config": {"learning_rate": 0.05, "momentum": 0.9}})"},
+      {"", R"({"class_name": "SGD", "config": {"momentum": 0.9, "nesterov": true,
+                                              "global_clipnorm": 1.0}})"},
+      {"", R"({"class_name": "Adam", "config": {"learning_rate": 0.01, "clipnorm": 0.5}})"},
+      {"", R"({"class_name": "Adam", "config": {"amsgrad": true}})"},
+      {"", R"({"class_name": "AdamW", "config": {"weight_decay": 0.1, "learning_rate": 0.01}})"},
+      {"", R"({"class_name": "RMSprop", "config": {}})"},
+      {"", R"({"class_name": "RMSprop", "config": {"momentum": 0.5}})"},
+      {"", R"({"class_name": "RMSprop", "config": {"centered": true}})"},
+      {"", R"({"class_name": "RMSprop", "config": {"centered": true, "momentum": 0.5,
+                                                  "clipnorm": 0.2, "global_clipnorm": 0.3}})"},
+      {"", R"({"class_name": "Adagrad", "config": {"learning_rate": 0.1}})"},
+  };
+  const std::vector<Shape> shapes = {{1000}, {7, 10}};
+  const std::vector<int64_t> offsets = {0, 1024};
+  const int64_t n = 1024 + 128;
+  for (const auto& [name, keras] : cases) {
+    SCOPED_TRACE(name + keras);
+    auto cpu_opt = *MakeOptimizer(name, 0.01f, 0.9f, keras);
+    auto gpu_opt = *MakeOptimizer(name, 0.01f, 0.9f, keras);
+    std::vector<Tensor> cpu_p, steps_grads;
+    for (const Shape& sh : shapes) cpu_p.push_back(Random(sh, &rng_));
+    std::vector<Tensor*> cpu_pp;
+    for (Tensor& t : cpu_p) cpu_pp.push_back(&t);
+    cpu_opt->Init(cpu_pp);
+    gpu_opt->Init(cpu_pp);
 
+    // The flat buffers: parameters and slots at their offsets (the gaps zero).
+    auto flat = [&](const std::vector<Tensor*>& ts) {
+      Tensor f({n});
+      for (size_t i = 0; i < ts.size(); ++i) {
+        std::copy_n(ts[i]->data(), ts[i]->size(), f.data() + offsets[i]);
+      }
+      return f;
+    };
     std::vector<DeviceTensor> keep;
-    float* gp = F32(p, &keep);
-    float* s1 = F32(Tensor({1000}), &keep);
-    float* s2 = F32(Tensor({1000}), &keep);
+    float* gp = F32(flat(cpu_pp), &keep);
+    float* slots[3] = {nullptr, nullptr, nullptr};
+    for (int k = 0; k < gpu_opt->SlotsPerParam(); ++k)
+      slots[k] = F32(flat(gpu_opt->Slots(k)), &keep);
+    absl::StatusOr<ClipScales> clip =
+        ClipScales::Make(ctx_.get(), offsets, {shapes[0][0], shapes[1][0] * shapes[1][1]}, n);
+    ASSERT_TRUE(clip.ok()) << clip.status();
     DeviceTensor copy;
-    ASSERT_OK(copy.Resize(ctx_.get(), {1000}, DType::kBF16));
-    for (int s = 0; s < 3; ++s) {
+    ASSERT_OK(copy.Resize(ctx_.get(), {n}, DType::kBF16));
+    for (int step = 0; step < 3; ++step) {
+      std::vector<Tensor> g;
+      std::vector<Tensor*> gg;
+      for (const Shape& sh : shapes) g.push_back(Random(sh, &rng_, -2.0f, 2.0f));
+      for (Tensor& t : g) gg.push_back(&t);
+      cpu_opt->Step(cpu_pp, gg);
       // The gradient arrives scaled by 8 (loss scale 4, two replicas summed); the factor
       // undoes it.
-      Tensor scaled = grads[static_cast<size_t>(s)];
+      Tensor scaled = flat(gg);
       for (float& v : scaled.values()) v *= 8.0f;
-      float* gg = F32(scaled, &keep);
-      UpdateArgs a{.params = gp,
-                   .grads = gg,
-                   .n = 1000,
-                   .grad_factor = 0.125f,
-                   .compute_copy = copy.data(),
-                   .compute_type = DType::kBF16};
-      if (std::string(name) == "sgd") {
-        ASSERT_OK(SgdUpdate(ctx_.get(), a, s1, 0.01f, 0.9f));
-      } else {
-        const double t = s + 1;
-        const float c1 = static_cast<float>(1.0 - std::pow(0.9, t));
-        const float c2 = static_cast<float>(1.0 - std::pow(0.999, t));
-        ASSERT_OK(AdamUpdate(ctx_.get(), a, s1, s2, 0.9f, 0.999f, 0.01f * std::sqrt(c2) / c1,
-                             1e-7f * std::sqrt(c2)));
-      }
+      float* dg = F32(scaled, &keep);
+      const Optimizer::ExternalStep x = gpu_opt->BeginExternalStep();
+      const bool clipping = x.clipnorm > 0 || x.global_clipnorm > 0;
+      if (clipping) ASSERT_OK(clip->Compute(ctx_.get(), dg, 0.125f, x.clipnorm, x.global_clipnorm));
+      ASSERT_OK(ApplyUpdate(ctx_.get(), x.u,
+                            {.params = gp,
+                             .grads = dg,
+                             .n = n,
+                             .grad_factor = 0.125f,
+                             .compute_copy = copy.data(),
+                             .compute_type = DType::kBF16},
+                            slots[0], slots[1], slots[2], clipping ? &*clip : nullptr));
     }
-    EXPECT_LT(RelativeError(Host(gp, {1000}), cpu_p), 1e-5) << name;
+    const Tensor want = flat(cpu_pp);
+    EXPECT_LT(RelativeError(Host(gp, {n}), want), 1e-5);
+    for (int k = 0; k < gpu_opt->SlotsPerParam(); ++k) {
+      EXPECT_LT(RelativeError(Host(slots[k], {n}), flat(cpu_opt->Slots(k))), 1e-5) << "slot " << k;
+    }
     Tensor hcopy;
     ASSERT_OK(Download(ctx_.get(), copy, &hcopy));
-    EXPECT_LT(RelativeError(hcopy, cpu_p), 1e-2) << name << ": the bf16 copy";
+    EXPECT_LT(RelativeError(hcopy, want), 1e-2) << "the bf16 copy";
   }
 }
 

@@ -41,6 +41,10 @@ class DeviceTensor {
   }
   // The same memory with another shape of the same element count.
   DeviceTensor Reshaped(Shape shape) const { return View(data_, std::move(shape), dtype_); }
+  // This tensor (owned or a view) takes another shape of the same element count in place.
+  void Reshape(Shape shape) {
+    if (NumElements(shape) == size()) shape_ = std::move(shape);
+  }
 
  private:
   Shape shape_;

@@ -24,6 +24,14 @@ __global__ void ScaleKernel(float* __restrict__ x, int64_t n, float alpha) {
 }
 
 template <typename T>
+__global__ void AddIntoKernel(T* __restrict__ acc, const T* __restrict__ x, int64_t n) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
+    acc[i] = FromFloat<T>(ToFloat(acc[i]) + ToFloat(x[i]));
+  }
+}
+
+template <typename T>
 __global__ void AddBiasKernel(T* __restrict__ y, const float* __restrict__ b, int64_t total,
                               int64_t channels, int64_t inner) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
@@ -143,6 +151,22 @@ absl::Status Cast(GpuContext* ctx, const void* src, DType src_type, void* dst, D
 absl::Status Scale(GpuContext* ctx, float* x, int64_t n, float alpha) {
   if (n == 0) return absl::OkStatus();
   ScaleKernel<<<Blocks(n), kThreads, 0, ctx->stream()>>>(x, n, alpha);
+  return Launched();
+}
+
+absl::Status AddInto(GpuContext* ctx, DeviceTensor* acc, const DeviceTensor& x) {
+  if (acc->size() != x.size() || acc->dtype() != x.dtype()) {
+    return absl::InvalidArgumentError("AddInto: " + ShapeString(x.shape()) + " " +
+                                      DTypeName(x.dtype()) + " into " + ShapeString(acc->shape()) +
+                                      " " + DTypeName(acc->dtype()));
+  }
+  if (x.size() == 0) return absl::OkStatus();
+  DispatchDType(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    AddIntoKernel<T>
+        <<<Blocks(x.size()), kThreads, 0, ctx->stream()>>>(acc->as<T>(), x.as<T>(), x.size());
+    return 0;
+  });
   return Launched();
 }
 

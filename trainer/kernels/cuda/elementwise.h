@@ -17,6 +17,8 @@ absl::Status Cast(GpuContext* ctx, const void* src, DType src_type, void* dst, D
                   int64_t n);
 // x[i] *= alpha (fp32).
 absl::Status Scale(GpuContext* ctx, float* x, int64_t n, float alpha);
+// acc[i] += x[i] over tensors of one size and dtype (a gradient's contributions summed).
+absl::Status AddInto(GpuContext* ctx, DeviceTensor* acc, const DeviceTensor& x);
 // y[(o * channels + c) * inner + i] += b[c] for o < outer: the bias of a Dense layer
 // (inner 1) or a convolution (inner H*W). y in any dtype, b fp32.
 absl::Status AddBias(GpuContext* ctx, DeviceTensor* y, const float* b, int64_t outer,

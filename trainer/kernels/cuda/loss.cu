@@ -249,7 +249,7 @@ unsigned int RowBlocks(int64_t rows) {
 
 absl::StatusOr<LossResult> ComputeLoss(GpuContext* ctx, const graph::Loss& l,
                                        const DeviceTensor& pred, const DeviceTensor& target,
-                                       DeviceTensor* dpred) {
+                                       DeviceTensor* dpred, float grad_scale) {
   const int64_t c = pred.shape().empty() ? 1 : pred.shape().back();
   const int64_t rows = pred.size() / std::max<int64_t>(c, 1);
   const bool sparse = l.kind == LossKind::kSparseCategoricalCrossentropy;
@@ -285,11 +285,11 @@ absl::StatusOr<LossResult> ComputeLoss(GpuContext* ctx, const graph::Loss& l,
       if (xent) {
         CrossEntropyRowsKernel<T><<<RowBlocks(rows), kThreads, 0, ctx->stream()>>>(
             a, pred.as<T>(), target.as<float>(), rows, c,
-            static_cast<float>(1.0 / static_cast<double>(rows)), d, loss, bad);
+            static_cast<float>(grad_scale / static_cast<double>(rows)), d, loss, bad);
       } else {
         ElementLossKernel<T><<<Blocks(pred.size()), kThreads, 0, ctx->stream()>>>(
             a, pred.as<T>(), target.as<float>(), pred.size(),
-            1.0 / static_cast<double>(pred.size()), d, loss);
+            grad_scale / static_cast<double>(pred.size()), d, loss);
       }
       if (threshold) {
         ThresholdCorrectKernel<T><<<Blocks(pred.size()), kThreads, 0, ctx->stream()>>>(

@@ -21,10 +21,11 @@ struct LossResult {
   int64_t judged = 0;
 };
 
-// dpred (may be null) gets dL/dpred. A class id outside [0, classes) is InvalidArgument
+// dpred (may be null) gets dL/dpred times `grad_scale` (the fp16 loss scale; 1 otherwise). A
+// class id outside [0, classes) is InvalidArgument
 // naming how many rows had one.
 absl::StatusOr<LossResult> ComputeLoss(GpuContext* ctx, const graph::Loss& l,
                                        const DeviceTensor& pred, const DeviceTensor& target,
-                                       DeviceTensor* dpred);
+                                       DeviceTensor* dpred, float grad_scale = 1.0f);
 
 }  // namespace lockstep::trainer::cuda

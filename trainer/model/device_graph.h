@@ -1,0 +1,74 @@
+#pragma once
+// DeviceGraph: a Keras model file's graph (model/graph_model.h) on one GPU, node for node: each
+// node of the host graph becomes a device op made from its layer's options (graph::OptionsOf)
+// and run by the CUDA kernels of trainer/kernels/cuda/, which have the CPU layers' semantics.
+// The weights live in the flat buffers of device_net.h (the trainable ones, then the kept
+// ones: moving statistics, a frozen layer's weights), mirrored from the host graph, so a seed
+// gives the same initial network on either device. Activations are stored in the compute
+// dtype (a mixed policy's fp16 or bf16; token ids stay fp32); every sum is fp32.
+//
+// Forward runs the nodes in order; backward runs them in reverse, and a tensor read by several
+// nodes gets the sum of their gradients. A layer called at several nodes (a shared layer) has
+// one set of weights whose gradient sums its calls'. Dropout and GaussianNoise draw from
+// counter-based streams keyed by (seed, step, node), so the backward pass regenerates the
+// forward pass's mask.
+//
+// Not on the GPU yet (gpu_support.h names the first such layer; the trainer then runs the model on
+// the CPU, or refuses --device gpu): recurrent layers (SimpleRNN, LSTM, GRU, Bidirectional,
+// TimeDistributed), MultiHeadAttention, the masking layers and Embedding's mask_zero (no masks
+// flow on the GPU), the augmentation layers, comparison layers, weight and activity
+// regularizers, and a ReLU layer with a threshold or with both a maximum and a negative slope.
+// Thread-safety: one thread (the replica's), which has activated the context.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainer/graph/graph.h"
+#include "trainer/model/device_net.h"
+#include "trainer/model/graph_model.h"
+
+namespace lockstep::trainer {
+
+class DeviceOp;
+struct DeviceGraphLayers;
+
+class DeviceGraph final : public DeviceNet {
+ public:
+  static absl::StatusOr<std::unique_ptr<DeviceGraph>> Create(cuda::GpuContext* ctx,
+                                                             GraphModel& host, cuda::DType compute,
+                                                             uint64_t seed);
+  ~DeviceGraph() override;
+
+  absl::StatusOr<cpu::XentResult> TrainStep(const Tensor& x, const std::vector<int32_t>& labels,
+                                            float loss_scale) override;
+  absl::StatusOr<cpu::XentResult> Evaluate(const Tensor& x,
+                                           const std::vector<int32_t>& labels) override;
+  absl::Status Reloaded() override;
+
+ private:
+  DeviceGraph() = default;
+  absl::StatusOr<cpu::XentResult> Run(const Tensor& x, const std::vector<int32_t>& labels,
+                                      bool training, float loss_scale);
+
+  cuda::GpuContext* ctx_ = nullptr;
+  GraphModel* host_ = nullptr;
+  struct Node {
+    std::unique_ptr<DeviceOp> op;
+    graph::Graph::NodeSpec spec;
+  };
+  std::vector<Node> nodes_;
+  std::vector<cuda::DeviceTensor> values_;  // per tensor: a view of its producer's output
+  std::vector<cuda::DeviceTensor> grads_;   // per tensor: dL/d(tensor), owned
+  std::vector<bool> has_grad_;
+  std::vector<cuda::DeviceTensor> inputs_;  // the graph's inputs, uploaded
+  std::vector<cuda::DType> input_dtypes_;
+  std::unique_ptr<DeviceGraphLayers> layers_;  // per layer: its weights on the device
+  cuda::DeviceTensor targets_;
+  Tensor host_targets_;
+  uint64_t seed_ = 0;
+  uint64_t step_ = 0;
+};
+
+}  // namespace lockstep::trainer

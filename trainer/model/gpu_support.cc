@@ -1,0 +1,86 @@
+#include "trainer/model/gpu_support.h"
+
+#include <string>
+
+#include "trainer/graph/layers/conv.h"
+#include "trainer/graph/layers/normalization.h"
+#include "trainer/graph/layers/pooling.h"
+#include "trainer/graph/layers/recurrent.h"
+
+namespace lockstep::trainer {
+
+using graph::Layer;
+using graph::OptionsOf;
+
+namespace {
+
+absl::Status Unsupported(const Layer& l, const std::string& why) {
+  return absl::FailedPreconditionError("layer '" + l.name() + "' (" + l.class_name() +
+                                       ") has no GPU implementation yet: " + why);
+}
+
+}  // namespace
+
+std::optional<graph::Activation> ReluActivation(const graph::ReluOptions& r) {
+  const bool unbounded = r.max_value >= 3.0e38f;
+  if (r.threshold != 0) return std::nullopt;
+  if (r.negative_slope == 0 && unbounded) return graph::Activation{graph::Act::kRelu, 0};
+  if (r.negative_slope == 0 && r.max_value == 6.0f) return graph::Activation{graph::Act::kRelu6, 0};
+  if (unbounded) return graph::Activation{graph::Act::kLeakyRelu, r.negative_slope};
+  return std::nullopt;
+}
+
+absl::StatusOr<GpuOpKind> ClassifyForGpu(const Layer& l) {
+  const std::string& cls = l.class_name();
+  for (const graph::Weight& w : l.weights()) {
+    if (w.l1 != 0 || w.l2 != 0) {
+      return Unsupported(l, "its weight '" + w.name + "' has a regularizer");
+    }
+  }
+  if (l.activity_penalty().any()) return Unsupported(l, "it has an activity regularizer");
+  if (OptionsOf<graph::DenseOptions>(l)) return GpuOpKind::kDense;
+  if (OptionsOf<graph::Activation>(l)) return GpuOpKind::kActivation;
+  if (auto r = OptionsOf<graph::ReluOptions>(l)) {
+    if (!ReluActivation(*r)) {
+      return Unsupported(l, "a ReLU with a threshold, or with both max_value and negative_slope");
+    }
+    return GpuOpKind::kActivation;
+  }
+  if (cls == "Flatten" || cls == "Reshape") return GpuOpKind::kReshape;
+  if (cls == "RepeatVector") return GpuOpKind::kRepeat;
+  if (OptionsOf<graph::DropoutOptions>(l)) return GpuOpKind::kDropout;
+  if (OptionsOf<graph::GaussianNoiseOptions>(l)) return GpuOpKind::kNoise;
+  if (OptionsOf<graph::RescalingOptions>(l)) return GpuOpKind::kRescaling;
+  if (OptionsOf<graph::NormalizationOptions>(l)) return GpuOpKind::kNormalization;
+  if (OptionsOf<graph::MergeOp>(l)) return GpuOpKind::kMerge;
+  if (OptionsOf<graph::ConcatOptions>(l)) return GpuOpKind::kConcat;
+  if (OptionsOf<graph::ConvOptions>(l)) return GpuOpKind::kConv;
+  if (OptionsOf<graph::DepthwiseOptions>(l)) return GpuOpKind::kDepthwise;
+  if (OptionsOf<graph::SeparableOptions>(l)) return GpuOpKind::kSeparable;
+  if (OptionsOf<graph::ConvTransposeOptions>(l)) return GpuOpKind::kConvTranspose;
+  if (OptionsOf<graph::PoolOptions>(l)) return GpuOpKind::kPool;
+  if (OptionsOf<graph::GlobalPoolOptions>(l)) return GpuOpKind::kGlobalPool;
+  if (OptionsOf<graph::BatchNormOptions>(l)) return GpuOpKind::kBatchNorm;
+  if (OptionsOf<graph::LayerNormOptions>(l)) return GpuOpKind::kLayerNorm;
+  if (OptionsOf<graph::PadCropOptions>(l)) return GpuOpKind::kPadCrop;
+  if (OptionsOf<graph::UpSamplingOptions>(l)) return GpuOpKind::kUpSampling;
+  if (auto e = OptionsOf<graph::EmbeddingOptions>(l)) {
+    if (e->mask_zero) return Unsupported(l, "mask_zero (masks do not flow on the GPU yet)");
+    return GpuOpKind::kEmbedding;
+  }
+  return Unsupported(l, "its kernels run on the CPU only in this version");
+}
+
+absl::Status GpuSupported(const graph::Graph& g) {
+  for (size_t i = 0; i < g.num_nodes(); ++i) {
+    const graph::Graph::NodeSpec n = g.node(i);
+    if (n.outputs.size() != 1) {
+      return Unsupported(*n.layer, "it has " + std::to_string(n.outputs.size()) + " outputs");
+    }
+    absl::StatusOr<GpuOpKind> k = ClassifyForGpu(*n.layer);
+    if (!k.ok()) return k.status();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,107 @@
+// Which graph models the GPU engine takes (model/gpu_support.h), decided without a GPU: the
+// test models that exercise every GPU op load, train on the CPU and are accepted; models with
+// layers the GPU has no op for are refused naming the layer; the corpus files either pass or
+// are refused that way.
+#include "trainer/model/gpu_support.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <set>
+
+#include "trainer/model/graph_model.h"
+
+namespace lockstep::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Source(const std::string& path) {
+  return std::string(LOCKSTEP_SOURCE_DIR) + "/" + path;
+}
+
+TEST(GpuSupportTest, TheGpuTestModelsLoadTrainAndAreAccepted) {
+  for (const char* path :
+       {"examples/models/mlp.json", "examples/models/cnn.json",
+        "trainer/model/testdata/every_gpu_op.json", "trainer/model/testdata/tokens.json"}) {
+    SCOPED_TRACE(path);
+    auto m = GraphModel::Load(Source(path), 1);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_TRUE(GpuSupported((*m)->graph()).ok()) << GpuSupported((*m)->graph());
+    Shape s{4};
+    for (int64_t d : (*m)->example_shape()) s.push_back(d);
+    Tensor x(s);
+    // Small integers: token ids for the Embedding, values for the rest.
+    for (int64_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7);
+    const cpu::XentResult r = (*m)->TrainStep(x, {0, 1, 2, 1});
+    EXPECT_TRUE(std::isfinite(r.loss)) << r.loss;
+    EXPECT_EQ((*m)->TakeInputError(), "");
+  }
+  // Every kind of GPU op appears in those models.
+  std::set<GpuOpKind> seen;
+  for (const char* path :
+       {"trainer/model/testdata/every_gpu_op.json", "trainer/model/testdata/tokens.json"}) {
+    auto m = GraphModel::Load(Source(path), 1);
+    ASSERT_TRUE(m.ok());
+    for (const auto& l : (*m)->graph().layers()) seen.insert(*ClassifyForGpu(*l));
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(GpuOpKind::kEmbedding) + 1);
+}
+
+TEST(GpuSupportTest, LayersWithoutAGpuOpAreNamed) {
+  auto lstm = GraphModel::Load(Source("examples/models/lstm.json"), 1);
+  ASSERT_TRUE(lstm.ok());
+  absl::Status s = GpuSupported((*lstm)->graph());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("(LSTM) has no GPU implementation yet"), std::string::npos) << s;
+  auto attention = GraphModel::Load(Source("examples/models/attention.json"), 1);
+  ASSERT_TRUE(attention.ok());
+  s = GpuSupported((*attention)->graph());
+  EXPECT_NE(s.message().find("(MultiHeadAttention)"), std::string::npos) << s;
+
+  // A ReLU layer the activations cannot express, and a regularizer.
+  EXPECT_FALSE(ReluActivation({.max_value = 6.0f, .negative_slope = 0.1f, .threshold = 0}));
+  EXPECT_FALSE(ReluActivation({.max_value = 3.4e38f, .negative_slope = 0, .threshold = 1.0f}));
+  EXPECT_EQ(ReluActivation({.max_value = 6.0f})->kind, graph::Act::kRelu6);
+  EXPECT_EQ(ReluActivation({.negative_slope = 0.3f})->kind, graph::Act::kLeakyRelu);
+  auto k = keras::LoadKerasModel(nlohmann::json{
+      {"class_name", "Sequential"},
+      {"config",
+       {{{"class_name", "Dense"},
+         {"config",
+          {{"name", "d"},
+           {"units", 2},
+           {"batch_input_shape", {nullptr, 3}},
+           {"kernel_regularizer", {{"class_name", "L2"}, {"config", {{"l2", 0.01}}}}}}}}}}});
+  ASSERT_TRUE(k.ok()) << k.status();
+  s = GpuSupported(*k->graph);
+  EXPECT_NE(s.message().find("its weight 'kernel' has a regularizer"), std::string::npos) << s;
+}
+
+TEST(GpuSupportTest, CorpusModelsAreAcceptedOrRefusedByLayer) {
+  const fs::path dir =
+      fs::path(LOCKSTEP_SOURCE_DIR) / ".." / "shared" / "testdata" / "keras-configs";
+  if (!fs::exists(dir)) GTEST_SKIP() << dir << " is absent";
+  int accepted = 0, refused = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".json") continue;
+    absl::StatusOr<keras::KerasModel> m = keras::LoadKerasModelFile(e.path().string(), {.seed = 1});
+    if (!m.ok()) continue;  // the corpus test covers refusals at load
+    const absl::Status s = GpuSupported(*m->graph);
+    if (s.ok()) {
+      ++accepted;
+    } else {
+      ++refused;
+      EXPECT_NE(s.message().find("has no GPU implementation yet"), std::string::npos)
+          << e.path() << ": " << s;
+    }
+  }
+  std::cout << accepted << " corpus models run on the GPU, " << refused
+            << " have a layer without a GPU op\n";
+  EXPECT_GT(accepted, 0);
+}
+
+}  // namespace
+}  // namespace lockstep::trainer
