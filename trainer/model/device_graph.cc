@@ -21,6 +21,7 @@
 #include "trainer/kernels/cuda/merge.h"
 #include "trainer/kernels/cuda/normalization.h"
 #include "trainer/kernels/cuda/pooling.h"
+#include "trainer/kernels/cuda/recurrent.h"
 #include "trainer/kernels/cuda/spatial.h"
 #include "trainer/model/gpu_support.h"
 
@@ -834,6 +835,59 @@ std::pair<std::vector<float>, std::vector<float>> NormalizationAffine(const Grap
   return {scale, offset};
 }
 
+// SimpleRNN, LSTM, GRU over the fp32 master weights (recurrent.h).
+class RecurrentOp final : public DeviceOp {
+ public:
+  RecurrentOp(GpuContext* ctx, const LayerWeights& w, cuda::RnnSpec spec)
+      : w_(w),
+        rnn_(ctx, spec),
+        dk_(ctx, w.find("kernel"), w.shared()),
+        du_(ctx, w.find("recurrent_kernel"), w.shared()),
+        db_(ctx, w.find("bias"), w.shared()) {}
+  absl::StatusOr<DeviceTensor> Forward(const std::vector<const DeviceTensor*>& x,
+                                       const StepInfo&) override {
+    const DeviceWeight* b = w_.find("bias");
+    LOCKSTEP_RETURN_IF_ERROR(rnn_.Forward(*x[0], w_.at("kernel").master,
+                                          w_.at("recurrent_kernel").master,
+                                          b != nullptr ? b->master : nullptr, &y_));
+    return ViewOf(y_);
+  }
+  absl::Status Backward(const std::vector<const DeviceTensor*>&, const DeviceTensor&,
+                        const DeviceTensor& dy, const std::vector<DeviceTensor*>& dx) override {
+    absl::StatusOr<float*> dk = dk_.Target();
+    absl::StatusOr<float*> du = du_.Target();
+    absl::StatusOr<float*> db = db_.Target();
+    for (const auto* t : {&dk, &du, &db}) {
+      if (!t->ok()) return t->status();
+    }
+    LOCKSTEP_RETURN_IF_ERROR(rnn_.Backward(dy, w_.at("kernel").master,
+                                           w_.at("recurrent_kernel").master, dx[0], *dk, *du, *db));
+    LOCKSTEP_RETURN_IF_ERROR(dk_.Commit());
+    LOCKSTEP_RETURN_IF_ERROR(du_.Commit());
+    return db_.Commit();
+  }
+
+ private:
+  const LayerWeights& w_;
+  cuda::Recurrent rnn_;
+  GradOut dk_, du_, db_;
+  DeviceTensor y_;
+};
+
+cuda::RnnSpec RnnSpecOf(const GraphLayer& l) {
+  const graph::RnnOptions o = *OptionsOf<graph::RnnOptions>(l);
+  const std::string& cls = l.class_name();
+  return {.cell = cls == "LSTM"  ? graph::RnnCell::kLstm
+                  : cls == "GRU" ? graph::RnnCell::kGru
+                                 : graph::RnnCell::kSimpleRnn,
+          .units = o.units,
+          .activation = o.activation,
+          .recurrent_activation = o.recurrent_activation,
+          .return_sequences = o.return_sequences,
+          .go_backwards = o.go_backwards,
+          .reset_after = o.reset_after};
+}
+
 uint64_t Mix(uint64_t a, uint64_t b) {
   uint64_t z = a + 0x9E3779B97F4A7C15ull * (b + 1);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -983,6 +1037,9 @@ absl::StatusOr<std::unique_ptr<DeviceGraph>> DeviceGraph::Create(GpuContext* ctx
         op = std::make_unique<EmbeddingOp>(ctx, w, records->bad.back().as<int>());
         break;
       }
+      case GpuOpKind::kRecurrent:
+        op = std::make_unique<RecurrentOp>(ctx, w, RnnSpecOf(l));
+        break;
     }
     d->nodes_.push_back({std::move(op), std::move(spec)});
   }

@@ -13,11 +13,12 @@
 // counter-based streams keyed by (seed, step, node), so the backward pass regenerates the
 // forward pass's mask.
 //
-// Not on the GPU yet (gpu_support.h names the first such layer; the trainer then runs the model on
-// the CPU, or refuses --device gpu): recurrent layers (SimpleRNN, LSTM, GRU, Bidirectional,
-// TimeDistributed), MultiHeadAttention, the masking layers and Embedding's mask_zero (no masks
-// flow on the GPU), the augmentation layers, comparison layers, weight and activity
-// regularizers, and a ReLU layer with a threshold or with both a maximum and a negative slope.
+// Not on the GPU yet (gpu_support.h names the first such layer; the trainer then runs the model
+// on the CPU, or refuses --device gpu): Bidirectional, TimeDistributed, MultiHeadAttention, a
+// recurrent layer's dropout, initial states or return_state, the masking layers and Embedding's
+// mask_zero (no masks flow on the GPU), the augmentation layers, comparison layers, weight and
+// activity regularizers, and a ReLU layer with a threshold or with both a maximum and a
+// negative slope.
 // Thread-safety: one thread (the replica's), which has activated the context.
 
 #include <cstdint>

@@ -36,7 +36,9 @@ std::vector<std::string> Models() {
   std::vector<std::string> out = {Source("examples/models/mlp.json"),
                                   Source("examples/models/cnn.json"),
                                   Source("trainer/model/testdata/every_gpu_op.json"),
-                                  Source("trainer/model/testdata/tokens.json")};
+                                  Source("examples/models/lstm.json"),
+                                  Source("trainer/model/testdata/tokens.json"),
+                                  Source("trainer/model/testdata/recurrent.json")};
   const fs::path dir =
       fs::path(LOCKSTEP_SOURCE_DIR) / ".." / "shared" / "testdata" / "keras-configs";
   std::error_code ec;

@@ -68,6 +68,13 @@ absl::StatusOr<GpuOpKind> ClassifyForGpu(const Layer& l) {
     if (e->mask_zero) return Unsupported(l, "mask_zero (masks do not flow on the GPU yet)");
     return GpuOpKind::kEmbedding;
   }
+  if (auto r = OptionsOf<graph::RnnOptions>(l)) {
+    if (r->dropout > 0 || r->recurrent_dropout > 0) {
+      return Unsupported(l, "input or recurrent dropout on a recurrent layer");
+    }
+    if (r->return_state) return Unsupported(l, "return_state");
+    return GpuOpKind::kRecurrent;
+  }
   return Unsupported(l, "its kernels run on the CPU only in this version");
 }
 
@@ -79,6 +86,9 @@ absl::Status GpuSupported(const graph::Graph& g) {
     }
     absl::StatusOr<GpuOpKind> k = ClassifyForGpu(*n.layer);
     if (!k.ok()) return k.status();
+    if (*k == GpuOpKind::kRecurrent && n.inputs.size() > 1) {
+      return Unsupported(*n.layer, "initial states passed to a recurrent layer");
+    }
   }
   return absl::OkStatus();
 }

@@ -34,6 +34,7 @@ enum class GpuOpKind {
   kPadCrop,
   kUpSampling,
   kEmbedding,
+  kRecurrent,  // SimpleRNN, LSTM, GRU
 };
 
 // The layer's op, or FailedPrecondition "layer 'name' (Class) has no GPU implementation yet:

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <set>
 
+#include "trainer/graph/layers/recurrent.h"
 #include "trainer/model/graph_model.h"
 
 namespace lockstep::trainer {
@@ -24,8 +25,9 @@ std::string Source(const std::string& path) {
 
 TEST(GpuSupportTest, TheGpuTestModelsLoadTrainAndAreAccepted) {
   for (const char* path :
-       {"examples/models/mlp.json", "examples/models/cnn.json",
-        "trainer/model/testdata/every_gpu_op.json", "trainer/model/testdata/tokens.json"}) {
+       {"examples/models/mlp.json", "examples/models/cnn.json", "examples/models/lstm.json",
+        "trainer/model/testdata/every_gpu_op.json", "trainer/model/testdata/tokens.json",
+        "trainer/model/testdata/recurrent.json"}) {
     SCOPED_TRACE(path);
     auto m = GraphModel::Load(Source(path), 1);
     ASSERT_TRUE(m.ok()) << m.status();
@@ -47,19 +49,33 @@ TEST(GpuSupportTest, TheGpuTestModelsLoadTrainAndAreAccepted) {
     ASSERT_TRUE(m.ok());
     for (const auto& l : (*m)->graph().layers()) seen.insert(*ClassifyForGpu(*l));
   }
-  EXPECT_EQ(seen.size(), static_cast<size_t>(GpuOpKind::kEmbedding) + 1);
+  EXPECT_EQ(seen.size(), static_cast<size_t>(GpuOpKind::kRecurrent) + 1);
 }
 
 TEST(GpuSupportTest, LayersWithoutAGpuOpAreNamed) {
-  auto lstm = GraphModel::Load(Source("examples/models/lstm.json"), 1);
-  ASSERT_TRUE(lstm.ok());
-  absl::Status s = GpuSupported((*lstm)->graph());
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.message().find("(LSTM) has no GPU implementation yet"), std::string::npos) << s;
   auto attention = GraphModel::Load(Source("examples/models/attention.json"), 1);
   ASSERT_TRUE(attention.ok());
-  s = GpuSupported((*attention)->graph());
-  EXPECT_NE(s.message().find("(MultiHeadAttention)"), std::string::npos) << s;
+  absl::Status s = GpuSupported((*attention)->graph());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("(MultiHeadAttention) has no GPU implementation yet"),
+            std::string::npos)
+      << s;
+  // A recurrent layer with dropout, and one that returns its state.
+  auto gru = [](nlohmann::json extra) {
+    nlohmann::json cfg = {{"name", "g"}, {"units", 2}, {"batch_input_shape", {nullptr, 5, 3}}};
+    if (extra.is_object()) cfg.update(extra);
+    auto k = keras::LoadKerasModel(nlohmann::json{
+        {"class_name", "Sequential"}, {"config", {{{"class_name", "GRU"}, {"config", cfg}}}}});
+    EXPECT_TRUE(k.ok()) << k.status();
+    return k.ok() ? GpuSupported(*k->graph) : k.status();
+  };
+  EXPECT_TRUE(gru({}).ok()) << gru({});
+  EXPECT_NE(gru({{"dropout", 0.2}}).message().find("input or recurrent dropout"),
+            std::string::npos);
+  graph::RnnOptions state;
+  state.return_state = true;
+  auto lstm = graph::MakeRnn("l", graph::RnnCell::kLstm, state);
+  EXPECT_NE(ClassifyForGpu(*lstm).status().message().find("return_state"), std::string::npos);
 
   // A ReLU layer the activations cannot express, and a regularizer.
   EXPECT_FALSE(ReluActivation({.max_value = 6.0f, .negative_slope = 0.1f, .threshold = 0}));

@@ -299,8 +299,9 @@ enum SavedSlot : size_t {
   kSlots,
 };
 
-class Rnn final : public Layer {
+class Rnn final : public Layer, public HasOptions<RnnOptions> {
  public:
+  RnnOptions options() const override { return o_; }
   Rnn(std::string name, RnnCell cell, RnnOptions o)
       : Layer(std::move(name), RnnClassName(cell)), cell_(cell), o_(std::move(o)) {
     gates_ = cell == RnnCell::kLstm ? 4 : cell == RnnCell::kGru ? 3 : 1;

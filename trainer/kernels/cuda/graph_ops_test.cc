@@ -40,6 +40,7 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 #include "trainer/kernels/cuda/normalization.h"
 #include "trainer/kernels/cuda/op_test_util.h"
 #include "trainer/kernels/cuda/pooling.h"
+#include "trainer/kernels/cuda/recurrent.h"
 #include "trainer/kernels/cuda/spatial.h"
 
 namespace lockstep::trainer::cuda {
@@ -919,6 +920,81 @@ TEST_F(GraphCudaOpsTest, DenseMatchesTheCpuLayer) {
     EXPECT_LT(DeviceError(ctx_.get(), dk, cpu.grads[0]), Tolerance(t))
         << DTypeName(t) << " dkernel";
     EXPECT_LT(DeviceError(ctx_.get(), db, cpu.grads[1]), Tolerance(t)) << DTypeName(t) << " dbias";
+  }
+}
+
+// SimpleRNN, LSTM and GRU (reset_after both ways) against the CPU layer: outputs, input
+// gradients and every weight gradient, over sequences and last outputs, go_backwards, and
+// activations other than the defaults (hard_sigmoid, relu); 16-bit inputs and outputs with
+// fp32 cells.
+TEST_F(GraphCudaOpsTest, RecurrentLayersMatchTheCpuLayer) {
+  struct Case {
+    graph::RnnCell cell;
+    bool reset_after, sequences, backwards;
+    graph::Act act, recurrent;
+  };
+  const std::vector<Case> cases = {
+      {graph::RnnCell::kSimpleRnn, true, true, false, graph::Act::kTanh, graph::Act::kSigmoid},
+      {graph::RnnCell::kSimpleRnn, true, false, true, graph::Act::kRelu, graph::Act::kSigmoid},
+      {graph::RnnCell::kLstm, true, false, false, graph::Act::kTanh, graph::Act::kSigmoid},
+      {graph::RnnCell::kLstm, true, true, true, graph::Act::kTanh, graph::Act::kHardSigmoid2},
+      {graph::RnnCell::kGru, true, true, false, graph::Act::kTanh, graph::Act::kSigmoid},
+      {graph::RnnCell::kGru, true, false, true, graph::Act::kTanh, graph::Act::kHardSigmoid3},
+      {graph::RnnCell::kGru, false, true, true, graph::Act::kTanh, graph::Act::kSigmoid},
+      {graph::RnnCell::kGru, false, false, false, graph::Act::kTanh, graph::Act::kHardSigmoid2},
+  };
+  const int64_t b = 5, t = 7, d = 6, u = 9;
+  for (const Case& c : cases) {
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      const std::string what = std::string(graph::RnnClassName(c.cell)) +
+                               (c.reset_after ? "" : " reset_before") +
+                               (c.sequences ? " sequences" : " last") +
+                               (c.backwards ? " backwards " : " ") + DTypeName(dt);
+      graph::RnnOptions o;
+      o.units = u;
+      o.activation = {c.act, 0};
+      o.recurrent_activation = {c.recurrent, 0};
+      o.return_sequences = c.sequences;
+      o.go_backwards = c.backwards;
+      o.reset_after = c.reset_after;
+      o.bias_initializer.kind = graph::Initializer::Kind::kRandomUniform;
+      auto layer = graph::MakeRnn("rnn", c.cell, o);
+      std::mt19937_64 brng(1);
+      ASSERT_TRUE(layer->Build({Shape{t, d}}, graph::BuildContext{&brng}).ok()) << what;
+      const Tensor x = Rounded(ctx_.get(), Random({b, t, d}, -1.0f, 1.0f), dt);
+      const Shape ys = c.sequences ? Shape{b, t, u} : Shape{b, u};
+      const Tensor dy = Rounded(ctx_.get(), Random(ys, -1.0f, 1.0f), dt);
+      const LayerRun cpu = RunCpuLayer(*layer, x, dy, true);
+      const bool bias = layer->weights().size() > 2;
+      std::vector<DeviceTensor> w(layer->weights().size()), g(layer->weights().size());
+      for (size_t k = 0; k < w.size(); ++k) {
+        ASSERT_OK(Upload(ctx_.get(), layer->weights()[k].value, DType::kF32, &w[k]));
+        ASSERT_OK(g[k].Resize(ctx_.get(), layer->weights()[k].value.shape(), DType::kF32));
+        Poison(&g[k]);
+      }
+      DeviceTensor dx_in, ddy, y, dx;
+      ASSERT_OK(Upload(ctx_.get(), x, dt, &dx_in));
+      ASSERT_OK(Upload(ctx_.get(), dy, dt, &ddy));
+      Recurrent rnn(ctx_.get(), {.cell = c.cell,
+                                 .units = u,
+                                 .activation = o.activation,
+                                 .recurrent_activation = o.recurrent_activation,
+                                 .return_sequences = c.sequences,
+                                 .go_backwards = c.backwards,
+                                 .reset_after = c.reset_after});
+      ASSERT_OK(rnn.Forward(dx_in, w[0].as<float>(), w[1].as<float>(),
+                            bias ? w[2].as<float>() : nullptr, &y));
+      ASSERT_OK(rnn.Backward(ddy, w[0].as<float>(), w[1].as<float>(), &dx, g[0].as<float>(),
+                             g[1].as<float>(), bias ? g[2].as<float>() : nullptr));
+      const double tol = dt == DType::kF32 ? 1e-4 : Tolerance(dt);
+      EXPECT_EQ(y.shape(), ys) << what;
+      EXPECT_LT(DeviceError(ctx_.get(), y, cpu.y), tol) << what << " y";
+      EXPECT_LT(DeviceError(ctx_.get(), dx, cpu.dx), tol) << what << " dx";
+      for (size_t k = 0; k < g.size(); ++k) {
+        EXPECT_LT(DeviceError(ctx_.get(), g[k], cpu.grads[k]), tol)
+            << what << " " << layer->weights()[k].name;
+      }
+    }
   }
 }
 
