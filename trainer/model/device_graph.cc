@@ -874,6 +874,75 @@ class RecurrentOp final : public DeviceOp {
   DeviceTensor y_;
 };
 
+// Bidirectional: the forward layer, the backward one with its sequence lined up in time, and
+// their outputs merged (concatenated, or summed, multiplied, averaged).
+class BidirectionalOp final : public DeviceOp {
+ public:
+  BidirectionalOp(GpuContext* ctx, const GraphLayer& l, const LayerWeights& w,
+                  graph::BidirectionalOptions o, cuda::RnnSpec fwd, cuda::RnnSpec bwd)
+      : ctx_(ctx), merge_(o.merge), fwd_(ctx, fwd), bwd_(ctx, bwd), half_(l.weights().size() / 2) {
+    for (const graph::Weight& hw : l.weights()) weights_.push_back(w.find(hw.name));
+    for (const DeviceWeight* dw : weights_) grads_.emplace_back(ctx, dw, w.shared());
+  }
+  absl::StatusOr<DeviceTensor> Forward(const std::vector<const DeviceTensor*>& x,
+                                       const StepInfo&) override {
+    LOCKSTEP_RETURN_IF_ERROR(fwd_.Forward(*x[0], Master(0), Master(1), Bias(0), &yf_));
+    LOCKSTEP_RETURN_IF_ERROR(
+        bwd_.Forward(*x[0], Master(half_), Master(half_ + 1), Bias(half_), &yb_));
+    if (merge_ == graph::BidirectionalMerge::kConcat) {
+      LOCKSTEP_RETURN_IF_ERROR(cuda::ConcatForward(ctx_, {&yf_, &yb_}, Axis(), &y_));
+    } else {
+      LOCKSTEP_RETURN_IF_ERROR(cuda::MergeForward(ctx_, Op(), {&yf_, &yb_}, &y_));
+    }
+    return ViewOf(y_);
+  }
+  absl::Status Backward(const std::vector<const DeviceTensor*>&, const DeviceTensor& y,
+                        const DeviceTensor& dy, const std::vector<DeviceTensor*>& dx) override {
+    if (merge_ == graph::BidirectionalMerge::kConcat) {
+      LOCKSTEP_RETURN_IF_ERROR(
+          cuda::ConcatBackward(ctx_, dy, {&yf_, &yb_}, Axis(), {&dyf_, &dyb_}));
+    } else {
+      LOCKSTEP_RETURN_IF_ERROR(
+          cuda::MergeBackward(ctx_, Op(), {&yf_, &yb_}, y, dy, {&dyf_, &dyb_}));
+    }
+    std::vector<float*> g;
+    for (GradOut& o : grads_) {
+      absl::StatusOr<float*> t = o.Target();
+      if (!t.ok()) return t.status();
+      g.push_back(*t);
+    }
+    auto grad = [&](size_t k) { return k < g.size() ? g[k] : nullptr; };
+    const bool bias = half_ > 2;
+    LOCKSTEP_RETURN_IF_ERROR(fwd_.Backward(dyf_, Master(0), Master(1), dx[0], grad(0), grad(1),
+                                           bias ? grad(2) : nullptr));
+    LOCKSTEP_RETURN_IF_ERROR(bwd_.Backward(dyb_, Master(half_), Master(half_ + 1),
+                                           dx[0] != nullptr ? &dxb_ : nullptr, grad(half_),
+                                           grad(half_ + 1), bias ? grad(half_ + 2) : nullptr));
+    for (GradOut& o : grads_) LOCKSTEP_RETURN_IF_ERROR(o.Commit());
+    if (dx[0] != nullptr) return cuda::AddInto(ctx_, dx[0], dxb_);
+    return absl::OkStatus();
+  }
+
+ private:
+  const float* Master(size_t k) const { return weights_.at(k)->master; }
+  const float* Bias(size_t first) const {
+    return half_ > 2 ? weights_.at(first + 2)->master : nullptr;
+  }
+  int Axis() const { return static_cast<int>(yf_.shape().size()) - 1; }
+  graph::MergeOp Op() const {
+    return merge_ == graph::BidirectionalMerge::kSum   ? graph::MergeOp::kAdd
+           : merge_ == graph::BidirectionalMerge::kMul ? graph::MergeOp::kMultiply
+                                                       : graph::MergeOp::kAverage;
+  }
+  GpuContext* ctx_;
+  graph::BidirectionalMerge merge_;
+  cuda::Recurrent fwd_, bwd_;
+  size_t half_;  // weights per direction: kernel, recurrent kernel (, bias)
+  std::vector<const DeviceWeight*> weights_;
+  std::vector<GradOut> grads_;
+  DeviceTensor yf_, yb_, y_, dyf_, dyb_, dxb_;
+};
+
 cuda::RnnSpec RnnSpecOf(const GraphLayer& l) {
   const graph::RnnOptions o = *OptionsOf<graph::RnnOptions>(l);
   const std::string& cls = l.class_name();
@@ -1040,6 +1109,13 @@ absl::StatusOr<std::unique_ptr<DeviceGraph>> DeviceGraph::Create(GpuContext* ctx
       case GpuOpKind::kRecurrent:
         op = std::make_unique<RecurrentOp>(ctx, w, RnnSpecOf(l));
         break;
+      case GpuOpKind::kBidirectional: {
+        const graph::BidirectionalOptions o = *OptionsOf<graph::BidirectionalOptions>(l);
+        cuda::RnnSpec bwd = RnnSpecOf(*o.backward);
+        bwd.reverse_outputs = true;
+        op = std::make_unique<BidirectionalOp>(ctx, l, w, o, RnnSpecOf(*o.forward), bwd);
+        break;
+      }
     }
     d->nodes_.push_back({std::move(op), std::move(spec)});
   }

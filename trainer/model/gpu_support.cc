@@ -75,6 +75,16 @@ absl::StatusOr<GpuOpKind> ClassifyForGpu(const Layer& l) {
     if (r->return_state) return Unsupported(l, "return_state");
     return GpuOpKind::kRecurrent;
   }
+  if (auto b = OptionsOf<graph::BidirectionalOptions>(l)) {
+    if (b->merge == graph::BidirectionalMerge::kNone) return Unsupported(l, "merge_mode None");
+    if (b->return_state) return Unsupported(l, "return_state");
+    for (const Layer* inner : {b->forward, b->backward}) {
+      absl::StatusOr<GpuOpKind> k = ClassifyForGpu(*inner);
+      if (!k.ok()) return Unsupported(l, std::string(k.status().message()));
+      if (*k != GpuOpKind::kRecurrent) return Unsupported(l, "it wraps a " + inner->class_name());
+    }
+    return GpuOpKind::kBidirectional;
+  }
   return Unsupported(l, "its kernels run on the CPU only in this version");
 }
 
@@ -86,7 +96,7 @@ absl::Status GpuSupported(const graph::Graph& g) {
     }
     absl::StatusOr<GpuOpKind> k = ClassifyForGpu(*n.layer);
     if (!k.ok()) return k.status();
-    if (*k == GpuOpKind::kRecurrent && n.inputs.size() > 1) {
+    if ((*k == GpuOpKind::kRecurrent || *k == GpuOpKind::kBidirectional) && n.inputs.size() > 1) {
       return Unsupported(*n.layer, "initial states passed to a recurrent layer");
     }
   }

@@ -35,6 +35,7 @@ enum class GpuOpKind {
   kUpSampling,
   kEmbedding,
   kRecurrent,  // SimpleRNN, LSTM, GRU
+  kBidirectional,
 };
 
 // The layer's op, or FailedPrecondition "layer 'name' (Class) has no GPU implementation yet:

@@ -44,12 +44,13 @@ TEST(GpuSupportTest, TheGpuTestModelsLoadTrainAndAreAccepted) {
   // Every kind of GPU op appears in those models.
   std::set<GpuOpKind> seen;
   for (const char* path :
-       {"trainer/model/testdata/every_gpu_op.json", "trainer/model/testdata/tokens.json"}) {
+       {"trainer/model/testdata/every_gpu_op.json", "trainer/model/testdata/tokens.json",
+        "trainer/model/testdata/recurrent.json"}) {
     auto m = GraphModel::Load(Source(path), 1);
     ASSERT_TRUE(m.ok());
     for (const auto& l : (*m)->graph().layers()) seen.insert(*ClassifyForGpu(*l));
   }
-  EXPECT_EQ(seen.size(), static_cast<size_t>(GpuOpKind::kRecurrent) + 1);
+  EXPECT_EQ(seen.size(), static_cast<size_t>(GpuOpKind::kBidirectional) + 1);
 }
 
 TEST(GpuSupportTest, LayersWithoutAGpuOpAreNamed) {

@@ -1108,8 +1108,11 @@ class Wrapper : public Layer {
   std::vector<size_t> first_;
 };
 
-class Bidirectional final : public Wrapper {
+class Bidirectional final : public Wrapper, public HasOptions<BidirectionalOptions> {
  public:
+  BidirectionalOptions options() const override {
+    return {merge_, seq_, state_, inner_[0].get(), inner_[1].get()};
+  }
   Bidirectional(std::string name, std::unique_ptr<Layer> fwd, std::unique_ptr<Layer> bwd,
                 BidirectionalMerge merge, bool return_sequences, bool return_state)
       : Wrapper(std::move(name), "Bidirectional"),

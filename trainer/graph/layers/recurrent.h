@@ -99,6 +99,14 @@ std::unique_ptr<Layer> MakeRnn(std::string name, RnnCell cell, RnnOptions o);
 const char* RnnClassName(RnnCell cell);  // "SimpleRNN", "LSTM", "GRU"
 
 enum class BidirectionalMerge { kConcat, kSum, kMul, kAve, kNone };
+struct BidirectionalOptions {
+  BidirectionalMerge merge = BidirectionalMerge::kConcat;
+  bool return_sequences = false, return_state = false;
+  // The inner layers (their own options through OptionsOf), whose weights the wrapper holds
+  // as its own: the forward layer's, then the backward layer's.
+  const Layer* forward = nullptr;
+  const Layer* backward = nullptr;
+};
 // Runs `forward` on the sequence and `backward` (a go_backwards copy) on it too, flips the
 // backward outputs back into time order (when they are sequences) and merges them; kNone
 // returns both. Inputs: x, then the forward layer's initial states, then the backward

@@ -352,7 +352,7 @@ absl::Status Recurrent::Forward(const DeviceTensor& x, const float* kernel, cons
     DispatchDType(y->dtype(), [&](auto tag) {
       using T = decltype(tag);
       FromTimeMajorKernel<T><<<Blocks(rows * u), kThreads, 0, st>>>(h_.as<float>() + b * u, b, t, u,
-                                                                    false, y->as<T>());
+                                                                    Aligned(), y->as<T>());
       return 0;
     });
     LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
@@ -402,7 +402,7 @@ absl::Status Recurrent::Backward(const DeviceTensor& dy, const float* kernel,
     DispatchDType(dy.dtype(), [&](auto tag) {
       using T = decltype(tag);
       ToTimeMajorKernel<T>
-          <<<Blocks(rows * u), kThreads, 0, st>>>(dy.as<T>(), b, t, u, false, dyt_.as<float>());
+          <<<Blocks(rows * u), kThreads, 0, st>>>(dy.as<T>(), b, t, u, Aligned(), dyt_.as<float>());
       return 0;
     });
     LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());

@@ -34,6 +34,9 @@ struct RnnSpec {
   bool return_sequences = false;
   bool go_backwards = false;
   bool reset_after = true;  // GRU
+  // The output sequence reversed in time (Bidirectional's backward layer, which Keras reverses
+  // so that its steps line up with the forward layer's).
+  bool reverse_outputs = false;
   int gates() const {
     return cell == graph::RnnCell::kLstm ? 4 : cell == graph::RnnCell::kGru ? 3 : 1;
   }
@@ -55,6 +58,8 @@ class Recurrent {
                         DeviceTensor* dx, float* dkernel, float* drecurrent, float* dbias);
 
  private:
+  // The output sequence (and its gradient) reversed in time (see reverse_outputs).
+  bool Aligned() const { return spec_.reverse_outputs; }
   GpuContext* ctx_;
   RnnSpec spec_;
   Shape x_shape_;
