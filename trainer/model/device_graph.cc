@@ -975,6 +975,156 @@ struct DeviceGraphLayers {
 
 DeviceGraph::~DeviceGraph() = default;
 
+namespace {
+
+// TimeDistributed: the inner layer's op on [batch * time, ...], reshaped back.
+class TimeDistributedOp final : public DeviceOp {
+ public:
+  explicit TimeDistributedOp(std::unique_ptr<DeviceOp> inner) : inner_(std::move(inner)) {}
+  absl::StatusOr<DeviceTensor> Forward(const std::vector<const DeviceTensor*>& x,
+                                       const StepInfo& step) override {
+    folded_ = Fold(*x[0]);
+    absl::StatusOr<DeviceTensor> y = inner_->Forward({&folded_}, step);
+    if (!y.ok()) return y.status();
+    folded_y_ = std::move(*y);
+    return Unfold(folded_y_, *x[0]);
+  }
+  absl::Status Backward(const std::vector<const DeviceTensor*>& x, const DeviceTensor&,
+                        const DeviceTensor& dy, const std::vector<DeviceTensor*>& dx) override {
+    const DeviceTensor fdy = Fold(dy);
+    LOCKSTEP_RETURN_IF_ERROR(inner_->Backward({&folded_}, folded_y_, fdy, dx));
+    if (dx[0] != nullptr) dx[0]->Reshape(x[0]->shape());
+    return absl::OkStatus();
+  }
+  absl::Status Reloaded() override { return inner_->Reloaded(); }
+
+ private:
+  static DeviceTensor Fold(const DeviceTensor& t) {
+    Shape s(t.shape().begin() + 1, t.shape().end());
+    s[0] = t.dim(0) * t.dim(1);
+    return t.Reshaped(std::move(s));
+  }
+  static DeviceTensor Unfold(const DeviceTensor& y, const DeviceTensor& x) {
+    Shape s{x.dim(0), x.dim(1)};
+    s.insert(s.end(), y.shape().begin() + 1, y.shape().end());
+    return y.Reshaped(std::move(s));
+  }
+  std::unique_ptr<DeviceOp> inner_;
+  DeviceTensor folded_, folded_y_;
+};
+
+// The device op of a call of `l` whose per-example output shape is `out`, over the weights `w`.
+absl::StatusOr<std::unique_ptr<DeviceOp>> MakeOp(GpuContext* ctx, const GraphLayer& l,
+                                                 const LayerWeights& w, const Shape& out,
+                                                 DType compute, DeviceGraphLayers* records) {
+  absl::StatusOr<GpuOpKind> kind = ClassifyForGpu(l);
+  if (!kind.ok()) return kind.status();
+  std::unique_ptr<DeviceOp> op;
+  switch (*kind) {
+    case GpuOpKind::kDense:
+      op = std::make_unique<DenseOp>(ctx, w, ActOf<graph::DenseOptions>(l));
+      break;
+    case GpuOpKind::kActivation: {
+      std::optional<graph::Activation> a = OptionsOf<graph::Activation>(l);
+      if (!a) a = ReluActivation(*OptionsOf<graph::ReluOptions>(l));
+      op = std::make_unique<ActivationOp>(ctx, *a);
+      break;
+    }
+    case GpuOpKind::kReshape:
+      op = std::make_unique<ReshapeOp>(ctx, out);
+      break;
+    case GpuOpKind::kRepeat:
+      op = std::make_unique<RepeatOp>(ctx, out[0]);
+      break;
+    case GpuOpKind::kDropout: {
+      const graph::DropoutOptions o = *OptionsOf<graph::DropoutOptions>(l);
+      op = std::make_unique<NoiseOp>(ctx, true, o.rate, o.noise_shape);
+      break;
+    }
+    case GpuOpKind::kNoise:
+      op = std::make_unique<NoiseOp>(ctx, false, OptionsOf<graph::GaussianNoiseOptions>(l)->stddev,
+                                     Shape{});
+      break;
+    case GpuOpKind::kRescaling: {
+      const graph::RescalingOptions o = *OptionsOf<graph::RescalingOptions>(l);
+      op = std::make_unique<AffineOp>(ctx, compute, [o] { return std::pair{o.scale, o.offset}; });
+      break;
+    }
+    case GpuOpKind::kNormalization:
+      op = std::make_unique<AffineOp>(ctx, compute, [&l] { return NormalizationAffine(l); });
+      break;
+    case GpuOpKind::kMerge:
+      op = std::make_unique<MergeOp>(ctx, *OptionsOf<graph::MergeOp>(l));
+      break;
+    case GpuOpKind::kConcat:
+      op = std::make_unique<ConcatOp>(ctx, OptionsOf<graph::ConcatOptions>(l)->axis);
+      break;
+    case GpuOpKind::kConv:
+      op = std::make_unique<ConvOp>(ctx, l, w, ActOf<graph::ConvOptions>(l), "kernel", false);
+      break;
+    case GpuOpKind::kDepthwise:
+      op = std::make_unique<ConvOp>(ctx, l, w, ActOf<graph::DepthwiseOptions>(l),
+                                    "depthwise_kernel", false);
+      break;
+    case GpuOpKind::kSeparable:
+      op = std::make_unique<ConvOp>(ctx, l, w, ActOf<graph::SeparableOptions>(l),
+                                    "depthwise_kernel", true);
+      break;
+    case GpuOpKind::kConvTranspose:
+      op = std::make_unique<ConvTransposeOp>(ctx, l, w, ActOf<graph::ConvTransposeOptions>(l));
+      break;
+    case GpuOpKind::kPool:
+      op = std::make_unique<PoolOp>(ctx, l, OptionsOf<graph::PoolOptions>(l)->mode);
+      break;
+    case GpuOpKind::kGlobalPool:
+      op = std::make_unique<GlobalPoolOp>(ctx, *OptionsOf<graph::GlobalPoolOptions>(l));
+      break;
+    case GpuOpKind::kBatchNorm:
+      op = std::make_unique<BatchNormOp>(ctx, l, w, *OptionsOf<graph::BatchNormOptions>(l));
+      break;
+    case GpuOpKind::kLayerNorm:
+      op = std::make_unique<LayerNormOp>(ctx, w, *OptionsOf<graph::LayerNormOptions>(l));
+      break;
+    case GpuOpKind::kPadCrop:
+      op = std::make_unique<PadCropOp>(ctx, *OptionsOf<graph::PadCropOptions>(l));
+      break;
+    case GpuOpKind::kUpSampling:
+      op = std::make_unique<UpSamplingOp>(ctx, *OptionsOf<graph::UpSamplingOptions>(l));
+      break;
+    case GpuOpKind::kEmbedding: {
+      absl::StatusOr<cuda::DeviceBuffer> bad =
+          cuda::DeviceBuffer::Make(ctx->allocator(), sizeof(int));
+      if (!bad.ok()) return bad.status();
+      records->bad.push_back(std::move(*bad));
+      op = std::make_unique<EmbeddingOp>(ctx, w, records->bad.back().as<int>());
+      break;
+    }
+    case GpuOpKind::kRecurrent:
+      op = std::make_unique<RecurrentOp>(ctx, w, RnnSpecOf(l));
+      break;
+    case GpuOpKind::kTimeDistributed: {
+      // The inner layer's weights are the wrapper's, under the same names; its output per
+      // time step is the wrapper's without the time axis.
+      const graph::TimeDistributedOptions o = *OptionsOf<graph::TimeDistributedOptions>(l);
+      absl::StatusOr<std::unique_ptr<DeviceOp>> inner =
+          MakeOp(ctx, *o.inner, w, Shape(out.begin() + 1, out.end()), compute, records);
+      if (!inner.ok()) return inner.status();
+      op = std::make_unique<TimeDistributedOp>(std::move(*inner));
+      break;
+    }
+    case GpuOpKind::kBidirectional: {
+      const graph::BidirectionalOptions o = *OptionsOf<graph::BidirectionalOptions>(l);
+      cuda::RnnSpec bwd = RnnSpecOf(*o.backward);
+      bwd.reverse_outputs = true;
+      op = std::make_unique<BidirectionalOp>(ctx, l, w, o, RnnSpecOf(*o.forward), bwd);
+      break;
+    }
+  }
+  return op;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<DeviceGraph>> DeviceGraph::Create(GpuContext* ctx, GraphModel& host,
                                                                  DType compute, uint64_t seed) {
   graph::Graph& g = host.graph();
@@ -1023,101 +1173,10 @@ absl::StatusOr<std::unique_ptr<DeviceGraph>> DeviceGraph::Create(GpuContext* ctx
   for (size_t i = 0; i < g.num_nodes(); ++i) {
     graph::Graph::NodeSpec spec = g.node(i);
     const GraphLayer& l = *spec.layer;
-    const LayerWeights& w = *records->weights.at(&l);
-    absl::StatusOr<GpuOpKind> kind = ClassifyForGpu(l);
-    if (!kind.ok()) return kind.status();
-    std::unique_ptr<DeviceOp> op;
-    switch (*kind) {
-      case GpuOpKind::kDense:
-        op = std::make_unique<DenseOp>(ctx, w, ActOf<graph::DenseOptions>(l));
-        break;
-      case GpuOpKind::kActivation: {
-        std::optional<graph::Activation> a = OptionsOf<graph::Activation>(l);
-        if (!a) a = ReluActivation(*OptionsOf<graph::ReluOptions>(l));
-        op = std::make_unique<ActivationOp>(ctx, *a);
-        break;
-      }
-      case GpuOpKind::kReshape:
-        op = std::make_unique<ReshapeOp>(ctx, g.shape(spec.outputs[0]));
-        break;
-      case GpuOpKind::kRepeat:
-        op = std::make_unique<RepeatOp>(ctx, g.shape(spec.outputs[0])[0]);
-        break;
-      case GpuOpKind::kDropout: {
-        const graph::DropoutOptions o = *OptionsOf<graph::DropoutOptions>(l);
-        op = std::make_unique<NoiseOp>(ctx, true, o.rate, o.noise_shape);
-        break;
-      }
-      case GpuOpKind::kNoise:
-        op = std::make_unique<NoiseOp>(ctx, false,
-                                       OptionsOf<graph::GaussianNoiseOptions>(l)->stddev, Shape{});
-        break;
-      case GpuOpKind::kRescaling: {
-        const graph::RescalingOptions o = *OptionsOf<graph::RescalingOptions>(l);
-        op = std::make_unique<AffineOp>(ctx, compute, [o] { return std::pair{o.scale, o.offset}; });
-        break;
-      }
-      case GpuOpKind::kNormalization:
-        op = std::make_unique<AffineOp>(ctx, compute, [&l] { return NormalizationAffine(l); });
-        break;
-      case GpuOpKind::kMerge:
-        op = std::make_unique<MergeOp>(ctx, *OptionsOf<graph::MergeOp>(l));
-        break;
-      case GpuOpKind::kConcat:
-        op = std::make_unique<ConcatOp>(ctx, OptionsOf<graph::ConcatOptions>(l)->axis);
-        break;
-      case GpuOpKind::kConv:
-        op = std::make_unique<ConvOp>(ctx, l, w, ActOf<graph::ConvOptions>(l), "kernel", false);
-        break;
-      case GpuOpKind::kDepthwise:
-        op = std::make_unique<ConvOp>(ctx, l, w, ActOf<graph::DepthwiseOptions>(l),
-                                      "depthwise_kernel", false);
-        break;
-      case GpuOpKind::kSeparable:
-        op = std::make_unique<ConvOp>(ctx, l, w, ActOf<graph::SeparableOptions>(l),
-                                      "depthwise_kernel", true);
-        break;
-      case GpuOpKind::kConvTranspose:
-        op = std::make_unique<ConvTransposeOp>(ctx, l, w, ActOf<graph::ConvTransposeOptions>(l));
-        break;
-      case GpuOpKind::kPool:
-        op = std::make_unique<PoolOp>(ctx, l, OptionsOf<graph::PoolOptions>(l)->mode);
-        break;
-      case GpuOpKind::kGlobalPool:
-        op = std::make_unique<GlobalPoolOp>(ctx, *OptionsOf<graph::GlobalPoolOptions>(l));
-        break;
-      case GpuOpKind::kBatchNorm:
-        op = std::make_unique<BatchNormOp>(ctx, l, w, *OptionsOf<graph::BatchNormOptions>(l));
-        break;
-      case GpuOpKind::kLayerNorm:
-        op = std::make_unique<LayerNormOp>(ctx, w, *OptionsOf<graph::LayerNormOptions>(l));
-        break;
-      case GpuOpKind::kPadCrop:
-        op = std::make_unique<PadCropOp>(ctx, *OptionsOf<graph::PadCropOptions>(l));
-        break;
-      case GpuOpKind::kUpSampling:
-        op = std::make_unique<UpSamplingOp>(ctx, *OptionsOf<graph::UpSamplingOptions>(l));
-        break;
-      case GpuOpKind::kEmbedding: {
-        absl::StatusOr<cuda::DeviceBuffer> bad =
-            cuda::DeviceBuffer::Make(ctx->allocator(), sizeof(int));
-        if (!bad.ok()) return bad.status();
-        records->bad.push_back(std::move(*bad));
-        op = std::make_unique<EmbeddingOp>(ctx, w, records->bad.back().as<int>());
-        break;
-      }
-      case GpuOpKind::kRecurrent:
-        op = std::make_unique<RecurrentOp>(ctx, w, RnnSpecOf(l));
-        break;
-      case GpuOpKind::kBidirectional: {
-        const graph::BidirectionalOptions o = *OptionsOf<graph::BidirectionalOptions>(l);
-        cuda::RnnSpec bwd = RnnSpecOf(*o.backward);
-        bwd.reverse_outputs = true;
-        op = std::make_unique<BidirectionalOp>(ctx, l, w, o, RnnSpecOf(*o.forward), bwd);
-        break;
-      }
-    }
-    d->nodes_.push_back({std::move(op), std::move(spec)});
+    absl::StatusOr<std::unique_ptr<DeviceOp>> op =
+        MakeOp(ctx, l, *records->weights.at(&l), g.shape(spec.outputs[0]), compute, records.get());
+    if (!op.ok()) return op.status();
+    d->nodes_.push_back({std::move(*op), std::move(spec)});
   }
   size_t tensors = g.inputs().size();
   for (const Node& n : d->nodes_) {

@@ -85,6 +85,11 @@ absl::StatusOr<GpuOpKind> ClassifyForGpu(const Layer& l) {
     }
     return GpuOpKind::kBidirectional;
   }
+  if (auto t = OptionsOf<graph::TimeDistributedOptions>(l)) {
+    absl::StatusOr<GpuOpKind> k = ClassifyForGpu(*t->inner);
+    if (!k.ok()) return Unsupported(l, std::string(k.status().message()));
+    return GpuOpKind::kTimeDistributed;
+  }
   return Unsupported(l, "its kernels run on the CPU only in this version");
 }
 

@@ -36,6 +36,7 @@ enum class GpuOpKind {
   kEmbedding,
   kRecurrent,  // SimpleRNN, LSTM, GRU
   kBidirectional,
+  kTimeDistributed,
 };
 
 // The layer's op, or FailedPrecondition "layer 'name' (Class) has no GPU implementation yet:

@@ -1380,8 +1380,9 @@ class Bidirectional final : public Wrapper, public HasOptions<BidirectionalOptio
   size_t half_ = 0, outs_ = 1;
 };
 
-class TimeDistributed final : public Wrapper {
+class TimeDistributed final : public Wrapper, public HasOptions<TimeDistributedOptions> {
  public:
+  TimeDistributedOptions options() const override { return {inner_[0].get()}; }
   TimeDistributed(std::string name, std::unique_ptr<Layer> inner)
       : Wrapper(std::move(name), "TimeDistributed") {
     inner_.push_back(std::move(inner));

@@ -116,6 +116,9 @@ std::unique_ptr<Layer> MakeBidirectional(std::string name, std::unique_ptr<Layer
                                          std::unique_ptr<Layer> backward, BidirectionalMerge merge,
                                          bool return_sequences, bool return_state);
 
+struct TimeDistributedOptions {
+  const Layer* inner = nullptr;  // its weights are the wrapper's, under the same names
+};
 // Applies `inner` to every time step: [batch, time, ...] runs as [batch * time, ...] and is
 // reshaped back. The input's mask passes through; the inner layer sees none.
 std::unique_ptr<Layer> MakeTimeDistributed(std::string name, std::unique_ptr<Layer> inner);
