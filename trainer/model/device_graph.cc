@@ -1142,6 +1142,18 @@ absl::StatusOr<std::unique_ptr<DeviceGraph>> DeviceGraph::Create(GpuContext* ctx
   for (size_t i = 0; i < trainable.size(); ++i) index[trainable[i]] = i;
   for (size_t i = 0; i < state.size(); ++i) index[state[i]] = trainable.size() + i;
 
+  for (size_t i = 0; i < trainable.size(); ++i) {
+    for (const auto& [layer, w] : g.AllWeights()) {
+      if (&w->value == trainable[i] && (w->l1 != 0 || w->l2 != 0)) {
+        d->penalties_.push_back({i, w->value.size(), w->l1, w->l2});
+      }
+    }
+  }
+  if (!d->penalties_.empty()) {
+    LOCKSTEP_RETURN_IF_ERROR(
+        d->penalty_values_.Resize(ctx, {static_cast<int64_t>(d->penalties_.size())}, DType::kF32));
+  }
+
   auto records = std::make_unique<DeviceGraphLayers>();
   std::map<const GraphLayer*, int> calls;
   for (size_t i = 0; i < g.num_nodes(); ++i) ++calls[g.node(i).layer];
@@ -1188,6 +1200,24 @@ absl::StatusOr<std::unique_ptr<DeviceGraph>> DeviceGraph::Create(GpuContext* ctx
   d->inputs_.resize(g.inputs().size());
   d->layers_ = std::move(records);
   return d;
+}
+
+absl::Status DeviceGraph::AddPenalties(bool gradients, float loss_scale, double* loss) {
+  if (penalties_.empty()) return absl::OkStatus();
+  for (size_t k = 0; k < penalties_.size(); ++k) {
+    const Penalty& p = penalties_[k];
+    LOCKSTEP_RETURN_IF_ERROR(cuda::WeightPenalty(ctx_, weights_.master(p.weight), p.size, p.l1,
+                                                 p.l2,
+                                                 gradients ? weights_.grad(p.weight) : nullptr,
+                                                 loss_scale, penalty_values_.as<float>() + k));
+  }
+  std::vector<float> values(penalties_.size());
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemcpyAsync(values.data(), penalty_values_.data(),
+                                               values.size() * sizeof(float),
+                                               cudaMemcpyDeviceToHost, ctx_->stream()));
+  LOCKSTEP_RETURN_IF_ERROR(ctx_->Synchronize());
+  for (float v : values) *loss += v;
+  return absl::OkStatus();
 }
 
 absl::Status DeviceGraph::Reloaded() {
@@ -1260,8 +1290,11 @@ absl::StatusOr<cpu::XentResult> DeviceGraph::Run(const Tensor& x,
   if (!loss.ok())
     return absl::DataLossError("a batch the model cannot take: " +
                                std::string(loss.status().message()));
-  const cpu::XentResult r{.loss = loss->loss, .correct = loss->correct};
-  if (!training) return r;
+  cpu::XentResult r{.loss = loss->loss, .correct = loss->correct};
+  if (!training) {
+    LOCKSTEP_RETURN_IF_ERROR(AddPenalties(false, 1.0f, &r.loss));
+    return r;
+  }
 
   // Backward, node by node in reverse; each tensor's gradient sums its readers'.
   has_grad_[out] = true;
@@ -1312,6 +1345,7 @@ absl::StatusOr<cpu::XentResult> DeviceGraph::Run(const Tensor& x,
       has_grad_[t] = true;
     }
   }
+  LOCKSTEP_RETURN_IF_ERROR(AddPenalties(true, loss_scale, &r.loss));
   return r;
 }
 

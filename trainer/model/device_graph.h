@@ -17,7 +17,7 @@
 // on the CPU, or refuses --device gpu): TimeDistributed, MultiHeadAttention, a recurrent
 // layer's (or Bidirectional's) dropout, initial states, return_state or merge_mode None, the
 // masking layers and Embedding's mask_zero (no masks flow on the GPU), the augmentation layers,
-// comparison layers, weight and activity regularizers, and a ReLU layer with a threshold or with
+// comparison layers, activity regularizers, and a ReLU layer with a threshold or with
 // both a maximum and a negative slope. Thread-safety: one thread (the replica's), which has
 // activated the context.
 
@@ -52,6 +52,9 @@ class DeviceGraph final : public DeviceNet {
   DeviceGraph() = default;
   absl::StatusOr<cpu::XentResult> Run(const Tensor& x, const std::vector<int32_t>& labels,
                                       bool training, float loss_scale);
+  // The weight regularizers' penalty added to `loss`, and (when `gradients`) their gradient,
+  // times the loss scale, to the weights' gradients.
+  absl::Status AddPenalties(bool gradients, float loss_scale, double* loss);
 
   cuda::GpuContext* ctx_ = nullptr;
   GraphModel* host_ = nullptr;
@@ -66,6 +69,15 @@ class DeviceGraph final : public DeviceNet {
   std::vector<cuda::DeviceTensor> inputs_;  // the graph's inputs, uploaded
   std::vector<cuda::DType> input_dtypes_;
   std::unique_ptr<DeviceGraphLayers> layers_;  // per layer: its weights on the device
+  // The trained weights with a regularizer (their place in the flat buffers) and each one's
+  // penalty of the last step.
+  struct Penalty {
+    size_t weight;
+    int64_t size;
+    float l1, l2;
+  };
+  std::vector<Penalty> penalties_;
+  cuda::DeviceTensor penalty_values_;
   cuda::DeviceTensor targets_;
   Tensor host_targets_;
   uint64_t seed_ = 0;

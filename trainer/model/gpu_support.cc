@@ -32,11 +32,6 @@ std::optional<graph::Activation> ReluActivation(const graph::ReluOptions& r) {
 
 absl::StatusOr<GpuOpKind> ClassifyForGpu(const Layer& l) {
   const std::string& cls = l.class_name();
-  for (const graph::Weight& w : l.weights()) {
-    if (w.l1 != 0 || w.l2 != 0) {
-      return Unsupported(l, "its weight '" + w.name + "' has a regularizer");
-    }
-  }
   if (l.activity_penalty().any()) return Unsupported(l, "it has an activity regularizer");
   if (OptionsOf<graph::DenseOptions>(l)) return GpuOpKind::kDense;
   if (OptionsOf<graph::Activation>(l)) return GpuOpKind::kActivation;

@@ -23,6 +23,27 @@ __global__ void ScaleKernel(float* __restrict__ x, int64_t n, float alpha) {
   }
 }
 
+__global__ void WeightPenaltyKernel(const float* __restrict__ w, int64_t n, float l1, float l2,
+                                    float* __restrict__ grad, float grad_scale,
+                                    float* __restrict__ penalty) {
+  __shared__ double part[kThreads];
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = w[i];
+    acc += static_cast<double>(l1) * fabsf(v) + static_cast<double>(l2) * v * v;
+    if (grad != nullptr) {
+      grad[i] += grad_scale * (l1 * static_cast<float>((v > 0) - (v < 0)) + 2.0f * l2 * v);
+    }
+  }
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *penalty = static_cast<float>(part[0]);
+}
+
 template <typename T>
 __global__ void AddIntoKernel(T* __restrict__ acc, const T* __restrict__ x, int64_t n) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
@@ -151,6 +172,12 @@ absl::Status Cast(GpuContext* ctx, const void* src, DType src_type, void* dst, D
 absl::Status Scale(GpuContext* ctx, float* x, int64_t n, float alpha) {
   if (n == 0) return absl::OkStatus();
   ScaleKernel<<<Blocks(n), kThreads, 0, ctx->stream()>>>(x, n, alpha);
+  return Launched();
+}
+
+absl::Status WeightPenalty(GpuContext* ctx, const float* w, int64_t n, float l1, float l2,
+                           float* grad, float grad_scale, float* penalty) {
+  WeightPenaltyKernel<<<1, kThreads, 0, ctx->stream()>>>(w, n, l1, l2, grad, grad_scale, penalty);
   return Launched();
 }
 

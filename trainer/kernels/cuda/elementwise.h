@@ -17,6 +17,10 @@ absl::Status Cast(GpuContext* ctx, const void* src, DType src_type, void* dst, D
                   int64_t n);
 // x[i] *= alpha (fp32).
 absl::Status Scale(GpuContext* ctx, float* x, int64_t n, float alpha);
+// A weight regularizer (fp32): *penalty = l1 sum |w| + l2 sum w^2 (one block, a fixed order),
+// and, when `grad` is not null, grad += grad_scale (l1 sign(w) + 2 l2 w).
+absl::Status WeightPenalty(GpuContext* ctx, const float* w, int64_t n, float l1, float l2,
+                           float* grad, float grad_scale, float* penalty);
 // acc[i] += x[i] over tensors of one size and dtype (a gradient's contributions summed).
 absl::Status AddInto(GpuContext* ctx, DeviceTensor* acc, const DeviceTensor& x);
 // y[(o * channels + c) * inner + i] += b[c] for o < outer: the bias of a Dense layer
