@@ -14,12 +14,11 @@
 // forward pass's mask.
 //
 // Not on the GPU yet (gpu_support.h names the first such layer; the trainer then runs the model
-// on the CPU, or refuses --device gpu): TimeDistributed, MultiHeadAttention, a recurrent
-// layer's (or Bidirectional's) dropout, initial states, return_state or merge_mode None, the
-// masking layers and Embedding's mask_zero (no masks flow on the GPU), the augmentation layers,
-// comparison layers, activity regularizers, and a ReLU layer with a threshold or with
-// both a maximum and a negative slope. Thread-safety: one thread (the replica's), which has
-// activated the context.
+// on the CPU, or refuses --device gpu): a recurrent layer's (or Bidirectional's) dropout,
+// initial states, return_state or merge_mode None; the masking layers and Embedding's mask_zero
+// (no masks flow on the GPU); the augmentation and comparison layers; activity regularizers;
+// a ReLU layer with a threshold, or with both a maximum and a negative slope.
+// Thread-safety: one thread (the replica's), which has activated the context.
 
 #include <cstdint>
 #include <memory>

@@ -37,6 +37,7 @@ std::vector<std::string> Models() {
                                   Source("examples/models/cnn.json"),
                                   Source("trainer/model/testdata/every_gpu_op.json"),
                                   Source("examples/models/lstm.json"),
+                                  Source("examples/models/attention.json"),
                                   Source("trainer/model/testdata/tokens.json"),
                                   Source("trainer/model/testdata/recurrent.json")};
   const fs::path dir =

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "trainer/graph/layers/attention.h"
 #include "trainer/graph/layers/conv.h"
 #include "trainer/graph/layers/normalization.h"
 #include "trainer/graph/layers/pooling.h"
@@ -80,6 +81,7 @@ absl::StatusOr<GpuOpKind> ClassifyForGpu(const Layer& l) {
     }
     return GpuOpKind::kBidirectional;
   }
+  if (OptionsOf<graph::MultiHeadAttentionOptions>(l)) return GpuOpKind::kAttention;
   if (auto t = OptionsOf<graph::TimeDistributedOptions>(l)) {
     absl::StatusOr<GpuOpKind> k = ClassifyForGpu(*t->inner);
     if (!k.ok()) return Unsupported(l, std::string(k.status().message()));

@@ -37,6 +37,7 @@ enum class GpuOpKind {
   kRecurrent,  // SimpleRNN, LSTM, GRU
   kBidirectional,
   kTimeDistributed,
+  kAttention,  // MultiHeadAttention
 };
 
 // The layer's op, or FailedPrecondition "layer 'name' (Class) has no GPU implementation yet:

@@ -26,8 +26,8 @@ std::string Source(const std::string& path) {
 TEST(GpuSupportTest, TheGpuTestModelsLoadTrainAndAreAccepted) {
   for (const char* path :
        {"examples/models/mlp.json", "examples/models/cnn.json", "examples/models/lstm.json",
-        "trainer/model/testdata/every_gpu_op.json", "trainer/model/testdata/tokens.json",
-        "trainer/model/testdata/recurrent.json"}) {
+        "examples/models/attention.json", "trainer/model/testdata/every_gpu_op.json",
+        "trainer/model/testdata/tokens.json", "trainer/model/testdata/recurrent.json"}) {
     SCOPED_TRACE(path);
     auto m = GraphModel::Load(Source(path), 1);
     ASSERT_TRUE(m.ok()) << m.status();
@@ -50,15 +50,25 @@ TEST(GpuSupportTest, TheGpuTestModelsLoadTrainAndAreAccepted) {
     ASSERT_TRUE(m.ok());
     for (const auto& l : (*m)->graph().layers()) seen.insert(*ClassifyForGpu(*l));
   }
-  EXPECT_EQ(seen.size(), static_cast<size_t>(GpuOpKind::kTimeDistributed) + 1);
+  EXPECT_EQ(seen.size(), static_cast<size_t>(GpuOpKind::kAttention) + 1);
 }
 
 TEST(GpuSupportTest, LayersWithoutAGpuOpAreNamed) {
-  auto attention = GraphModel::Load(Source("examples/models/attention.json"), 1);
-  ASSERT_TRUE(attention.ok());
-  absl::Status s = GpuSupported((*attention)->graph());
+  auto masked = keras::LoadKerasModel(
+      nlohmann::json{{"class_name", "Sequential"},
+                     {"config",
+                      {{{"class_name", "Embedding"},
+                        {"config",
+                         {{"name", "e"},
+                          {"input_dim", 10},
+                          {"output_dim", 4},
+                          {"mask_zero", true},
+                          {"batch_input_shape", {nullptr, 5}}}}},
+                       {{"class_name", "GlobalAveragePooling1D"}, {"config", {{"name", "p"}}}}}}});
+  ASSERT_TRUE(masked.ok()) << masked.status();
+  absl::Status s = GpuSupported(*masked->graph);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.message().find("(MultiHeadAttention) has no GPU implementation yet"),
+  EXPECT_NE(s.message().find("layer 'e' (Embedding) has no GPU implementation yet: mask_zero"),
             std::string::npos)
       << s;
   // A recurrent layer with dropout, and one that returns its state.

@@ -51,8 +51,9 @@ enum Slot : size_t {
   kSlots,
 };
 
-class MultiHeadAttention final : public Layer {
+class MultiHeadAttention final : public Layer, public HasOptions<MultiHeadAttentionOptions> {
  public:
+  MultiHeadAttentionOptions options() const override { return o_; }
   void set_causal(bool causal) { o_.use_causal_mask = causal; }
   MultiHeadAttention(std::string name, MultiHeadAttentionOptions o)
       : Layer(std::move(name), "MultiHeadAttention"), o_(std::move(o)) {

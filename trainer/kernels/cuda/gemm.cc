@@ -57,6 +57,28 @@ absl::Status Gemm(GpuContext* ctx, bool transpose_a, bool transpose_b, int64_t m
               DType::kF32);
 }
 
+absl::Status GemmBatched(GpuContext* ctx, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
+                         int64_t k, float alpha, const float* a, int64_t stride_a, const float* b,
+                         int64_t stride_b, float beta, float* c, int64_t stride_c, int64_t batch) {
+  for (auto [v, what] :
+       {std::pair{m, "m"}, std::pair{n, "n"}, std::pair{k, "k"}, std::pair{batch, "batch"}}) {
+    if (absl::Status s = CheckInt(v, what); !s.ok()) return s;
+  }
+  if (m == 0 || n == 0 || batch == 0) return absl::OkStatus();
+  // As Gemm: the column-major transposed product with the operands swapped.
+  const int lda = static_cast<int>(transpose_a ? m : k);
+  const int ldb = static_cast<int>(transpose_b ? k : n);
+  const cublasComputeType_t compute =
+      ctx->tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  LOCKSTEP_GPU_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
+      ctx->cublas(), transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+      transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+      static_cast<int>(k), &alpha, b, CUDA_R_32F, ldb, stride_b, a, CUDA_R_32F, lda, stride_a,
+      &beta, c, CUDA_R_32F, static_cast<int>(n), stride_c, static_cast<int>(batch), compute,
+      CUBLAS_GEMM_DEFAULT));
+  return absl::OkStatus();
+}
+
 absl::Status DenseForward(GpuContext* ctx, const DeviceTensor& x, const DeviceTensor& w,
                           const float* b, DeviceTensor* y) {
   const int64_t rows = x.dim(0), in = x.dim(1), out = w.dim(0);

@@ -24,6 +24,7 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 #include <string>
 
 #include "trainer/graph/activation.h"
+#include "trainer/graph/layers/attention.h"
 #include "trainer/graph/layers/conv.h"
 #include "trainer/graph/layers/core.h"
 #include "trainer/graph/layers/normalization.h"
@@ -31,6 +32,7 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 #include "trainer/graph/layers/recurrent.h"
 #include "trainer/graph/loss.h"
 #include "trainer/kernels/cuda/activation.h"
+#include "trainer/kernels/cuda/attention.h"
 #include "trainer/kernels/cuda/conv_nd.h"
 #include "trainer/kernels/cuda/device.h"
 #include "trainer/kernels/cuda/dropout.h"
@@ -993,6 +995,86 @@ TEST_F(GraphCudaOpsTest, RecurrentLayersMatchTheCpuLayer) {
       for (size_t k = 0; k < g.size(); ++k) {
         EXPECT_LT(DeviceError(ctx_.get(), g[k], cpu.grads[k]), tol)
             << what << " " << layer->weights()[k].name;
+      }
+    }
+  }
+}
+
+// MultiHeadAttention against the CPU layer: self-attention (the value is the key, its gradient
+// summing both uses) and a separate key, causal or not, over one and two attention axes;
+// output, every input gradient and every weight gradient (dropout off: the draws differ).
+TEST_F(GraphCudaOpsTest, AttentionMatchesTheCpuLayer) {
+  struct Case {
+    Shape q, v;
+    bool own_key, causal;
+  };
+  const std::vector<Case> cases = {{{3, 5, 8}, {3, 5, 8}, false, false},
+                                   {{2, 6, 8}, {2, 6, 5}, true, true},
+                                   {{2, 3, 4, 6}, {2, 2, 5, 7}, true, false}};
+  for (const Case& c : cases) {
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      const std::string what = ShapeString(c.q) + " " + ShapeString(c.v) +
+                               (c.own_key ? " key" : "") + (c.causal ? " causal " : " ") +
+                               DTypeName(dt);
+      graph::MultiHeadAttentionOptions o;
+      o.num_heads = 3;
+      o.key_dim = 4;
+      o.value_dim = 2;
+      o.use_causal_mask = c.causal;
+      o.bias_initializer.kind = graph::Initializer::Kind::kRandomUniform;
+      auto layer = graph::MakeMultiHeadAttention("mha", o);
+      Shape k = c.v;
+      k.back() = 3;
+      std::vector<Shape> in{Shape(c.q.begin() + 1, c.q.end()), Shape(c.v.begin() + 1, c.v.end())};
+      if (c.own_key) in.push_back(Shape(k.begin() + 1, k.end()));
+      std::mt19937_64 brng(1);
+      ASSERT_TRUE(layer->Build(in, graph::BuildContext{&brng}).ok()) << what;
+      const Tensor q = Rounded(ctx_.get(), Random(c.q, -1.0f, 1.0f), dt);
+      const Tensor v = Rounded(ctx_.get(), Random(c.v, -1.0f, 1.0f), dt);
+      const Tensor kt = Rounded(ctx_.get(), Random(k, -1.0f, 1.0f), dt);
+      const Tensor dy = Rounded(ctx_.get(), Random(c.q, -1.0f, 1.0f), dt);
+      // The CPU layer.
+      std::mt19937_64 rng(3);
+      graph::Args args{{&q, &v}, {nullptr, nullptr}};
+      if (c.own_key) {
+        args.x.push_back(&kt);
+        args.mask.push_back(nullptr);
+      }
+      std::vector<Tensor> out(1), din(args.x.size());
+      graph::Saved saved;
+      layer->Forward(args, &out, &saved, graph::CallContext{true, &rng});
+      for (graph::Weight& w : layer->weights()) w.grad.Fill(0.0f);
+      layer->Backward(args, out, {&dy}, std::vector<bool>(args.x.size(), true), &din, &saved);
+      // The GPU.
+      const auto& wts = layer->weights();
+      std::vector<DeviceTensor> w(wts.size()), g(wts.size());
+      for (size_t i = 0; i < wts.size(); ++i) {
+        ASSERT_OK(Upload(ctx_.get(), wts[i].value, DType::kF32, &w[i]));
+        ASSERT_OK(g[i].Resize(ctx_.get(), wts[i].value.shape(), DType::kF32));
+        Poison(&g[i]);
+      }
+      auto f = [&](size_t i) { return w[i].as<float>(); };
+      auto gf = [&](size_t i) { return g[i].as<float>(); };
+      DeviceTensor dq_in, dv_in, dk_in, ddy, y, dq, dv, dk;
+      ASSERT_OK(Upload(ctx_.get(), q, dt, &dq_in));
+      ASSERT_OK(Upload(ctx_.get(), v, dt, &dv_in));
+      ASSERT_OK(Upload(ctx_.get(), kt, dt, &dk_in));
+      ASSERT_OK(Upload(ctx_.get(), dy, dt, &ddy));
+      Attention attn(ctx_.get(), {.heads = 3, .key_dim = 4, .value_dim = 2, .causal = c.causal});
+      ASSERT_OK(attn.Forward(dq_in, dv_in, c.own_key ? &dk_in : nullptr,
+                             {f(0), f(1), f(2), f(3), f(4), f(5), f(6), f(7)}, true, 1, &y));
+      ASSERT_OK(attn.Backward(ddy, {f(0), f(1), f(2), f(3), f(4), f(5), f(6), f(7)}, &dq, &dv,
+                              c.own_key ? &dk : nullptr,
+                              {gf(0), gf(1), gf(2), gf(3), gf(4), gf(5), gf(6), gf(7)}));
+      const double tol = dt == DType::kF32 ? 1e-4 : Tolerance(dt);
+      EXPECT_LT(DeviceError(ctx_.get(), y, out[0]), tol) << what << " y";
+      EXPECT_LT(DeviceError(ctx_.get(), dq, din[0]), tol) << what << " dquery";
+      EXPECT_LT(DeviceError(ctx_.get(), dv, din[1]), tol) << what << " dvalue";
+      if (c.own_key) {
+        EXPECT_LT(DeviceError(ctx_.get(), dk, din[2]), tol) << what << " dkey";
+      }
+      for (size_t i = 0; i < g.size(); ++i) {
+        EXPECT_LT(DeviceError(ctx_.get(), g[i], wts[i].grad), tol) << what << " " << wts[i].name;
       }
     }
   }

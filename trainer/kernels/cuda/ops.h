@@ -32,6 +32,12 @@ absl::Status Gemm(GpuContext* ctx, bool transpose_a, bool transpose_b, int64_t m
 absl::Status Gemm(GpuContext* ctx, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
                   int64_t k, float alpha, const float* a, const float* b, float beta, float* c);
 
+// `batch` fp32 products C_i = alpha op(A_i) op(B_i) + beta C_i, the i-th matrices
+// stride_a, stride_b and stride_c elements after the (i-1)-th (attention's per-head products).
+absl::Status GemmBatched(GpuContext* ctx, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
+                         int64_t k, float alpha, const float* a, int64_t stride_a, const float* b,
+                         int64_t stride_b, float beta, float* c, int64_t stride_c, int64_t batch);
+
 // y = x W^T + b: x [N, IN] and w [OUT, IN] in the compute dtype, b fp32, y in x's dtype.
 absl::Status DenseForward(GpuContext* ctx, const DeviceTensor& x, const DeviceTensor& w,
                           const float* b, DeviceTensor* y);
