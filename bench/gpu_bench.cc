@@ -193,9 +193,13 @@ int main() {
   }
 
   // Training throughput.
+  // The built-in models, and Keras model files on the device graph (run from the repository
+  // root, as bench/gpu.sh does).
   std::printf("\ntraining (synthetic data)   batch  samples/s   ms/step  outside stream span\n");
   for (auto [model, batch] :
-       {std::pair{"mlp", 256}, std::pair{"cnn", 256}, std::pair{"mlp-large", 2048}}) {
+       {std::pair{"mlp", 256}, std::pair{"cnn", 256}, std::pair{"mlp-large", 2048},
+        std::pair{"examples/models/cnn.json", 256}, std::pair{"examples/models/lstm.json", 256},
+        std::pair{"examples/models/attention.json", 256}}) {
     for (auto [precision, tf32] :
          {std::pair{"float32", false}, std::pair{"float32", true},
           std::pair{"mixed_bfloat16", true}, std::pair{"mixed_float16", true}}) {

@@ -35,12 +35,6 @@ using cuda::GpuContext;
 using GraphLayer = graph::Layer;
 using graph::OptionsOf;
 
-#define LOCKSTEP_RETURN_IF_ERROR(expr) \
-  do {                                 \
-    ::absl::Status s_ = (expr);        \
-    if (!s_.ok()) return s_;           \
-  } while (0)
-
 // What one step tells a node's op.
 struct StepInfo {
   bool training = false;
@@ -409,8 +403,10 @@ class PlanCache {
   std::map<Shape, std::unique_ptr<Plan>> plans_;
 };
 
-// Conv1D/2D/3D and DepthwiseConv1D/2D through cuDNN; SeparableConv1D/2D as its depthwise
-// convolution then the pointwise kernel as a Dense over the channels.
+// Conv1D/2D/3D and DepthwiseConv1D/2D through cuDNN (P = cuda::CudnnConv), the transposed
+// convolutions through the same plans (P = cuda::CudnnConvTranspose); SeparableConv1D/2D as its
+// depthwise convolution then the pointwise kernel as a Dense over the channels.
+template <typename P>
 class ConvOp final : public DeviceOp {
  public:
   ConvOp(GpuContext* ctx, const GraphLayer& layer, const LayerWeights& w, graph::Activation act,
@@ -428,7 +424,7 @@ class ConvOp final : public DeviceOp {
 
   absl::StatusOr<DeviceTensor> Forward(const std::vector<const DeviceTensor*>& x,
                                        const StepInfo&) override {
-    absl::StatusOr<cuda::CudnnConv*> conv = Plan(*x[0]);
+    absl::StatusOr<P*> conv = Plan(*x[0]);
     if (!conv.ok()) return conv.status();
     const float* b = bias_ ? w_.at("bias").master : nullptr;
     if (!separable_) {
@@ -442,7 +438,7 @@ class ConvOp final : public DeviceOp {
 
   absl::Status Backward(const std::vector<const DeviceTensor*>& x, const DeviceTensor& y,
                         const DeviceTensor& dy, const std::vector<DeviceTensor*>& dx) override {
-    absl::StatusOr<cuda::CudnnConv*> conv = Plan(*x[0]);
+    absl::StatusOr<P*> conv = Plan(*x[0]);
     if (!conv.ok()) return conv.status();
     absl::StatusOr<const DeviceTensor*> dz = tail_.Back(z_, y, dy);
     if (!dz.ok()) return dz.status();
@@ -484,11 +480,11 @@ class ConvOp final : public DeviceOp {
     const int64_t f = p.shape().back();
     return p.Reshaped({p.size() / f, f});
   }
-  absl::StatusOr<cuda::CudnnConv*> Plan(const DeviceTensor& x) {
-    return plans_.Get(x.shape(), [&]() -> absl::StatusOr<std::unique_ptr<cuda::CudnnConv>> {
+  absl::StatusOr<P*> Plan(const DeviceTensor& x) {
+    return plans_.Get(x.shape(), [&]() -> absl::StatusOr<std::unique_ptr<P>> {
       absl::StatusOr<cpu::ConvGeometry> g = graph::CallGeometry(layer_, x.shape());
       if (!g.ok()) return g.status();
-      return cuda::CudnnConv::Make(ctx_, *g, x.dtype(), bias_ && !separable_);
+      return P::Make(ctx_, *g, x.dtype(), bias_ && !separable_);
     });
   }
 
@@ -499,73 +495,8 @@ class ConvOp final : public DeviceOp {
   bool separable_, bias_;
   ActivationTail tail_;
   GradOut dk_, dp_, db_;
-  PlanCache<cuda::CudnnConv> plans_;
+  PlanCache<P> plans_;
   DeviceTensor z_, mid_, dmid_;
-};
-
-// Conv1D/2D/3DTranspose.
-class ConvTransposeOp final : public DeviceOp {
- public:
-  ConvTransposeOp(GpuContext* ctx, const GraphLayer& layer, const LayerWeights& w,
-                  graph::Activation act)
-      : ctx_(ctx),
-        layer_(layer),
-        w_(w),
-        bias_(w.find("bias") != nullptr),
-        tail_(ctx, act),
-        dk_(ctx, w.find("kernel"), w.shared()),
-        db_(ctx, w.find("bias"), w.shared()) {}
-
-  absl::StatusOr<DeviceTensor> Forward(const std::vector<const DeviceTensor*>& x,
-                                       const StepInfo&) override {
-    absl::StatusOr<cuda::CudnnConvTranspose*> conv = Plan(*x[0]);
-    if (!conv.ok()) return conv.status();
-    LOCKSTEP_RETURN_IF_ERROR((*conv)->Forward(*x[0], w_.at("kernel").value,
-                                              bias_ ? w_.at("bias").master : nullptr, &z_));
-    return tail_.Apply(z_);
-  }
-  absl::Status Backward(const std::vector<const DeviceTensor*>& x, const DeviceTensor& y,
-                        const DeviceTensor& dy, const std::vector<DeviceTensor*>& dx) override {
-    absl::StatusOr<cuda::CudnnConvTranspose*> conv = Plan(*x[0]);
-    if (!conv.ok()) return conv.status();
-    absl::StatusOr<const DeviceTensor*> dz = tail_.Back(z_, y, dy);
-    if (!dz.ok()) return dz.status();
-    absl::StatusOr<float*> dk = dk_.Target();
-    absl::StatusOr<float*> db = db_.Target();
-    if (!dk.ok()) return dk.status();
-    if (!db.ok()) return db.status();
-    if (*dk != nullptr) {
-      LOCKSTEP_RETURN_IF_ERROR((*conv)->BackwardWeights(*x[0], **dz, *dk, *db));
-    } else if (*db != nullptr) {
-      const int64_t c = (*dz)->shape().back();
-      LOCKSTEP_RETURN_IF_ERROR(cuda::BiasGrad(ctx_, **dz, *db, (*dz)->size() / c, c, 1));
-    }
-    LOCKSTEP_RETURN_IF_ERROR(dk_.Commit());
-    LOCKSTEP_RETURN_IF_ERROR(db_.Commit());
-    if (dx[0] != nullptr) {
-      LOCKSTEP_RETURN_IF_ERROR((*conv)->BackwardData(**dz, w_.at("kernel").value, dx[0]));
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  absl::StatusOr<cuda::CudnnConvTranspose*> Plan(const DeviceTensor& x) {
-    return plans_.Get(
-        x.shape(), [&]() -> absl::StatusOr<std::unique_ptr<cuda::CudnnConvTranspose>> {
-          absl::StatusOr<cpu::ConvGeometry> g = graph::CallGeometry(layer_, x.shape());
-          if (!g.ok()) return g.status();
-          return cuda::CudnnConvTranspose::Make(ctx_, *g, x.dtype(), bias_);
-        });
-  }
-
-  GpuContext* ctx_;
-  const GraphLayer& layer_;
-  const LayerWeights& w_;
-  bool bias_;
-  ActivationTail tail_;
-  GradOut dk_, db_;
-  PlanCache<cuda::CudnnConvTranspose> plans_;
-  DeviceTensor z_;
 };
 
 cuda::PoolKind KindOf(graph::PoolMode m) {
@@ -1118,18 +1049,20 @@ absl::StatusOr<std::unique_ptr<DeviceOp>> MakeOp(GpuContext* ctx, const GraphLay
       op = std::make_unique<ConcatOp>(ctx, OptionsOf<graph::ConcatOptions>(l)->axis);
       break;
     case GpuOpKind::kConv:
-      op = std::make_unique<ConvOp>(ctx, l, w, ActOf<graph::ConvOptions>(l), "kernel", false);
+      op = std::make_unique<ConvOp<cuda::CudnnConv>>(ctx, l, w, ActOf<graph::ConvOptions>(l),
+                                                     "kernel", false);
       break;
     case GpuOpKind::kDepthwise:
-      op = std::make_unique<ConvOp>(ctx, l, w, ActOf<graph::DepthwiseOptions>(l),
-                                    "depthwise_kernel", false);
+      op = std::make_unique<ConvOp<cuda::CudnnConv>>(ctx, l, w, ActOf<graph::DepthwiseOptions>(l),
+                                                     "depthwise_kernel", false);
       break;
     case GpuOpKind::kSeparable:
-      op = std::make_unique<ConvOp>(ctx, l, w, ActOf<graph::SeparableOptions>(l),
-                                    "depthwise_kernel", true);
+      op = std::make_unique<ConvOp<cuda::CudnnConv>>(ctx, l, w, ActOf<graph::SeparableOptions>(l),
+                                                     "depthwise_kernel", true);
       break;
     case GpuOpKind::kConvTranspose:
-      op = std::make_unique<ConvTransposeOp>(ctx, l, w, ActOf<graph::ConvTransposeOptions>(l));
+      op = std::make_unique<ConvOp<cuda::CudnnConvTranspose>>(
+          ctx, l, w, ActOf<graph::ConvTransposeOptions>(l), "kernel", false);
       break;
     case GpuOpKind::kPool:
       op = std::make_unique<PoolOp>(ctx, l, OptionsOf<graph::PoolOptions>(l)->mode);

@@ -21,12 +21,6 @@ class DeviceLayer {
 
 namespace {
 
-#define LOCKSTEP_RETURN_IF_ERROR(expr) \
-  do {                                 \
-    ::absl::Status s_ = (expr);        \
-    if (!s_.ok()) return s_;           \
-  } while (0)
-
 // Views of a parameter pair (weight, bias) in the flat buffers.
 struct ParamViews {
   DeviceTensor w;  // the compute-dtype weight (the master itself for fp32)

@@ -149,40 +149,24 @@ TEST_F(GpuTrainingTest, KerasModelFilesStepAsOnTheCpu) {
   }
 }
 
-TEST_F(GpuTrainingTest, KerasCnnFileTrainsAsWellAsOnTheCpu) {
-  TrainerConfig cc =
-      Config(std::string(LOCKSTEP_SOURCE_DIR) + "/examples/models/cnn.json", "float32");
-  cc.device = Device::kCpu;
-  absl::StatusOr<Datasets> data = LoadDatasets(cc);
-  ASSERT_TRUE(data.ok());
-  absl::StatusOr<TrainResult> cpu_run = RunReplica(cc, *data, {});
-  ASSERT_TRUE(cpu_run.ok()) << cpu_run.status();
-  for (const char* precision : {"float32", "mixed_bfloat16", "mixed_float16"}) {
-    TrainerConfig c = cc;
-    c.device = Device::kGpu;
-    c.precision = *ParsePrecision(precision);
-    absl::StatusOr<TrainResult> r =
-        RunReplica(c, *data, {.placement = {.gpu = true, .gpus = gpus_}});
-    ASSERT_TRUE(r.ok()) << precision << ": " << r.status();
-    EXPECT_EQ(r->steps, 150);
-    EXPECT_GT(r->test_accuracy, cpu_run->test_accuracy - 0.03) << precision;
-  }
-}
-
+// The built-in cnn, and the same network as a Keras file on the device graph.
 TEST_F(GpuTrainingTest, CnnTrainsAsWellAsOnTheCpu) {
-  TrainerConfig cc = Config("cnn", "float32");
-  cc.device = Device::kCpu;
-  absl::StatusOr<Datasets> data = LoadDatasets(cc);
-  ASSERT_TRUE(data.ok());
-  absl::StatusOr<TrainResult> cpu_run = RunReplica(cc, *data, {});
-  ASSERT_TRUE(cpu_run.ok()) << cpu_run.status();
-  for (const char* precision : {"float32", "mixed_bfloat16", "mixed_float16"}) {
-    TrainerConfig c = Config("cnn", precision);
-    absl::StatusOr<TrainResult> r =
-        RunReplica(c, *data, {.placement = {.gpu = true, .gpus = gpus_}});
-    ASSERT_TRUE(r.ok()) << precision << ": " << r.status();
-    EXPECT_EQ(r->steps, 150);
-    EXPECT_GT(r->test_accuracy, cpu_run->test_accuracy - 0.03) << precision;
+  for (const std::string& model :
+       {std::string("cnn"), std::string(LOCKSTEP_SOURCE_DIR) + "/examples/models/cnn.json"}) {
+    TrainerConfig cc = Config(model, "float32");
+    cc.device = Device::kCpu;
+    absl::StatusOr<Datasets> data = LoadDatasets(cc);
+    ASSERT_TRUE(data.ok());
+    absl::StatusOr<TrainResult> cpu_run = RunReplica(cc, *data, {});
+    ASSERT_TRUE(cpu_run.ok()) << cpu_run.status();
+    for (const char* precision : {"float32", "mixed_bfloat16", "mixed_float16"}) {
+      TrainerConfig c = Config(model, precision);
+      absl::StatusOr<TrainResult> r =
+          RunReplica(c, *data, {.placement = {.gpu = true, .gpus = gpus_}});
+      ASSERT_TRUE(r.ok()) << model << " " << precision << ": " << r.status();
+      EXPECT_EQ(r->steps, 150);
+      EXPECT_GT(r->test_accuracy, cpu_run->test_accuracy - 0.03) << model << " " << precision;
+    }
   }
 }
 

@@ -29,18 +29,6 @@ __global__ void BackwardKernel(Act k, float alpha, const T* __restrict__ z, cons
   }
 }
 
-constexpr int kWarp = 32;
-constexpr int kWarpsPerBlock = kThreads / kWarp;
-
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 // One warp per row of `c` values: the maximum, the sum of exponentials, then the outputs.
 template <typename T>
 __global__ void SoftmaxForwardKernel(const T* __restrict__ z, T* __restrict__ y, int64_t rows,

@@ -11,14 +11,6 @@
 namespace lockstep::trainer::cuda {
 namespace {
 
-#define LOCKSTEP_RETURN_IF_ERROR(expr) \
-  do {                                 \
-    ::absl::Status st_ = (expr);       \
-    if (!st_.ok()) return st_;         \
-  } while (0)
-
-constexpr int kWarp = 32;
-
 // [b, rows, h, d] (a projection's rows, heads side by side) <-> [b, h, rows, d].
 __global__ void ToHeadsKernel(const float* __restrict__ src, int64_t b, int64_t rows, int64_t h,
                               int64_t d, float* __restrict__ dst) {
@@ -37,15 +29,6 @@ __global__ void FromHeadsKernel(const float* __restrict__ src, int64_t b, int64_
     const int64_t c = i % d, j = (i / d) % h, r = (i / (d * h)) % rows, bi = i / (d * h * rows);
     dst[i] = src[((bi * h + j) * rows + r) * d + c];
   }
-}
-
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
 }
 
 // One warp per row of scores [rows, s] (row r of its head's t queries): Keras's additive

@@ -9,6 +9,7 @@
 // Out-of-memory errors map to ResourceExhausted, a missing device or driver to
 // FailedPrecondition, NCCL's remote and system errors to Unavailable, the rest to Internal.
 // Kernel launches are checked with LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError()).
+// LOCKSTEP_RETURN_IF_ERROR returns a failed absl::Status of our own calls (the ops, Resize).
 // Thread-safety: stateless.
 
 #include <cublasLt.h>
@@ -35,4 +36,10 @@ absl::Status GpuStatus(ncclResult_t e, const char* expr, const char* file, int l
   do {                                                               \
     ::absl::Status lockstep_gpu_status_ = LOCKSTEP_GPU_STATUS(expr); \
     if (!lockstep_gpu_status_.ok()) return lockstep_gpu_status_;     \
+  } while (0)
+
+#define LOCKSTEP_RETURN_IF_ERROR(expr)                   \
+  do {                                                   \
+    ::absl::Status lockstep_status_ = (expr);            \
+    if (!lockstep_status_.ok()) return lockstep_status_; \
   } while (0)

@@ -50,6 +50,20 @@ struct alignas(16) Pack {
 
 constexpr int kThreads = 256;
 
+// Reductions across the 32 lanes of a warp (every lane gets the result): the row-per-warp
+// kernels' sums and maxima.
+inline constexpr int kWarp = 32;
+inline constexpr int kWarpsPerBlock = kThreads / kWarp;
+template <typename T>
+__device__ __forceinline__ T WarpSum(T v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 // Blocks for `work` items of kThreads each, capped (the kernels stride over the rest).
 inline unsigned int Blocks(int64_t work) {
   int64_t b = (work + kThreads - 1) / kThreads;

@@ -11,8 +11,6 @@ namespace {
 using graph::LossKind;
 
 constexpr float kEps = 1e-7f;  // Keras's backend epsilon, as loss.cc clips with it
-constexpr int kWarp = 32;
-constexpr int kWarpsPerBlock = kThreads / kWarp;
 
 struct LossArgs {
   LossKind kind;
@@ -21,14 +19,6 @@ struct LossArgs {
   float delta;
 };
 
-__device__ __forceinline__ double WarpSumD(double v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float WarpMaxF(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 // The first index of the largest value over the warp's (value, index) pairs.
 __device__ __forceinline__ int64_t WarpArgMax(float v, int64_t i) {
   for (int o = kWarp / 2; o > 0; o /= 2) {
@@ -78,16 +68,16 @@ __global__ void CrossEntropyRowsKernel(LossArgs a, const T* __restrict__ pred,
   if (a.from_logits) {
     float m = -INFINITY;
     for (int64_t j = lane; j < c; j += kWarp) m = fmaxf(m, ToFloat(pr[j]));
-    m = WarpMaxF(m);
+    m = WarpMax(m);
     double sum = 0;
     for (int64_t j = lane; j < c; j += kWarp) sum += exp(static_cast<double>(ToFloat(pr[j]) - m));
-    const double lse = m + log(WarpSumD(sum));
+    const double lse = m + log(WarpSum(sum));
     double ysum = 0;
     for (int64_t j = lane; j < c; j += kWarp) {
       total -= y(j) * (ToFloat(pr[j]) - lse);
       ysum += y(j);
     }
-    ysum = WarpSumD(ysum);
+    ysum = WarpSum(ysum);
     if (dpred != nullptr) {
       for (int64_t j = lane; j < c; j += kWarp) {
         const auto sm = static_cast<float>(exp(ToFloat(pr[j]) - lse));
@@ -98,7 +88,7 @@ __global__ void CrossEntropyRowsKernel(LossArgs a, const T* __restrict__ pred,
     // Keras normalises the probabilities to sum to one, then clips them.
     double sum = 0;
     for (int64_t j = lane; j < c; j += kWarp) sum += ToFloat(pr[j]);
-    sum = WarpSumD(sum);
+    sum = WarpSum(sum);
     const double s = sum > 0 ? sum : 1.0;
     const double lo = static_cast<double>(kEps), hi = 1.0 - static_cast<double>(kEps);
     double dot = 0;
@@ -109,7 +99,7 @@ __global__ void CrossEntropyRowsKernel(LossArgs a, const T* __restrict__ pred,
       const double g = (q > kEps && q < 1 - kEps) ? -y(j) / qc : 0.0;
       dot += g * q;
     }
-    dot = WarpSumD(dot);
+    dot = WarpSum(dot);
     if (dpred != nullptr) {
       for (int64_t j = lane; j < c; j += kWarp) {
         const double q = ToFloat(pr[j]) / s;
@@ -119,7 +109,7 @@ __global__ void CrossEntropyRowsKernel(LossArgs a, const T* __restrict__ pred,
       }
     }
   }
-  total = WarpSumD(total);
+  total = WarpSum(total);
   if (lane == 0) row_loss[row] = total;
 }
 

@@ -202,14 +202,6 @@ __global__ void BatchNormInputGradKernel(const T* __restrict__ x, const T* __res
   }
 }
 
-constexpr int kWarp = 32;
-constexpr int kWarpsPerBlock = kThreads / kWarp;
-
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 // One warp per row.
 template <typename T>
 __global__ void LayerNormForwardKernel(const T* __restrict__ x, int64_t rows, int64_t g,

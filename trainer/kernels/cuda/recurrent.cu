@@ -24,12 +24,6 @@ struct Fn {
 };
 Fn FnOf(const graph::Activation& a) { return {a.kind, a.alpha}; }
 
-#define LOCKSTEP_RETURN_IF_ERROR(expr) \
-  do {                                 \
-    ::absl::Status s_ = (expr);        \
-    if (!s_.ok()) return s_;           \
-  } while (0)
-
 #define LOCKSTEP_FOR_EACH(i, n)                                             \
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < (n); \
        i += int64_t{gridDim.x} * blockDim.x)
