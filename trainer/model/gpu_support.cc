@@ -69,6 +69,10 @@ absl::StatusOr<GpuOpKind> ClassifyForGpu(const Layer& l) {
       return Unsupported(l, "input or recurrent dropout on a recurrent layer");
     }
     if (r->return_state) return Unsupported(l, "return_state");
+    if (r->activation.kind == graph::Act::kSoftmax ||
+        r->recurrent_activation.kind == graph::Act::kSoftmax) {
+      return Unsupported(l, "a softmax activation inside a recurrent cell");
+    }
     return GpuOpKind::kRecurrent;
   }
   if (auto b = OptionsOf<graph::BidirectionalOptions>(l)) {

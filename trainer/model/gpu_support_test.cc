@@ -83,6 +83,7 @@ TEST(GpuSupportTest, LayersWithoutAGpuOpAreNamed) {
   EXPECT_TRUE(gru({}).ok()) << gru({});
   EXPECT_NE(gru({{"dropout", 0.2}}).message().find("input or recurrent dropout"),
             std::string::npos);
+  EXPECT_NE(gru({{"activation", "softmax"}}).message().find("softmax"), std::string::npos);
   graph::RnnOptions state;
   state.return_state = true;
   auto lstm = graph::MakeRnn("l", graph::RnnCell::kLstm, state);

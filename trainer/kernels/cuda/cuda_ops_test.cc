@@ -350,6 +350,25 @@ TEST_F(CudaOpsTest, OptimizerKernelsMatchCpuOptimizers) {
   }
 }
 
+// A NaN gradient makes the weight NaN, as on the CPU (a clip must not turn it into a number).
+TEST_F(CudaOpsTest, UpdateKernelKeepsANanGradientNan) {
+  std::vector<DeviceTensor> keep;
+  Tensor g({4}, 0.5f);
+  g[2] = std::numeric_limits<float>::quiet_NaN();
+  float* p = F32(Tensor({4}, 1.0f), &keep);
+  UpdateParams u;
+  u.rule = UpdateRule::kKerasSgd;
+  u.lr = 0.1f;
+  u.clip = 0.3f;
+  ASSERT_OK(ApplyUpdate(ctx_.get(), u, {.params = p, .grads = F32(g, &keep), .n = 4}, nullptr,
+                        nullptr, nullptr, nullptr));
+  Tensor cpu({4}, 1.0f);
+  ApplyUpdate(u, cpu.data(), g.data(), nullptr, nullptr, nullptr, 4);
+  const Tensor got = Host(p, {4});
+  EXPECT_TRUE(std::isnan(got[2]) && std::isnan(cpu[2]));
+  EXPECT_FLOAT_EQ(got[0], cpu[0]);
+}
+
 TEST_F(CudaOpsTest, AllFiniteFindsInfAndNan) {
   std::vector<DeviceTensor> keep;
   Tensor t = Random({5000}, &rng_);

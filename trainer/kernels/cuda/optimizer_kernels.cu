@@ -39,7 +39,9 @@ __device__ __forceinline__ float UpdateOne(const UpdateParams& u, const Flat& f,
     if (f.chunk_segment != nullptr) {
       scale *= f.scales[f.chunk_segment[j / ClipScales::kSegmentAlign]];
     }
-    const float g = fminf(fmaxf(raw * scale, -u.clip), u.clip);
+    // Comparisons, not fminf/fmaxf (which drop a NaN): a NaN gradient stays NaN, as on the CPU.
+    const float t = raw * scale;
+    const float g = t < -u.clip ? -u.clip : (t > u.clip ? u.clip : t);
     const float p = f.p[j] * u.keep;
     if constexpr (R == UpdateRule::kKerasSgd) {
       return p - u.lr * g;
