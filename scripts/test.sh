@@ -16,7 +16,9 @@ run_suite() {
 }
 
 echo "== release build and tests"
-./scripts/build.sh  # as the image Dockerfiles build
+# As the image Dockerfiles build, with the CUDA code for one architecture: the suite compiles
+# it and runs no GPU (bench/gpu.sh builds the GPU tests for the machine that runs them).
+LOCKSTEP_CUDA_ARCHITECTURES=${LOCKSTEP_CUDA_ARCHITECTURES:-90} ./scripts/build.sh
 ctest --test-dir build/release --output-on-failure -j "$jobs"
 
 echo "== sanitizer build (ASan + UBSan) and tests"
