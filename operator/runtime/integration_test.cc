@@ -162,6 +162,10 @@ TEST_F(InformerIntegrationTest, GoneRelistsAndReconcilesTheCache) {
   server_.Put(PodJson("a"));
   server_.Put(PodJson("b"));
   Run();
+  // The changes below come after the first list (else they are simply listed, and the test
+  // checks nothing; under load the list used to race them).
+  observer_.WaitFor("add a Pending");
+  observer_.WaitFor("add b Pending");
   server_.DropWatches();
   server_.Delete("ns", "a");
   server_.Put(PodJson("b", "Running"));
