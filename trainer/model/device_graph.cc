@@ -85,6 +85,16 @@ class LayerWeights {
     return it == w_.end() ? nullptr : &it->second;
   }
   const DeviceWeight& at(const std::string& name) const { return w_.at(name); }
+  // A weight's fp32 master and gradient by name; null when the layer has no such weight (scale
+  // or center off, no bias) or it is not trained.
+  float* master(const std::string& name) const {
+    const DeviceWeight* w = find(name);
+    return w != nullptr ? w->master : nullptr;
+  }
+  float* grad(const std::string& name) const {
+    const DeviceWeight* w = find(name);
+    return w != nullptr ? w->grad : nullptr;
+  }
   // A layer called at several nodes sums its calls' gradients: the kernels that overwrite a
   // gradient write into scratch, which Commit adds.
   bool shared() const { return shared_; }
@@ -637,7 +647,7 @@ class BatchNormOp final : public DeviceOp {
     LOCKSTEP_RETURN_IF_ERROR(mean_.Resize(ctx_, {c}, DType::kF32));
     LOCKSTEP_RETURN_IF_ERROR(rstd_.Resize(ctx_, {c}, DType::kF32));
     LOCKSTEP_RETURN_IF_ERROR(cuda::BatchNormForward(
-        ctx_, x[0]->Reshaped({x[0]->size() / c, c}), Master("gamma"), Master("beta"), p_,
+        ctx_, x[0]->Reshaped({x[0]->size() / c, c}), w_.master("gamma"), w_.master("beta"), p_,
         w_.at("moving_mean").master, w_.at("moving_variance").master, mean_.as<float>(),
         rstd_.as<float>(), &y_));
     y_.Reshape(x[0]->shape());
@@ -646,23 +656,15 @@ class BatchNormOp final : public DeviceOp {
   absl::Status Backward(const std::vector<const DeviceTensor*>& x, const DeviceTensor&,
                         const DeviceTensor& dy, const std::vector<DeviceTensor*>& dx) override {
     const int64_t c = x[0]->shape().back();
-    LOCKSTEP_RETURN_IF_ERROR(
-        cuda::BatchNormBackward(ctx_, x[0]->Reshaped({x[0]->size() / c, c}),
-                                dy.Reshaped({dy.size() / c, c}), Master("gamma"), mean_.as<float>(),
-                                rstd_.as<float>(), p_, Grad("gamma"), Grad("beta"), dx[0]));
+    LOCKSTEP_RETURN_IF_ERROR(cuda::BatchNormBackward(
+        ctx_, x[0]->Reshaped({x[0]->size() / c, c}), dy.Reshaped({dy.size() / c, c}),
+        w_.master("gamma"), mean_.as<float>(), rstd_.as<float>(), p_, w_.grad("gamma"),
+        w_.grad("beta"), dx[0]));
     if (dx[0] != nullptr) dx[0]->Reshape(x[0]->shape());
     return absl::OkStatus();
   }
 
  private:
-  float* Master(const char* name) const {
-    const DeviceWeight* w = w_.find(name);
-    return w != nullptr ? w->master : nullptr;
-  }
-  float* Grad(const char* name) const {
-    const DeviceWeight* w = w_.find(name);
-    return w != nullptr ? w->grad : nullptr;
-  }
   GpuContext* ctx_;
   const GraphLayer& layer_;
   const LayerWeights& w_;
@@ -681,16 +683,16 @@ class LayerNormOp final : public DeviceOp {
     const int64_t group = Group(*x[0]), rows = x[0]->size() / std::max<int64_t>(group, 1);
     LOCKSTEP_RETURN_IF_ERROR(mean_.Resize(ctx_, {rows}, DType::kF32));
     LOCKSTEP_RETURN_IF_ERROR(rstd_.Resize(ctx_, {rows}, DType::kF32));
-    LOCKSTEP_RETURN_IF_ERROR(cuda::LayerNormForward(ctx_, *x[0], group, Master("gamma"),
-                                                    Master("beta"), o_.epsilon, mean_.as<float>(),
-                                                    rstd_.as<float>(), &y_));
+    LOCKSTEP_RETURN_IF_ERROR(cuda::LayerNormForward(ctx_, *x[0], group, w_.master("gamma"),
+                                                    w_.master("beta"), o_.epsilon,
+                                                    mean_.as<float>(), rstd_.as<float>(), &y_));
     return ViewOf(y_);
   }
   absl::Status Backward(const std::vector<const DeviceTensor*>& x, const DeviceTensor&,
                         const DeviceTensor& dy, const std::vector<DeviceTensor*>& dx) override {
-    return cuda::LayerNormBackward(ctx_, *x[0], dy, Group(*x[0]), Master("gamma"),
-                                   mean_.as<float>(), rstd_.as<float>(), Grad("gamma"),
-                                   Grad("beta"), dx[0]);
+    return cuda::LayerNormBackward(ctx_, *x[0], dy, Group(*x[0]), w_.master("gamma"),
+                                   mean_.as<float>(), rstd_.as<float>(), w_.grad("gamma"),
+                                   w_.grad("beta"), dx[0]);
   }
 
  private:
@@ -699,14 +701,6 @@ class LayerNormOp final : public DeviceOp {
     const size_t rank = x.shape().size();
     for (size_t k = 0; k < o_.axes.size() && k < rank; ++k) g *= x.dim(rank - 1 - k);
     return g;
-  }
-  float* Master(const char* name) const {
-    const DeviceWeight* w = w_.find(name);
-    return w != nullptr ? w->master : nullptr;
-  }
-  float* Grad(const char* name) const {
-    const DeviceWeight* w = w_.find(name);
-    return w != nullptr ? w->grad : nullptr;
   }
   GpuContext* ctx_;
   const LayerWeights& w_;
@@ -1135,14 +1129,12 @@ absl::StatusOr<std::unique_ptr<DeviceGraph>> DeviceGraph::Create(GpuContext* ctx
   std::map<const Tensor*, size_t> index;  // host weight -> its place in the flat buffers
   for (size_t i = 0; i < trainable.size(); ++i) index[trainable[i]] = i;
   for (size_t i = 0; i < state.size(); ++i) index[state[i]] = trainable.size() + i;
-
-  for (size_t i = 0; i < trainable.size(); ++i) {
-    for (const auto& [layer, w] : g.AllWeights()) {
-      if (&w->value == trainable[i] && (w->l1 != 0 || w->l2 != 0)) {
-        d->penalties_.push_back({i, w->value.size(), w->l1, w->l2});
-      }
+  for (const auto& [layer, w] : g.AllWeights()) {
+    if (w->trainable && (w->l1 != 0 || w->l2 != 0)) {
+      d->penalties_.push_back({index.at(&w->value), w->value.size(), w->l1, w->l2});
     }
   }
+
   if (!d->penalties_.empty()) {
     LOCKSTEP_RETURN_IF_ERROR(
         d->penalty_values_.Resize(ctx, {static_cast<int64_t>(d->penalties_.size())}, DType::kF32));
