@@ -20,6 +20,7 @@
 #include "trainer/kernels/cuda/elementwise.h"
 #include "trainer/kernels/cuda/keras_dense.h"
 #include "trainer/kernels/cuda/loss.h"
+#include "trainer/kernels/cuda/masking.h"
 #include "trainer/kernels/cuda/merge.h"
 #include "trainer/kernels/cuda/normalization.h"
 #include "trainer/kernels/cuda/pooling.h"
@@ -39,6 +40,9 @@ using graph::OptionsOf;
 struct StepInfo {
   bool training = false;
   uint64_t seed = 0;  // this node's draws in this step
+  // Per input: its mask (fp32 [batch, time] of 0/1), or null. Valid until the next step.
+  std::vector<const DeviceTensor*> masks;
+  const DeviceTensor* mask(size_t i) const { return i < masks.size() ? masks[i] : nullptr; }
 };
 
 // One node of the graph on the GPU. Forward returns the output: a view of memory the op owns
@@ -54,6 +58,8 @@ class DeviceOp {
                                 const DeviceTensor& dy, const std::vector<DeviceTensor*>& dx) = 0;
   // After the weights were loaded from the host (a restored checkpoint).
   virtual absl::Status Reloaded() { return absl::OkStatus(); }
+  // The mask of the output that the op made in Forward (MaskRule::kOwn), or null.
+  virtual const DeviceTensor* OwnMask() const { return nullptr; }
 };
 
 namespace {
@@ -542,12 +548,15 @@ class GlobalPoolOp final : public DeviceOp {
  public:
   GlobalPoolOp(GpuContext* ctx, graph::GlobalPoolOptions o) : ctx_(ctx), o_(o) {}
   absl::StatusOr<DeviceTensor> Forward(const std::vector<const DeviceTensor*>& x,
-                                       const StepInfo&) override {
+                                       const StepInfo& step) override {
     const DeviceTensor& in = *x[0];
     const int64_t n = in.dim(0), c = in.shape().back();
     const int64_t steps = n * c == 0 ? 0 : in.size() / (n * c);
+    // GlobalAveragePooling1D honours a [batch, steps] mask, as on the CPU.
+    const DeviceTensor* m = step.mask(0);
+    if (o_.rank != 1 || m == nullptr || m->size() != n * steps) m = nullptr;
     LOCKSTEP_RETURN_IF_ERROR(
-        cuda::GlobalPoolForward(ctx_, in, n, steps, c, KindOf(o_.mode), &y_, &argmax_));
+        cuda::GlobalPoolForward(ctx_, in, m, n, steps, c, KindOf(o_.mode), &y_, &saved_));
     Shape s{n};
     if (o_.keepdims) s.insert(s.end(), static_cast<size_t>(o_.rank), 1);
     s.push_back(c);
@@ -559,7 +568,7 @@ class GlobalPoolOp final : public DeviceOp {
     const int64_t n = in.dim(0), c = in.shape().back();
     const int64_t steps = n * c == 0 ? 0 : in.size() / (n * c);
     LOCKSTEP_RETURN_IF_ERROR(cuda::GlobalPoolBackward(ctx_, dy.Reshaped({n, c}), n, steps, c,
-                                                      KindOf(o_.mode), argmax_, dx[0]));
+                                                      KindOf(o_.mode), saved_, dx[0]));
     dx[0]->Reshape(in.shape());
     return absl::OkStatus();
   }
@@ -567,7 +576,7 @@ class GlobalPoolOp final : public DeviceOp {
  private:
   GpuContext* ctx_;
   graph::GlobalPoolOptions o_;
-  DeviceTensor y_, argmax_;
+  DeviceTensor y_, saved_;  // saved_: the arg-max, or a masked average's weights
 };
 
 cuda::Axes3 Axes(const graph::AxisPairs& p, bool first, int sign) {
@@ -709,15 +718,22 @@ class LayerNormOp final : public DeviceOp {
 };
 
 // Embedding: rows of the table by id (fp32 ids); an id outside the table is counted in `bad`.
+// With mask_zero, id 0 is padding: the output's mask is ids != 0.
 class EmbeddingOp final : public DeviceOp {
  public:
-  EmbeddingOp(GpuContext* ctx, const LayerWeights& w, int* bad) : ctx_(ctx), w_(w), bad_(bad) {}
+  EmbeddingOp(GpuContext* ctx, const LayerWeights& w, bool mask_zero, int* bad)
+      : ctx_(ctx), w_(w), mask_zero_(mask_zero), bad_(bad) {}
   absl::StatusOr<DeviceTensor> Forward(const std::vector<const DeviceTensor*>& x,
                                        const StepInfo&) override {
     LOCKSTEP_RETURN_IF_ERROR(
         cuda::EmbeddingForward(ctx_, *x[0], w_.at("embeddings").value, &y_, bad_));
+    if (mask_zero_) {
+      LOCKSTEP_RETURN_IF_ERROR(cuda::CompareForward(ctx_, *x[0], graph::CompareOp::kNotEqual, 0.0f,
+                                                    DType::kF32, &mask_));
+    }
     return ViewOf(y_);
   }
+  const DeviceTensor* OwnMask() const override { return mask_zero_ ? &mask_ : nullptr; }
   absl::Status Backward(const std::vector<const DeviceTensor*>& x, const DeviceTensor&,
                         const DeviceTensor& dy, const std::vector<DeviceTensor*>&) override {
     const DeviceWeight& t = w_.at("embeddings");
@@ -728,8 +744,75 @@ class EmbeddingOp final : public DeviceOp {
  private:
   GpuContext* ctx_;
   const LayerWeights& w_;
+  bool mask_zero_;
   int* bad_;
+  DeviceTensor y_, mask_;
+};
+
+// Masking: time steps whose features all equal the value are zeroed and masked.
+class MaskingOp final : public DeviceOp {
+ public:
+  MaskingOp(GpuContext* ctx, float value) : ctx_(ctx), value_(value) {}
+  absl::StatusOr<DeviceTensor> Forward(const std::vector<const DeviceTensor*>& x,
+                                       const StepInfo&) override {
+    LOCKSTEP_RETURN_IF_ERROR(cuda::MaskingForward(ctx_, *x[0], value_, &y_, &mask_));
+    return ViewOf(y_);
+  }
+  absl::Status Backward(const std::vector<const DeviceTensor*>&, const DeviceTensor&,
+                        const DeviceTensor& dy, const std::vector<DeviceTensor*>& dx) override {
+    return cuda::MaskingBackward(ctx_, dy, mask_, dx[0]);
+  }
+  const DeviceTensor* OwnMask() const override { return &mask_; }
+
+ private:
+  GpuContext* ctx_;
+  float value_;
+  DeviceTensor y_, mask_;
+};
+
+// A comparison against a constant (1 where it holds, else 0, in the input's dtype): no gradient.
+class ComparisonOp final : public DeviceOp {
+ public:
+  ComparisonOp(GpuContext* ctx, graph::CompareOptions o) : ctx_(ctx), o_(o) {}
+  absl::StatusOr<DeviceTensor> Forward(const std::vector<const DeviceTensor*>& x,
+                                       const StepInfo&) override {
+    LOCKSTEP_RETURN_IF_ERROR(
+        cuda::CompareForward(ctx_, *x[0], o_.op, o_.constant, x[0]->dtype(), &y_));
+    return ViewOf(y_);
+  }
+  absl::Status Backward(const std::vector<const DeviceTensor*>&, const DeviceTensor&,
+                        const DeviceTensor&, const std::vector<DeviceTensor*>&) override {
+    return absl::OkStatus();  // its input takes no gradient (Differentiable is false)
+  }
+
+ private:
+  GpuContext* ctx_;
+  graph::CompareOptions o_;
   DeviceTensor y_;
+};
+
+// [x, m]: x passes through with m (as fp32) as its mask.
+class MaskWithOp final : public DeviceOp {
+ public:
+  explicit MaskWithOp(GpuContext* ctx) : ctx_(ctx) {}
+  absl::StatusOr<DeviceTensor> Forward(const std::vector<const DeviceTensor*>& x,
+                                       const StepInfo&) override {
+    const DeviceTensor& m = *x[1];
+    LOCKSTEP_RETURN_IF_ERROR(mask_.Resize(ctx_, m.shape(), DType::kF32));
+    LOCKSTEP_RETURN_IF_ERROR(
+        cuda::Cast(ctx_, m.data(), m.dtype(), mask_.data(), DType::kF32, m.size()));
+    return ViewOf(*x[0]);
+  }
+  absl::Status Backward(const std::vector<const DeviceTensor*>&, const DeviceTensor&,
+                        const DeviceTensor& dy, const std::vector<DeviceTensor*>& dx) override {
+    if (dx[0] == nullptr) return absl::OkStatus();
+    return Copy(ctx_, dy, dx[0]);
+  }
+  const DeviceTensor* OwnMask() const override { return &mask_; }
+
+ private:
+  GpuContext* ctx_;
+  DeviceTensor mask_;
 };
 
 // The activation a layer with options O ends in.
@@ -772,9 +855,9 @@ class RecurrentOp final : public DeviceOp {
         du_(ctx, w.find("recurrent_kernel"), w.shared()),
         db_(ctx, w.find("bias"), w.shared()) {}
   absl::StatusOr<DeviceTensor> Forward(const std::vector<const DeviceTensor*>& x,
-                                       const StepInfo&) override {
+                                       const StepInfo& step) override {
     const DeviceWeight* b = w_.find("bias");
-    LOCKSTEP_RETURN_IF_ERROR(rnn_.Forward(*x[0], w_.at("kernel").master,
+    LOCKSTEP_RETURN_IF_ERROR(rnn_.Forward(*x[0], step.mask(0), w_.at("kernel").master,
                                           w_.at("recurrent_kernel").master,
                                           b != nullptr ? b->master : nullptr, &y_));
     return ViewOf(y_);
@@ -812,10 +895,11 @@ class BidirectionalOp final : public DeviceOp {
     for (const DeviceWeight* dw : weights_) grads_.emplace_back(ctx, dw, w.shared());
   }
   absl::StatusOr<DeviceTensor> Forward(const std::vector<const DeviceTensor*>& x,
-                                       const StepInfo&) override {
-    LOCKSTEP_RETURN_IF_ERROR(fwd_.Forward(*x[0], Master(0), Master(1), Bias(0), &yf_));
+                                       const StepInfo& step) override {
+    const DeviceTensor* m = step.mask(0);
+    LOCKSTEP_RETURN_IF_ERROR(fwd_.Forward(*x[0], m, Master(0), Master(1), Bias(0), &yf_));
     LOCKSTEP_RETURN_IF_ERROR(
-        bwd_.Forward(*x[0], Master(half_), Master(half_ + 1), Bias(half_), &yb_));
+        bwd_.Forward(*x[0], m, Master(half_), Master(half_ + 1), Bias(half_), &yb_));
     if (merge_ == graph::BidirectionalMerge::kConcat) {
       LOCKSTEP_RETURN_IF_ERROR(cuda::ConcatForward(ctx_, {&yf_, &yb_}, Axis(), &y_));
     } else {
@@ -881,7 +965,8 @@ cuda::RnnSpec RnnSpecOf(const GraphLayer& l) {
           .recurrent_activation = o.recurrent_activation,
           .return_sequences = o.return_sequences,
           .go_backwards = o.go_backwards,
-          .reset_after = o.reset_after};
+          .reset_after = o.reset_after,
+          .zero_output_for_mask = o.zero_output_for_mask};
 }
 
 uint64_t Mix(uint64_t a, uint64_t b) {
@@ -955,8 +1040,9 @@ class AttentionOp final : public DeviceOp {
   }
   absl::StatusOr<DeviceTensor> Forward(const std::vector<const DeviceTensor*>& x,
                                        const StepInfo& step) override {
-    LOCKSTEP_RETURN_IF_ERROR(attn_.Forward(*x[0], *x[1], x.size() > 2 ? x[2] : nullptr, Weights(),
-                                           step.training, step.seed, &y_));
+    const cuda::AttentionMasks masks{step.mask(0), step.mask(1), step.mask(2)};
+    LOCKSTEP_RETURN_IF_ERROR(attn_.Forward(*x[0], *x[1], x.size() > 2 ? x[2] : nullptr, masks,
+                                           Weights(), step.training, step.seed, &y_));
     return ViewOf(y_);
   }
   absl::Status Backward(const std::vector<const DeviceTensor*>& x, const DeviceTensor&,
@@ -1081,9 +1167,19 @@ absl::StatusOr<std::unique_ptr<DeviceOp>> MakeOp(GpuContext* ctx, const GraphLay
           cuda::DeviceBuffer::Make(ctx->allocator(), sizeof(int));
       if (!bad.ok()) return bad.status();
       records->bad.push_back(std::move(*bad));
-      op = std::make_unique<EmbeddingOp>(ctx, w, records->bad.back().as<int>());
+      op = std::make_unique<EmbeddingOp>(ctx, w, OptionsOf<graph::EmbeddingOptions>(l)->mask_zero,
+                                         records->bad.back().as<int>());
       break;
     }
+    case GpuOpKind::kMasking:
+      op = std::make_unique<MaskingOp>(ctx, OptionsOf<graph::MaskingOptions>(l)->value);
+      break;
+    case GpuOpKind::kCompare:
+      op = std::make_unique<ComparisonOp>(ctx, *OptionsOf<graph::CompareOptions>(l));
+      break;
+    case GpuOpKind::kMaskWith:
+      op = std::make_unique<MaskWithOp>(ctx);
+      break;
     case GpuOpKind::kRecurrent:
       op = std::make_unique<RecurrentOp>(ctx, w, RnnSpecOf(l));
       break;
@@ -1157,8 +1253,11 @@ absl::StatusOr<std::unique_ptr<DeviceGraph>> DeviceGraph::Create(GpuContext* ctx
   // The inputs: token ids stay fp32 (an fp16 id above 2048 would round).
   for (int t : g.inputs()) {
     bool ids = false, other = false;
-    for (const GraphLayer* c : g.Consumers(t))
+    // A comparison (the padding mask's NotEqual) reads ids in any dtype.
+    for (const GraphLayer* c : g.Consumers(t)) {
+      if (OptionsOf<graph::CompareOptions>(*c)) continue;
       (c->class_name() == "Embedding" ? ids : other) = true;
+    }
     if (ids && other && compute != DType::kF32) {
       return absl::FailedPreconditionError(
           "input '" + g.input_name(d->input_dtypes_.size()) +
@@ -1174,13 +1273,14 @@ absl::StatusOr<std::unique_ptr<DeviceGraph>> DeviceGraph::Create(GpuContext* ctx
     absl::StatusOr<std::unique_ptr<DeviceOp>> op =
         MakeOp(ctx, l, *records->weights.at(&l), g.shape(spec.outputs[0]), compute, records.get());
     if (!op.ok()) return op.status();
-    d->nodes_.push_back({std::move(*op), std::move(spec)});
+    d->nodes_.push_back({std::move(*op), std::move(spec), MaskRuleOf(l)});
   }
   size_t tensors = g.inputs().size();
   for (const Node& n : d->nodes_) {
     for (int t : n.spec.outputs) tensors = std::max(tensors, static_cast<size_t>(t) + 1);
   }
   d->values_.resize(tensors);
+  d->masks_.assign(tensors, nullptr);
   d->grads_.resize(tensors);
   d->has_grad_.assign(tensors, false);
   d->inputs_.resize(g.inputs().size());
@@ -1237,21 +1337,30 @@ absl::StatusOr<cpu::XentResult> DeviceGraph::Run(const Tensor& x,
     LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemsetAsync(b.get(), 0, sizeof(int), ctx_->stream()));
   }
 
-  // Forward, node by node.
+  // Forward, node by node, each tensor's mask following it (the graph's inputs have none).
   std::vector<const DeviceTensor*> in;
+  StepInfo step;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     Node& node = nodes_[i];
     in.clear();
-    for (int t : node.spec.inputs) in.push_back(&values_[static_cast<size_t>(t)]);
-    const StepInfo step{.training = node.spec.training.value_or(training),
-                        .seed = Mix(Mix(seed_, step_), i)};
+    step.masks.clear();
+    for (int t : node.spec.inputs) {
+      in.push_back(&values_[static_cast<size_t>(t)]);
+      step.masks.push_back(masks_[static_cast<size_t>(t)]);
+    }
+    step.training = node.spec.training.value_or(training);
+    step.seed = Mix(Mix(seed_, step_), i);
     absl::StatusOr<DeviceTensor> y = node.op->Forward(in, step);
     if (!y.ok()) {
       return absl::Status(y.status().code(), "layer '" + node.spec.layer->name() + "' (" +
                                                  node.spec.layer->class_name() +
                                                  "): " + std::string(y.status().message()));
     }
-    values_[static_cast<size_t>(node.spec.outputs[0])] = std::move(*y);
+    const auto o = static_cast<size_t>(node.spec.outputs[0]);
+    values_[o] = std::move(*y);
+    masks_[o] = node.mask == MaskRule::kOwn          ? node.op->OwnMask()
+                : node.mask == MaskRule::kFirstInput ? step.mask(0)
+                                                     : nullptr;
   }
 
   // The loss (and dL/d(output) times the loss scale).

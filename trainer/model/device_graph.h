@@ -13,11 +13,15 @@
 // counter-based streams keyed by (seed, step, node), so the backward pass regenerates the
 // forward pass's mask.
 //
+// Masks flow as on the CPU: Embedding mask_zero, Masking and a mask= argument make one, most
+// layers pass their first input's on, and the recurrent layers, GlobalAveragePooling1D and
+// MultiHeadAttention honour it.
+//
 // Not on the GPU yet (gpu_support.h names the first such layer; the trainer then runs the model
 // on the CPU, or refuses --device gpu): a recurrent layer's (or Bidirectional's) dropout,
-// initial states, return_state or merge_mode None; the masking layers and Embedding's mask_zero
-// (no masks flow on the GPU); the augmentation and comparison layers; activity regularizers;
-// a ReLU layer with a threshold, or with both a maximum and a negative slope.
+// initial states, return_state or merge_mode None; BatchNormalization given a mask; the
+// augmentation layers; activity regularizers; a ReLU layer with a threshold, or with both a
+// maximum and a negative slope.
 // Thread-safety: one thread (the replica's), which has activated the context.
 
 #include <cstdint>
@@ -27,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "trainer/graph/graph.h"
 #include "trainer/model/device_net.h"
+#include "trainer/model/gpu_support.h"
 #include "trainer/model/graph_model.h"
 
 namespace lockstep::trainer {
@@ -60,10 +65,12 @@ class DeviceGraph final : public DeviceNet {
   struct Node {
     std::unique_ptr<DeviceOp> op;
     graph::Graph::NodeSpec spec;
+    MaskRule mask;  // where its output's mask comes from
   };
   std::vector<Node> nodes_;
-  std::vector<cuda::DeviceTensor> values_;  // per tensor: a view of its producer's output
-  std::vector<cuda::DeviceTensor> grads_;   // per tensor: dL/d(tensor), owned
+  std::vector<cuda::DeviceTensor> values_;        // per tensor: a view of its producer's output
+  std::vector<const cuda::DeviceTensor*> masks_;  // per tensor: its mask (owned by an op), or null
+  std::vector<cuda::DeviceTensor> grads_;         // per tensor: dL/d(tensor), owned
   std::vector<bool> has_grad_;
   std::vector<cuda::DeviceTensor> inputs_;  // the graph's inputs, uploaded
   std::vector<cuda::DType> input_dtypes_;

@@ -60,10 +60,10 @@ absl::StatusOr<GpuOpKind> ClassifyForGpu(const Layer& l) {
   if (OptionsOf<graph::LayerNormOptions>(l)) return GpuOpKind::kLayerNorm;
   if (OptionsOf<graph::PadCropOptions>(l)) return GpuOpKind::kPadCrop;
   if (OptionsOf<graph::UpSamplingOptions>(l)) return GpuOpKind::kUpSampling;
-  if (auto e = OptionsOf<graph::EmbeddingOptions>(l)) {
-    if (e->mask_zero) return Unsupported(l, "mask_zero (masks do not flow on the GPU yet)");
-    return GpuOpKind::kEmbedding;
-  }
+  if (OptionsOf<graph::EmbeddingOptions>(l)) return GpuOpKind::kEmbedding;
+  if (OptionsOf<graph::MaskingOptions>(l)) return GpuOpKind::kMasking;
+  if (OptionsOf<graph::CompareOptions>(l)) return GpuOpKind::kCompare;
+  if (OptionsOf<graph::MaskWithOptions>(l)) return GpuOpKind::kMaskWith;
   if (auto r = OptionsOf<graph::RnnOptions>(l)) {
     if (r->dropout > 0 || r->recurrent_dropout > 0) {
       return Unsupported(l, "input or recurrent dropout on a recurrent layer");
@@ -94,7 +94,23 @@ absl::StatusOr<GpuOpKind> ClassifyForGpu(const Layer& l) {
   return Unsupported(l, "its kernels run on the CPU only in this version");
 }
 
+MaskRule MaskRuleOf(const Layer& l) {
+  // OutputMask only picks one of the pointers it is handed (or the record's own mask): probed
+  // with stand-ins, it says where the layer's output mask comes from without running it.
+  const Tensor x0, x1, x2, mask;
+  const graph::Args probe{.x = {&x0, &x1, &x2}, .mask = {&mask}};
+  const graph::Saved saved;
+  const Tensor* m = l.OutputMask(probe, saved);
+  if (m == nullptr) return MaskRule::kNone;
+  return m == &mask ? MaskRule::kFirstInput : MaskRule::kOwn;
+}
+
 absl::Status GpuSupported(const graph::Graph& g) {
+  // Which tensors carry a mask, followed through the nodes in order.
+  std::vector<bool> masked(g.inputs().size(), false);
+  auto has_mask = [&](int t) {
+    return t >= 0 && static_cast<size_t>(t) < masked.size() && masked[static_cast<size_t>(t)];
+  };
   for (size_t i = 0; i < g.num_nodes(); ++i) {
     const graph::Graph::NodeSpec n = g.node(i);
     if (n.outputs.size() != 1) {
@@ -105,6 +121,17 @@ absl::Status GpuSupported(const graph::Graph& g) {
     if ((*k == GpuOpKind::kRecurrent || *k == GpuOpKind::kBidirectional) && n.inputs.size() > 1) {
       return Unsupported(*n.layer, "initial states passed to a recurrent layer");
     }
+    const bool in_mask = !n.inputs.empty() && has_mask(n.inputs[0]);
+    const Layer* inner = n.layer;
+    if (auto t = OptionsOf<graph::TimeDistributedOptions>(*n.layer)) inner = t->inner;
+    if (in_mask && OptionsOf<graph::BatchNormOptions>(*inner)) {
+      return Unsupported(*n.layer, "it receives a mask (masked batch statistics)");
+    }
+    const MaskRule rule = MaskRuleOf(*n.layer);
+    const bool out_mask = rule == MaskRule::kOwn || (rule == MaskRule::kFirstInput && in_mask);
+    const auto o = static_cast<size_t>(n.outputs[0]);
+    if (masked.size() <= o) masked.resize(o + 1, false);
+    masked[o] = out_mask;
   }
   return absl::OkStatus();
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <set>
 
 #include "trainer/graph/layers/recurrent.h"
@@ -27,7 +28,8 @@ TEST(GpuSupportTest, TheGpuTestModelsLoadTrainAndAreAccepted) {
   for (const char* path :
        {"examples/models/mlp.json", "examples/models/cnn.json", "examples/models/lstm.json",
         "examples/models/attention.json", "trainer/model/testdata/every_gpu_op.json",
-        "trainer/model/testdata/tokens.json", "trainer/model/testdata/recurrent.json"}) {
+        "trainer/model/testdata/tokens.json", "trainer/model/testdata/recurrent.json",
+        "trainer/model/testdata/masked.json"}) {
     SCOPED_TRACE(path);
     auto m = GraphModel::Load(Source(path), 1);
     ASSERT_TRUE(m.ok()) << m.status();
@@ -45,12 +47,40 @@ TEST(GpuSupportTest, TheGpuTestModelsLoadTrainAndAreAccepted) {
   std::set<GpuOpKind> seen;
   for (const char* path :
        {"trainer/model/testdata/every_gpu_op.json", "trainer/model/testdata/tokens.json",
-        "trainer/model/testdata/recurrent.json"}) {
+        "trainer/model/testdata/recurrent.json", "trainer/model/testdata/masked.json"}) {
     auto m = GraphModel::Load(Source(path), 1);
     ASSERT_TRUE(m.ok());
     for (const auto& l : (*m)->graph().layers()) seen.insert(*ClassifyForGpu(*l));
   }
-  EXPECT_EQ(seen.size(), static_cast<size_t>(GpuOpKind::kAttention) + 1);
+  EXPECT_EQ(seen.size(), static_cast<size_t>(GpuOpKind::kMaskWith) + 1);
+}
+
+// Where each node's mask comes from, read from the CPU layers themselves: the mask-making
+// layers, pass-through layers, and layers that end a mask (a recurrent layer's last output, a
+// pooling, a Flatten).
+TEST(GpuSupportTest, MaskRulesFollowTheCpuLayers) {
+  auto m = GraphModel::Load(Source("trainer/model/testdata/masked.json"), 1);
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::map<std::string, MaskRule> rules;
+  for (const auto& l : (*m)->graph().layers()) rules[l->name()] = MaskRuleOf(*l);
+  EXPECT_EQ(rules.at("embed"), MaskRule::kOwn);
+  EXPECT_EQ(rules.at("embed_plain"), MaskRule::kNone);
+  EXPECT_EQ(rules.at("masking"), MaskRule::kOwn);
+  EXPECT_EQ(rules.at("not_equal"), MaskRule::kNone);
+  EXPECT_EQ(rules.at("lstm"), MaskRule::kFirstInput);  // return_sequences
+  EXPECT_EQ(rules.at("rnn"), MaskRule::kNone);         // the last output only
+  EXPECT_EQ(rules.at("bidi"), MaskRule::kFirstInput);
+  EXPECT_EQ(rules.at("mha"), MaskRule::kFirstInput);  // the query's
+  EXPECT_EQ(rules.at("pool_mha"), MaskRule::kNone);
+  EXPECT_EQ(rules.at("logits"), MaskRule::kFirstInput);
+  size_t with = 0;  // the GRU's mask= argument
+  for (const auto& l : (*m)->graph().layers()) {
+    if (OptionsOf<graph::MaskWithOptions>(*l)) {
+      ++with;
+      EXPECT_EQ(MaskRuleOf(*l), MaskRule::kOwn);
+    }
+  }
+  EXPECT_EQ(with, 1u);
 }
 
 TEST(GpuSupportTest, LayersWithoutAGpuOpAreNamed) {
@@ -67,10 +97,35 @@ TEST(GpuSupportTest, LayersWithoutAGpuOpAreNamed) {
                        {{"class_name", "GlobalAveragePooling1D"}, {"config", {{"name", "p"}}}}}}});
   ASSERT_TRUE(masked.ok()) << masked.status();
   absl::Status s = GpuSupported(*masked->graph);
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.message().find("layer 'e' (Embedding) has no GPU implementation yet: mask_zero"),
-            std::string::npos)
-      << s;
+  EXPECT_TRUE(s.ok()) << s;  // the mask flows to the pooling
+  // A BatchNormalization given a mask (masked batch statistics), directly and after layers that
+  // pass the mask on; none without the mask.
+  auto batchnorm = [](bool mask_zero, bool dense_between) {
+    nlohmann::json layers = {{{"class_name", "Embedding"},
+                              {"config",
+                               {{"name", "e"},
+                                {"input_dim", 10},
+                                {"output_dim", 4},
+                                {"mask_zero", mask_zero},
+                                {"batch_input_shape", {nullptr, 5}}}}}};
+    if (dense_between) {
+      layers.push_back({{"class_name", "Dense"}, {"config", {{"name", "d"}, {"units", 3}}}});
+    }
+    layers.push_back({{"class_name", "BatchNormalization"}, {"config", {{"name", "bn"}}}});
+    auto k = keras::LoadKerasModel(
+        nlohmann::json{{"class_name", "Sequential"}, {"config", std::move(layers)}});
+    EXPECT_TRUE(k.ok()) << k.status();
+    return k.ok() ? GpuSupported(*k->graph) : k.status();
+  };
+  for (bool between : {false, true}) {
+    s = batchnorm(true, between);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(s.message().find("layer 'bn' (BatchNormalization) has no GPU implementation yet: it "
+                               "receives a mask"),
+              std::string::npos)
+        << s;
+    EXPECT_TRUE(batchnorm(false, between).ok()) << batchnorm(false, between);
+  }
   // A recurrent layer with dropout, and one that returns its state.
   auto gru = [](nlohmann::json extra) {
     nlohmann::json cfg = {{"name", "g"}, {"units", 2}, {"batch_input_shape", {nullptr, 5, 3}}};

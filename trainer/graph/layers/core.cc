@@ -781,8 +781,9 @@ class Concatenate final : public Layer, public HasOptions<ConcatOptions> {
   int64_t axis_, a_ = 0;
 };
 
-class Compare final : public Layer {
+class Compare final : public Layer, public HasOptions<CompareOptions> {
  public:
+  CompareOptions options() const override { return {op_, c_}; }
   Compare(std::string name, std::string cls, CompareOp op, float c)
       : Layer(std::move(name), std::move(cls)), op_(op), c_(c) {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
@@ -831,8 +832,9 @@ class Compare final : public Layer {
   float c_;
 };
 
-class Masking final : public Layer {
+class Masking final : public Layer, public HasOptions<MaskingOptions> {
  public:
+  MaskingOptions options() const override { return {value_}; }
   Masking(std::string name, float value) : Layer(std::move(name), "Masking"), value_(value) {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
                                            const BuildContext&) override {
@@ -872,8 +874,9 @@ class Masking final : public Layer {
   float value_;
 };
 
-class MaskWith final : public Layer {
+class MaskWith final : public Layer, public HasOptions<MaskWithOptions> {
  public:
+  MaskWithOptions options() const override { return {}; }
   explicit MaskWith(std::string name) : Layer(std::move(name), "mask") {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
                                            const BuildContext&) override {

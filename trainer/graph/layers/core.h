@@ -71,6 +71,14 @@ std::unique_ptr<Layer> MakeMerge(std::string name, std::string class_name, Merge
 std::unique_ptr<Layer> MakeConcatenate(std::string name, int64_t axis);
 
 enum class CompareOp { kEqual, kNotEqual, kGreater, kGreaterEqual, kLess, kLessEqual };
+struct CompareOptions {
+  CompareOp op = CompareOp::kEqual;
+  float constant = 0;
+};
+struct MaskingOptions {
+  float value = 0;
+};
+struct MaskWithOptions {};
 // 1 where `x op constant` holds, else 0 (Keras 3's comparison ops recorded as layers, such as
 // the NotEqual that makes a padding mask). Carries no gradient.
 std::unique_ptr<Layer> MakeCompare(std::string name, std::string class_name, CompareOp op,

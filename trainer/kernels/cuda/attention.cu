@@ -31,18 +31,31 @@ __global__ void FromHeadsKernel(const float* __restrict__ src, int64_t b, int64_
   }
 }
 
+// Which keys a query may attend to: the causal mask and the query's, value's and key's masks
+// (fp32 [b, t] and [b, s] of 0/1, or null), as the CPU layer combines them. Scores rows are
+// ((batch * heads + head) * t + query).
+struct ScoreMask {
+  const float *q = nullptr, *v = nullptr, *k = nullptr;
+  int64_t heads = 1;
+  bool causal = false;
+  __device__ bool Allowed(int64_t row, int64_t t, int64_t s, int64_t c) const {
+    const int64_t r = row % t, bi = row / t / heads;
+    return !(causal && c > r) && (q == nullptr || q[bi * t + r] != 0.0f) &&
+           (v == nullptr || v[bi * s + c] != 0.0f) && (k == nullptr || k[bi * s + c] != 0.0f);
+  }
+};
+
 // One warp per row of scores [rows, s] (row r of its head's t queries): Keras's additive
-// causal mask, then the softmax in place.
+// mask, then the softmax in place.
 __global__ void SoftmaxRowsKernel(float* __restrict__ p, int64_t rows, int64_t t, int64_t s,
-                                  bool causal) {
+                                  ScoreMask mask) {
   const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / kWarp;
   const int lane = static_cast<int>(threadIdx.x % kWarp);
   if (row >= rows) return;
-  const int64_t r = row % t;
   float* x = p + row * s;
   float mx = -3.4e38f;
   for (int64_t c = lane; c < s; c += kWarp) {
-    const float v = x[c] + (causal && c > r ? -1e9f : 0.0f);
+    const float v = x[c] + (mask.Allowed(row, t, s, c) ? 0.0f : -1e9f);
     x[c] = v;
     mx = fmaxf(mx, v);
   }
@@ -60,16 +73,16 @@ __global__ void SoftmaxRowsKernel(float* __restrict__ p, int64_t rows, int64_t t
 // dS = P (dP - sum(P dP)) per row; masked scores get nothing.
 __global__ void SoftmaxBackRowsKernel(const float* __restrict__ p, const float* __restrict__ dp,
                                       float* __restrict__ ds, int64_t rows, int64_t t, int64_t s,
-                                      bool causal) {
+                                      ScoreMask mask) {
   const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / kWarp;
   const int lane = static_cast<int>(threadIdx.x % kWarp);
   if (row >= rows) return;
-  const int64_t r = row % t, o = row * s;
+  const int64_t o = row * s;
   float dot = 0;
   for (int64_t c = lane; c < s; c += kWarp) dot += p[o + c] * dp[o + c];
   dot = WarpSum(dot);
   for (int64_t c = lane; c < s; c += kWarp) {
-    ds[o + c] = causal && c > r ? 0.0f : p[o + c] * (dp[o + c] - dot);
+    ds[o + c] = mask.Allowed(row, t, s, c) ? p[o + c] * (dp[o + c] - dot) : 0.0f;
   }
 }
 
@@ -115,8 +128,9 @@ absl::Status ProjectBack(GpuContext* ctx, const float* x, const DeviceTensor& dp
 }  // namespace
 
 absl::Status Attention::Forward(const DeviceTensor& query, const DeviceTensor& value,
-                                const DeviceTensor* key, const AttentionWeights& w, bool training,
-                                uint64_t seed, DeviceTensor* y) {
+                                const DeviceTensor* key, const AttentionMasks& masks,
+                                const AttentionWeights& w, bool training, uint64_t seed,
+                                DeviceTensor* y) {
   const DeviceTensor& k = key != nullptr ? *key : value;
   b_ = query.dim(0);
   dq_ = query.shape().back();
@@ -129,6 +143,25 @@ absl::Status Attention::Forward(const DeviceTensor& query, const DeviceTensor& v
   }
   t_ = query.size() / (b_ * dq_);
   s_ = value.size() / (b_ * dv_);
+  // A mask that does not fit its input is an error here (the CPU layer reports it too).
+  auto mask = [&](const DeviceTensor* m, int64_t n,
+                  const char* which) -> absl::StatusOr<const float*> {
+    if (m == nullptr) return static_cast<const float*>(nullptr);
+    if (m->dtype() != DType::kF32 || m->size() != b_ * n) {
+      return absl::InvalidArgumentError(std::string("Attention: the ") + which + " mask " +
+                                        ShapeString(m->shape()) + " does not fit");
+    }
+    return m->as<float>();
+  };
+  absl::StatusOr<const float*> qm = mask(masks.query, t_, "query");
+  absl::StatusOr<const float*> vm = mask(masks.value, s_, "value");
+  absl::StatusOr<const float*> km = mask(masks.key, s_, "key");
+  for (const auto* m : {&qm, &vm, &km}) {
+    if (!m->ok()) return m->status();
+  }
+  qmask_ = *qm;
+  vmask_ = *vm;
+  kmask_ = *km;
   own_key_ = key != nullptr;
   q_shape_ = query.shape();
   v_shape_ = value.shape();
@@ -162,8 +195,9 @@ absl::Status Attention::Forward(const DeviceTensor& query, const DeviceTensor& v
   LOCKSTEP_RETURN_IF_ERROR(GemmBatched(ctx_, false, true, t_, s_, kd, scale, qh_.as<float>(),
                                        t_ * kd, kh_.as<float>(), s_ * kd, 0.0f, p_.as<float>(),
                                        t_ * s_, bh));
-  SoftmaxRowsKernel<<<RowBlocks(bh * t_), kThreads, 0, st>>>(p_.as<float>(), bh * t_, t_, s_,
-                                                             spec_.causal);
+  SoftmaxRowsKernel<<<RowBlocks(bh * t_), kThreads, 0, st>>>(
+      p_.as<float>(), bh * t_, t_, s_,
+      ScoreMask{qmask_, vmask_, kmask_, spec_.heads, spec_.causal});
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
   dropped_ = training && spec_.dropout > 0 && spec_.dropout < 1;
   seed_ = seed;
@@ -220,7 +254,8 @@ absl::Status Attention::Backward(const DeviceTensor& dy, const AttentionWeights&
   }
   LOCKSTEP_RETURN_IF_ERROR(F32(ctx_, &ds_, {bh, t_, s_}));
   SoftmaxBackRowsKernel<<<RowBlocks(bh * t_), kThreads, 0, st>>>(
-      p_.as<float>(), dp_.as<float>(), ds_.as<float>(), bh * t_, t_, s_, spec_.causal);
+      p_.as<float>(), dp_.as<float>(), ds_.as<float>(), bh * t_, t_, s_,
+      ScoreMask{qmask_, vmask_, kmask_, spec_.heads, spec_.causal});
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
   LOCKSTEP_RETURN_IF_ERROR(F32(ctx_, &dqh_, {bh, t_, kd}));
   LOCKSTEP_RETURN_IF_ERROR(F32(ctx_, &dkh_, {bh, s_, kd}));

@@ -7,7 +7,8 @@
 // (flattened). The per-head products are strided-batched GEMMs; inputs and outputs are in any
 // storage dtype, the arithmetic, the saved projections and probabilities fp32 over the master
 // weights. The dropout draws are counter-based (dropout.h): the backward pass regenerates them.
-// Not here yet (the layer runs on the CPU, see model/gpu_support.h): query, key and value masks.
+// The query's, value's and key's masks (Embedding mask_zero, Masking) combine with the causal
+// mask as on the CPU: a query attends to the keys whose masks and its own are all 1.
 // Thread-safety: one thread per object (the context's).
 
 #include <cstdint>
@@ -26,6 +27,11 @@ struct AttentionSpec {
 // The fp32 weights in Keras's layouts (biases null without use_bias): query/key/value kernels
 // [d, heads, dim], their biases [heads, dim], the output kernel [heads, value_dim, d_query] and
 // bias [d_query]. For the gradients, null where a weight is not trained.
+// fp32 [b, ...] masks of the query's and the value's (and key's) positions, or null.
+struct AttentionMasks {
+  const DeviceTensor *query = nullptr, *value = nullptr, *key = nullptr;
+};
+
 struct AttentionWeights {
   const float *wq = nullptr, *bq = nullptr, *wk = nullptr, *bk = nullptr, *wv = nullptr,
               *bv = nullptr, *wo = nullptr, *bo = nullptr;
@@ -40,10 +46,11 @@ class Attention {
   Attention(GpuContext* ctx, AttentionSpec s) : ctx_(ctx), spec_(s) {}
 
   // y (the query's shape and dtype) from query [b, ..., dq], value [b, ..., dv] and key
-  // (null: the value) [b, ..., dk]. `seed` keys the dropout draws of a training call.
+  // (null: the value) [b, ..., dk], and their masks (kept until Backward). `seed` keys the
+  // dropout draws of a training call.
   absl::Status Forward(const DeviceTensor& query, const DeviceTensor& value,
-                       const DeviceTensor* key, const AttentionWeights& w, bool training,
-                       uint64_t seed, DeviceTensor* y);
+                       const DeviceTensor* key, const AttentionMasks& masks,
+                       const AttentionWeights& w, bool training, uint64_t seed, DeviceTensor* y);
   // After Forward: dquery, dvalue, dkey (each may be null; without a key the value's gradient
   // sums both uses) in their inputs' dtypes, and the weights' gradients (overwritten).
   absl::Status Backward(const DeviceTensor& dy, const AttentionWeights& w, DeviceTensor* dquery,
@@ -52,6 +59,7 @@ class Attention {
  private:
   GpuContext* ctx_;
   AttentionSpec spec_;
+  const float *qmask_ = nullptr, *vmask_ = nullptr, *kmask_ = nullptr;
   int64_t b_ = 0, t_ = 0, s_ = 0, dq_ = 0, dk_ = 0, dv_ = 0;
   bool own_key_ = false, dropped_ = false;
   uint64_t seed_ = 0;

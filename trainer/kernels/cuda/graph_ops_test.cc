@@ -38,6 +38,7 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 #include "trainer/kernels/cuda/dropout.h"
 #include "trainer/kernels/cuda/keras_dense.h"
 #include "trainer/kernels/cuda/loss.h"
+#include "trainer/kernels/cuda/masking.h"
 #include "trainer/kernels/cuda/merge.h"
 #include "trainer/kernels/cuda/normalization.h"
 #include "trainer/kernels/cuda/op_test_util.h"
@@ -138,13 +139,15 @@ struct LayerRun {
   Tensor y, dx;
   std::vector<Tensor> values, grads;
 };
-LayerRun RunCpuLayer(graph::Layer& l, const Tensor& x, const Tensor& dy, bool training) {
+// `mask`: the input's [batch, time] mask, or null.
+LayerRun RunCpuLayer(graph::Layer& l, const Tensor& x, const Tensor& dy, bool training,
+                     const Tensor* mask = nullptr) {
   std::mt19937_64 rng(3);
   std::vector<Tensor> out(1), din(1);
   graph::Saved s;
-  l.Forward(graph::Args{{&x}, {nullptr}}, &out, &s, graph::CallContext{training, &rng});
+  l.Forward(graph::Args{{&x}, {mask}}, &out, &s, graph::CallContext{training, &rng});
   for (graph::Weight& w : l.weights()) w.grad.Fill(0.0f);
-  l.Backward(graph::Args{{&x}, {nullptr}}, out, {&dy}, {true}, &din, &s);
+  l.Backward(graph::Args{{&x}, {mask}}, out, {&dy}, {true}, &din, &s);
   LayerRun r{out[0], din[0], {}, {}};
   for (const graph::Weight& w : l.weights()) {
     r.values.push_back(w.value);
@@ -348,13 +351,82 @@ TEST_F(GraphCudaOpsTest, PoolingMatchesTheCpuLayers) {
       DeviceTensor dx_in, ddy, y, arg, dx;
       ASSERT_OK(Upload(ctx_.get(), x, t, &dx_in));
       ASSERT_OK(Upload(ctx_.get(), dy, t, &ddy));
-      ASSERT_OK(GlobalPoolForward(ctx_.get(), dx_in, 5, 42, 33, kind, &y, &arg));
+      ASSERT_OK(GlobalPoolForward(ctx_.get(), dx_in, nullptr, 5, 42, 33, kind, &y, &arg));
       ASSERT_OK(GlobalPoolBackward(ctx_.get(), ddy, 5, 42, 33, kind, arg, &dx));
       Tensor got;
       EXPECT_LT(DeviceError(ctx_.get(), y, cpu.y), Tolerance(t)) << DTypeName(t) << " global y";
       ASSERT_OK(Download(ctx_.get(), dx, &got));
       EXPECT_LT(RelativeError(got.Reshaped(shape), cpu.dx), Tolerance(t))
           << DTypeName(t) << " global dx";
+    }
+  }
+}
+
+// The mask-making and mask-honouring kernels against the CPU layers: Masking (rows whose
+// features all equal the value), a comparison in each dtype, and GlobalAveragePooling1D over a
+// mask (an example with every step masked included).
+TEST_F(GraphCudaOpsTest, MasksMatchTheCpuLayers) {
+  const int64_t b = 4, t = 6, f = 37;
+  std::vector<int64_t> padded = {0, 2, 5, 6};  // steps of padding at the end of each example
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    Tensor x = Rounded(ctx_.get(), Random({b, t, f}, -1.0f, 1.0f), dt);
+    for (int64_t i = 0; i < b; ++i) {
+      for (int64_t s = t - padded[static_cast<size_t>(i)]; s < t; ++s) {
+        for (int64_t j = 0; j < f; ++j) x[(i * t + s) * f + j] = 0.5f;
+      }
+    }
+    x[(1 * t + 4) * f + 7] = 0.25f;  // one feature differs: that step is kept
+    const Tensor dy = Rounded(ctx_.get(), Random({b, t, f}, -1.0f, 1.0f), dt);
+    auto masking = graph::MakeMasking("m", 0.5f);
+    std::mt19937_64 brng(1);
+    ASSERT_TRUE(masking->Build({Shape{t, f}}, graph::BuildContext{&brng}).ok());
+    std::mt19937_64 rng(3);
+    std::vector<Tensor> out(1), din(1);
+    graph::Saved saved;
+    const graph::Args args{{&x}, {nullptr}};
+    masking->Forward(args, &out, &saved, graph::CallContext{true, &rng});
+    masking->Backward(args, out, {&dy}, {true}, &din, &saved);
+    const Tensor* cpu_mask = masking->OutputMask(args, saved);
+    ASSERT_NE(cpu_mask, nullptr);
+    DeviceTensor dx_in, ddy, y, mask, dx;
+    ASSERT_OK(Upload(ctx_.get(), x, dt, &dx_in));
+    ASSERT_OK(Upload(ctx_.get(), dy, dt, &ddy));
+    ASSERT_OK(MaskingForward(ctx_.get(), dx_in, 0.5f, &y, &mask));
+    ASSERT_OK(MaskingBackward(ctx_.get(), ddy, mask, &dx));
+    EXPECT_EQ(DeviceError(ctx_.get(), mask, *cpu_mask), 0.0) << DTypeName(dt) << " mask";
+    EXPECT_EQ(DeviceError(ctx_.get(), y, out[0]), 0.0) << DTypeName(dt) << " Masking y";
+    EXPECT_EQ(DeviceError(ctx_.get(), dx, din[0]), 0.0) << DTypeName(dt) << " Masking dx";
+
+    // A comparison, into the input's dtype and into fp32.
+    for (auto [op, name] : {std::pair{graph::CompareOp::kNotEqual, "NotEqual"},
+                            std::pair{graph::CompareOp::kGreaterEqual, "GreaterEqual"}}) {
+      auto cmp = graph::MakeCompare("c", name, op, 0.5f);
+      ASSERT_TRUE(cmp->Build({Shape{t, f}}, graph::BuildContext{&brng}).ok());
+      std::vector<Tensor> cout(1);
+      graph::Saved cs;
+      cmp->Forward(args, &cout, &cs, graph::CallContext{true, &rng});
+      for (DType to : {dt, DType::kF32}) {
+        DeviceTensor c;
+        ASSERT_OK(CompareForward(ctx_.get(), dx_in, op, 0.5f, to, &c));
+        EXPECT_EQ(c.dtype(), to);
+        EXPECT_EQ(DeviceError(ctx_.get(), c, cout[0]), 0.0) << DTypeName(dt) << " " << name;
+      }
+    }
+
+    // GlobalAveragePooling1D over the Masking layer's mask, and without one.
+    auto gap = graph::MakeGlobalPooling("g", 1, graph::PoolMode::kAverage, false);
+    ASSERT_TRUE(gap->Build({Shape{t, f}}, graph::BuildContext{&brng}).ok());
+    const Tensor gdy = Rounded(ctx_.get(), Random({b, f}, -1.0f, 1.0f), dt);
+    for (bool masked : {true, false}) {
+      const LayerRun cpu = RunCpuLayer(*gap, x, gdy, true, masked ? cpu_mask : nullptr);
+      DeviceTensor gy, gdx, saved_w, dgdy;
+      ASSERT_OK(Upload(ctx_.get(), gdy, dt, &dgdy));
+      ASSERT_OK(GlobalPoolForward(ctx_.get(), dx_in, masked ? &mask : nullptr, b, t, f,
+                                  PoolKind::kAverage, &gy, &saved_w));
+      ASSERT_OK(GlobalPoolBackward(ctx_.get(), dgdy, b, t, f, PoolKind::kAverage, saved_w, &gdx));
+      const std::string what = std::string(DTypeName(dt)) + (masked ? " masked" : "");
+      EXPECT_LT(DeviceError(ctx_.get(), gy, cpu.y), Tolerance(dt)) << what << " average y";
+      EXPECT_LT(DeviceError(ctx_.get(), gdx, cpu.dx), Tolerance(dt)) << what << " average dx";
     }
   }
 }
@@ -946,13 +1018,23 @@ TEST_F(GraphCudaOpsTest, RecurrentLayersMatchTheCpuLayer) {
       {graph::RnnCell::kGru, false, false, false, graph::Act::kTanh, graph::Act::kHardSigmoid2},
   };
   const int64_t b = 5, t = 7, d = 6, u = 9;
+  // A padding mask: rows of 7, 4, 1 and 0 real steps (then padding), and one with gaps.
+  const Tensor mask({b, t}, {1, 1, 1, 1, 1, 1, 1,  //
+                             1, 1, 1, 1, 0, 0, 0,  //
+                             1, 0, 0, 0, 0, 0, 0,  //
+                             0, 0, 0, 0, 0, 0, 0,  //
+                             0, 1, 1, 0, 1, 0, 1});
   for (const Case& c : cases) {
-    for (DType dt : {DType::kF32, DType::kBF16}) {
-      const std::string what = std::string(graph::RnnClassName(c.cell)) +
-                               (c.reset_after ? "" : " reset_before") +
-                               (c.sequences ? " sequences" : " last") +
-                               (c.backwards ? " backwards " : " ") + DTypeName(dt);
+    for (int variant = 0; variant < 3; ++variant) {
+      // 0: no mask; 1: masked, masked steps repeat the last output; 2: they output zeros.
+      const bool masked = variant > 0;
+      const DType dt = variant == 1 ? DType::kBF16 : DType::kF32;
+      const std::string what =
+          std::string(graph::RnnClassName(c.cell)) + (c.reset_after ? "" : " reset_before") +
+          (c.sequences ? " sequences" : " last") + (c.backwards ? " backwards " : " ") +
+          DTypeName(dt) + (masked ? variant == 2 ? " masked, zeros" : " masked" : "");
       graph::RnnOptions o;
+      o.zero_output_for_mask = variant == 2;
       o.units = u;
       o.activation = {c.act, 0};
       o.recurrent_activation = {c.recurrent, 0};
@@ -966,7 +1048,7 @@ TEST_F(GraphCudaOpsTest, RecurrentLayersMatchTheCpuLayer) {
       const Tensor x = Rounded(ctx_.get(), Random({b, t, d}, -1.0f, 1.0f), dt);
       const Shape ys = c.sequences ? Shape{b, t, u} : Shape{b, u};
       const Tensor dy = Rounded(ctx_.get(), Random(ys, -1.0f, 1.0f), dt);
-      const LayerRun cpu = RunCpuLayer(*layer, x, dy, true);
+      const LayerRun cpu = RunCpuLayer(*layer, x, dy, true, masked ? &mask : nullptr);
       const bool bias = layer->weights().size() > 2;
       std::vector<DeviceTensor> w(layer->weights().size()), g(layer->weights().size());
       for (size_t k = 0; k < w.size(); ++k) {
@@ -974,17 +1056,19 @@ TEST_F(GraphCudaOpsTest, RecurrentLayersMatchTheCpuLayer) {
         ASSERT_OK(g[k].Resize(ctx_.get(), layer->weights()[k].value.shape(), DType::kF32));
         Poison(&g[k]);
       }
-      DeviceTensor dx_in, ddy, y, dx;
+      DeviceTensor dx_in, ddy, dmask, y, dx;
       ASSERT_OK(Upload(ctx_.get(), x, dt, &dx_in));
       ASSERT_OK(Upload(ctx_.get(), dy, dt, &ddy));
+      ASSERT_OK(Upload(ctx_.get(), mask, DType::kF32, &dmask));
       Recurrent rnn(ctx_.get(), {.cell = c.cell,
                                  .units = u,
                                  .activation = o.activation,
                                  .recurrent_activation = o.recurrent_activation,
                                  .return_sequences = c.sequences,
                                  .go_backwards = c.backwards,
-                                 .reset_after = c.reset_after});
-      ASSERT_OK(rnn.Forward(dx_in, w[0].as<float>(), w[1].as<float>(),
+                                 .reset_after = c.reset_after,
+                                 .zero_output_for_mask = o.zero_output_for_mask});
+      ASSERT_OK(rnn.Forward(dx_in, masked ? &dmask : nullptr, w[0].as<float>(), w[1].as<float>(),
                             bias ? w[2].as<float>() : nullptr, &y));
       ASSERT_OK(rnn.Backward(ddy, w[0].as<float>(), w[1].as<float>(), &dx, g[0].as<float>(),
                              g[1].as<float>(), bias ? g[2].as<float>() : nullptr));
@@ -1006,16 +1090,18 @@ TEST_F(GraphCudaOpsTest, RecurrentLayersMatchTheCpuLayer) {
 TEST_F(GraphCudaOpsTest, AttentionMatchesTheCpuLayer) {
   struct Case {
     Shape q, v;
-    bool own_key, causal;
+    bool own_key, causal, masked;
   };
-  const std::vector<Case> cases = {{{3, 5, 8}, {3, 5, 8}, false, false},
-                                   {{2, 6, 8}, {2, 6, 5}, true, true},
-                                   {{2, 3, 4, 6}, {2, 2, 5, 7}, true, false}};
+  const std::vector<Case> cases = {{{3, 5, 8}, {3, 5, 8}, false, false, false},
+                                   {{2, 6, 8}, {2, 6, 5}, true, true, false},
+                                   {{2, 3, 4, 6}, {2, 2, 5, 7}, true, false, false},
+                                   {{3, 5, 8}, {3, 5, 8}, false, false, true},
+                                   {{2, 6, 8}, {2, 4, 5}, true, true, true}};
   for (const Case& c : cases) {
     for (DType dt : {DType::kF32, DType::kBF16}) {
       const std::string what = ShapeString(c.q) + " " + ShapeString(c.v) +
                                (c.own_key ? " key" : "") + (c.causal ? " causal " : " ") +
-                               DTypeName(dt);
+                               (c.masked ? "masked " : "") + DTypeName(dt);
       graph::MultiHeadAttentionOptions o;
       o.num_heads = 3;
       o.key_dim = 4;
@@ -1033,12 +1119,24 @@ TEST_F(GraphCudaOpsTest, AttentionMatchesTheCpuLayer) {
       const Tensor v = Rounded(ctx_.get(), Random(c.v, -1.0f, 1.0f), dt);
       const Tensor kt = Rounded(ctx_.get(), Random(k, -1.0f, 1.0f), dt);
       const Tensor dy = Rounded(ctx_.get(), Random(c.q, -1.0f, 1.0f), dt);
+      // Padding masks of the query's and the value's positions (an example's first position
+      // always kept, one query row wholly masked), and the key's alike.
+      auto padding = [&](int64_t n, int64_t len, uint64_t seed) {
+        std::mt19937_64 mrng(seed);
+        Tensor m({n, len});
+        for (int64_t i = 0; i < m.size(); ++i) m[i] = i % len == 0 || mrng() % 3 != 0 ? 1.0f : 0.0f;
+        return m;
+      };
+      const int64_t tq = q.size() / (c.q[0] * c.q.back()), tv = v.size() / (c.v[0] * c.v.back());
+      Tensor qm = padding(c.q[0], tq, 5), vm = padding(c.v[0], tv, 6), km = padding(c.v[0], tv, 7);
+      qm[0] = 0;  // the first query attends to nothing: uniform weights, as on the CPU
       // The CPU layer.
       std::mt19937_64 rng(3);
       graph::Args args{{&q, &v}, {nullptr, nullptr}};
+      if (c.masked) args.mask = {&qm, &vm};
       if (c.own_key) {
         args.x.push_back(&kt);
-        args.mask.push_back(nullptr);
+        args.mask.push_back(c.masked ? &km : nullptr);
       }
       std::vector<Tensor> out(1), din(args.x.size());
       graph::Saved saved;
@@ -1055,13 +1153,18 @@ TEST_F(GraphCudaOpsTest, AttentionMatchesTheCpuLayer) {
       }
       auto f = [&](size_t i) { return w[i].as<float>(); };
       auto gf = [&](size_t i) { return g[i].as<float>(); };
-      DeviceTensor dq_in, dv_in, dk_in, ddy, y, dq, dv, dk;
+      DeviceTensor dq_in, dv_in, dk_in, ddy, y, dq, dv, dk, dqm, dvm, dkm;
       ASSERT_OK(Upload(ctx_.get(), q, dt, &dq_in));
       ASSERT_OK(Upload(ctx_.get(), v, dt, &dv_in));
       ASSERT_OK(Upload(ctx_.get(), kt, dt, &dk_in));
       ASSERT_OK(Upload(ctx_.get(), dy, dt, &ddy));
+      ASSERT_OK(Upload(ctx_.get(), qm, DType::kF32, &dqm));
+      ASSERT_OK(Upload(ctx_.get(), vm, DType::kF32, &dvm));
+      ASSERT_OK(Upload(ctx_.get(), km, DType::kF32, &dkm));
+      AttentionMasks masks;
+      if (c.masked) masks = {&dqm, &dvm, c.own_key ? &dkm : nullptr};
       Attention attn(ctx_.get(), {.heads = 3, .key_dim = 4, .value_dim = 2, .causal = c.causal});
-      ASSERT_OK(attn.Forward(dq_in, dv_in, c.own_key ? &dk_in : nullptr,
+      ASSERT_OK(attn.Forward(dq_in, dv_in, c.own_key ? &dk_in : nullptr, masks,
                              {f(0), f(1), f(2), f(3), f(4), f(5), f(6), f(7)}, true, 1, &y));
       ASSERT_OK(attn.Backward(ddy, {f(0), f(1), f(2), f(3), f(4), f(5), f(6), f(7)}, &dq, &dv,
                               c.own_key ? &dk : nullptr,

@@ -126,10 +126,27 @@ __global__ void PoolBackwardKernel(const T* __restrict__ dy, Geo3 g, bool max,
 
 // One thread per (example, channel), striding over the steps (adjacent threads read adjacent
 // channels).
+// A masked average's weight per (example, step): 1 / (the example's unmasked steps) where its
+// mask is on, else 0 (and 0 throughout for an example with every step masked). One thread per
+// example.
+__global__ void MaskedAverageWeightsKernel(const float* __restrict__ mask, int64_t n, int64_t steps,
+                                           float* __restrict__ w) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t b = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; b < n; b += stride) {
+    float count = 0;
+    for (int64_t t = 0; t < steps; ++t) count += mask[b * steps + t] != 0.0f ? 1.0f : 0.0f;
+    for (int64_t t = 0; t < steps; ++t) {
+      const bool on = mask[b * steps + t] != 0.0f;
+      w[b * steps + t] = on && count > 0 ? 1.0f / count : 0.0f;
+    }
+  }
+}
+
+// `w`: a masked average's weights [n, steps], or null (each step weighs 1 / steps).
 template <typename T>
 __global__ void GlobalPoolForwardKernel(const T* __restrict__ x, int64_t n, int64_t steps,
-                                        int64_t c, bool max, T* __restrict__ y,
-                                        int32_t* __restrict__ arg) {
+                                        int64_t c, bool max, const float* __restrict__ w,
+                                        T* __restrict__ y, int32_t* __restrict__ arg) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t idx = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; idx < n * c; idx += stride) {
     const int64_t b = idx / c, j = idx % c;
@@ -142,13 +159,13 @@ __global__ void GlobalPoolForwardKernel(const T* __restrict__ x, int64_t n, int6
         best = v;
         best_i = i;
       }
-      sum += v;
+      sum += w != nullptr ? v * w[b * steps + t] : v;
     }
     if (max) {
       y[idx] = FromFloat<T>(best);
       arg[idx] = static_cast<int32_t>(best_i);
     } else {
-      y[idx] = FromFloat<T>(sum / static_cast<float>(steps));
+      y[idx] = FromFloat<T>(w != nullptr ? sum : sum / static_cast<float>(steps));
     }
   }
 }
@@ -156,14 +173,15 @@ __global__ void GlobalPoolForwardKernel(const T* __restrict__ x, int64_t n, int6
 template <typename T>
 __global__ void GlobalPoolBackwardKernel(const T* __restrict__ dy, int64_t n, int64_t steps,
                                          int64_t c, bool max, const int32_t* __restrict__ arg,
-                                         T* __restrict__ dx) {
+                                         const float* __restrict__ w, T* __restrict__ dx) {
   const int64_t total = n * steps * c;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += stride) {
     const int64_t j = i % c, b = i / (steps * c);
     const int64_t o = b * c + j;
     const float g = ToFloat(dy[o]);
-    dx[i] = FromFloat<T>(max ? (arg[o] == i ? g : 0.0f) : g / static_cast<float>(steps));
+    const float avg = w != nullptr ? g * w[i / c] : g / static_cast<float>(steps);
+    dx[i] = FromFloat<T>(max ? (arg[o] == i ? g : 0.0f) : avg);
   }
 }
 
@@ -231,22 +249,37 @@ absl::Status PoolBackward(GpuContext* ctx, const DeviceTensor& dy, const cpu::Co
   return absl::OkStatus();
 }
 
-absl::Status GlobalPoolForward(GpuContext* ctx, const DeviceTensor& x, int64_t n, int64_t steps,
-                               int64_t c, PoolKind kind, DeviceTensor* y, DeviceTensor* argmax) {
+absl::Status GlobalPoolForward(GpuContext* ctx, const DeviceTensor& x, const DeviceTensor* mask,
+                               int64_t n, int64_t steps, int64_t c, PoolKind kind, DeviceTensor* y,
+                               DeviceTensor* saved) {
   if (x.size() != n * steps * c || steps <= 0) {
     return absl::InvalidArgumentError("GlobalPoolForward: input does not match [n, steps, c]");
+  }
+  if (mask != nullptr && (mask->dtype() != DType::kF32 || mask->size() != n * steps)) {
+    return absl::InvalidArgumentError("GlobalPoolForward: a mask " + ShapeString(mask->shape()) +
+                                      " does not match [n, steps]");
   }
   if (absl::Status st = FitsInt32(x.size(), "GlobalPoolForward"); !st.ok()) return st;
   if (absl::Status st = y->Resize(ctx, {n, c}, x.dtype()); !st.ok()) return st;
   const bool max = kind == PoolKind::kMax;
+  const bool weighted = !max && mask != nullptr;
   if (max) {
-    if (absl::Status st = argmax->Resize(ctx, {n, c}, DType::kF32); !st.ok()) return st;
+    if (absl::Status st = saved->Resize(ctx, {n, c}, DType::kF32); !st.ok()) return st;
+  } else if (weighted) {
+    if (absl::Status st = saved->Resize(ctx, {n, steps}, DType::kF32); !st.ok()) return st;
+  } else {
+    *saved = DeviceTensor();
   }
   if (n * c == 0) return absl::OkStatus();
+  if (weighted) {
+    MaskedAverageWeightsKernel<<<Blocks(n), kThreads, 0, ctx->stream()>>>(
+        mask->as<float>(), n, steps, saved->as<float>());
+  }
   DispatchDType(x.dtype(), [&](auto t) {
     using T = decltype(t);
     GlobalPoolForwardKernel<T><<<Blocks(n * c), kThreads, 0, ctx->stream()>>>(
-        x.as<T>(), n, steps, c, max, y->as<T>(), max ? argmax->as<int32_t>() : nullptr);
+        x.as<T>(), n, steps, c, max, weighted ? saved->as<float>() : nullptr, y->as<T>(),
+        max ? saved->as<int32_t>() : nullptr);
     return 0;
   });
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
@@ -254,7 +287,7 @@ absl::Status GlobalPoolForward(GpuContext* ctx, const DeviceTensor& x, int64_t n
 }
 
 absl::Status GlobalPoolBackward(GpuContext* ctx, const DeviceTensor& dy, int64_t n, int64_t steps,
-                                int64_t c, PoolKind kind, const DeviceTensor& argmax,
+                                int64_t c, PoolKind kind, const DeviceTensor& saved,
                                 DeviceTensor* dx) {
   if (dy.size() != n * c || steps <= 0) {
     return absl::InvalidArgumentError("GlobalPoolBackward: gradient does not match [n, c]");
@@ -265,7 +298,8 @@ absl::Status GlobalPoolBackward(GpuContext* ctx, const DeviceTensor& dy, int64_t
   DispatchDType(dy.dtype(), [&](auto t) {
     using T = decltype(t);
     GlobalPoolBackwardKernel<T><<<Blocks(dx->size()), kThreads, 0, ctx->stream()>>>(
-        dy.as<T>(), n, steps, c, max, max ? argmax.as<int32_t>() : nullptr, dx->as<T>());
+        dy.as<T>(), n, steps, c, max, max ? saved.as<int32_t>() : nullptr,
+        !max && saved.data() != nullptr ? saved.as<float>() : nullptr, dx->as<T>());
     return 0;
   });
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());

@@ -29,6 +29,7 @@ Fn FnOf(const graph::Activation& a) { return {a.kind, a.alpha}; }
        i += int64_t{gridDim.x} * blockDim.x)
 
 // out[(s * B + r) * d + j] = x[(r * T + time(s)) * d + j], time(s) = T - 1 - s when reversed.
+// (With d = 1 it lines a [B, T] mask up with the steps.)
 template <typename T>
 __global__ void ToTimeMajorKernel(const T* __restrict__ x, int64_t b, int64_t t, int64_t d,
                                   bool reverse, float* __restrict__ out) {
@@ -39,15 +40,24 @@ __global__ void ToTimeMajorKernel(const T* __restrict__ x, int64_t b, int64_t t,
   }
 }
 
-// The inverse: out [B, T, n] from time-major rows.
+// The inverse: out [B, T, n] from time-major rows, times the step's mask (time-major [T*B])
+// when `mask` is given.
 template <typename T>
 __global__ void FromTimeMajorKernel(const float* __restrict__ in, int64_t b, int64_t t, int64_t n,
-                                    bool reverse, T* __restrict__ out) {
+                                    bool reverse, const float* __restrict__ mask,
+                                    T* __restrict__ out) {
   LOCKSTEP_FOR_EACH(i, b * t * n) {
     const int64_t j = i % n, row = i / n, time = row % t, r = row / t;
     const int64_t s = reverse ? t - 1 - time : time;
-    out[i] = FromFloat<T>(in[(s * b + r) * n + j]);
+    const float v = in[(s * b + r) * n + j];
+    out[i] = FromFloat<T>(mask != nullptr ? v * mask[s * b + r] : v);
   }
+}
+
+// Whether row r skips this step: its mask (the step's [B] values, or null) is 0. A skipped row
+// keeps its state; in backward its state gradient passes back unchanged.
+__device__ __forceinline__ bool Skipped(const float* m, int64_t r) {
+  return m != nullptr && m[r] == 0.0f;
 }
 
 // dst [rows, n] = src[:, c0 : c0 + n] of a [rows, ld] matrix; and the reverse (overwriting).
@@ -62,19 +72,21 @@ __global__ void ScatterColsKernel(const float* __restrict__ src, int64_t rows, i
 
 // One step's cell over [B, u]. `a` and `g` are the step's [B, G*u] rows; `rec` its recurrent
 // product; hp/hn the previous and next states.
-__global__ void SimpleStepKernel(Fn f, int64_t b, int64_t u, float* __restrict__ a,
-                                 const float* __restrict__ rec, float* __restrict__ g,
+__global__ void SimpleStepKernel(Fn f, int64_t b, int64_t u, const float* __restrict__ m,
+                                 float* __restrict__ a, const float* __restrict__ rec,
+                                 float* __restrict__ g, const float* __restrict__ hp,
                                  float* __restrict__ hn) {
   LOCKSTEP_FOR_EACH(i, b * u) {
     const float z = a[i] + rec[i];
     a[i] = z;
     g[i] = f.F(z);
-    hn[i] = g[i];
+    hn[i] = Skipped(m, i / u) ? hp[i] : g[i];
   }
 }
 
-__global__ void LstmStepKernel(Fn f, Fn rf, int64_t b, int64_t u, float* __restrict__ a,
-                               const float* __restrict__ rec, float* __restrict__ g,
+__global__ void LstmStepKernel(Fn f, Fn rf, int64_t b, int64_t u, const float* __restrict__ m,
+                               float* __restrict__ a, const float* __restrict__ rec,
+                               float* __restrict__ g, const float* __restrict__ hp,
                                const float* __restrict__ cp, float* __restrict__ cn,
                                float* __restrict__ e, float* __restrict__ hn) {
   LOCKSTEP_FOR_EACH(i, b * u) {
@@ -90,17 +102,23 @@ __global__ void LstmStepKernel(Fn f, Fn rf, int64_t b, int64_t u, float* __restr
     g[base + 2 * u] = cc;
     g[base + 3 * u] = o;
     const float c = fg * cp[i] + in * cc;
-    cn[i] = c;
     e[i] = f.F(c);
-    hn[i] = o * e[i];
+    if (Skipped(m, r)) {
+      cn[i] = cp[i];
+      hn[i] = hp[i];
+    } else {
+      cn[i] = c;
+      hn[i] = o * e[i];
+    }
   }
 }
 
 // GRU reset_after: rec = h U (the recurrent bias `rb` added here).
-__global__ void GruAfterStepKernel(Fn f, Fn rf, int64_t b, int64_t u, float* __restrict__ a,
-                                   const float* __restrict__ rec, const float* __restrict__ rb,
-                                   float* __restrict__ g, const float* __restrict__ hp,
-                                   float* __restrict__ e, float* __restrict__ hn) {
+__global__ void GruAfterStepKernel(Fn f, Fn rf, int64_t b, int64_t u, const float* __restrict__ m,
+                                   float* __restrict__ a, const float* __restrict__ rec,
+                                   const float* __restrict__ rb, float* __restrict__ g,
+                                   const float* __restrict__ hp, float* __restrict__ e,
+                                   float* __restrict__ hn) {
   LOCKSTEP_FOR_EACH(i, b * u) {
     const int64_t r = i / u, j = i % u, base = r * 3 * u + j;
     auto bias = [&](int q) { return rb != nullptr ? rb[q * u + j] : 0.0f; };
@@ -117,7 +135,7 @@ __global__ void GruAfterStepKernel(Fn f, Fn rf, int64_t b, int64_t u, float* __r
     g[base] = zg;
     g[base + u] = rg;
     g[base + 2 * u] = hh;
-    hn[i] = zg * hp[i] + (1.0f - zg) * hh;
+    hn[i] = Skipped(m, r) ? hp[i] : zg * hp[i] + (1.0f - zg) * hh;
   }
 }
 
@@ -136,9 +154,10 @@ __global__ void GruBeforeGatesKernel(Fn rf, int64_t b, int64_t u, float* __restr
   }
 }
 // Second half: the candidate from cand = (r * h) U_h [B, u].
-__global__ void GruBeforeCandidateKernel(Fn f, int64_t b, int64_t u, float* __restrict__ a,
-                                         const float* __restrict__ cand, float* __restrict__ g,
-                                         const float* __restrict__ hp, float* __restrict__ hn) {
+__global__ void GruBeforeCandidateKernel(Fn f, int64_t b, int64_t u, const float* __restrict__ m,
+                                         float* __restrict__ a, const float* __restrict__ cand,
+                                         float* __restrict__ g, const float* __restrict__ hp,
+                                         float* __restrict__ hn) {
   LOCKSTEP_FOR_EACH(i, b * u) {
     const int64_t r = i / u, j = i % u, base = r * 3 * u + j;
     const float z2 = a[base + 2 * u] + cand[i];
@@ -146,7 +165,7 @@ __global__ void GruBeforeCandidateKernel(Fn f, int64_t b, int64_t u, float* __re
     const float hh = f.F(z2);
     g[base + 2 * u] = hh;
     const float zg = g[base];
-    hn[i] = zg * hp[i] + (1.0f - zg) * hh;
+    hn[i] = Skipped(m, r) ? hp[i] : zg * hp[i] + (1.0f - zg) * hh;
   }
 }
 
@@ -156,21 +175,50 @@ __device__ __forceinline__ float StateGrad(const float* gh, const float* dys, in
   return gh[i] + (dys != nullptr ? dys[i] : 0.0f);
 }
 
-__global__ void SimpleBackKernel(Fn f, int64_t b, int64_t u, const float* __restrict__ a,
-                                 const float* __restrict__ g, const float* __restrict__ gh,
-                                 const float* __restrict__ dys, float* __restrict__ da) {
-  LOCKSTEP_FOR_EACH(i, b * u) { da[i] = f.B(a[i], g[i], StateGrad(gh, dys, i)); }
+// What a skipped row passes back as the previous state's gradient: the carried gradient, and
+// the step's output gradient too unless the layer outputs zeros at masked steps.
+struct MaskBack {
+  const float* m;  // the step's [B] mask values, or null
+  bool zero_out;   // zero_output_for_mask with return_sequences
+  __device__ bool Skip(int64_t r) const { return Skipped(m, r); }
+  __device__ float Carry(const float* gh, const float* dys, int64_t i) const {
+    return zero_out ? gh[i] : StateGrad(gh, dys, i);
+  }
+};
+
+// In the backward kernels each thread reads and then writes gh[i]: the caller then adds the
+// state's part through the recurrent kernel (a GEMM with beta 1), which is zero on skipped rows.
+__global__ void SimpleBackKernel(Fn f, int64_t b, int64_t u, MaskBack mb,
+                                 const float* __restrict__ a, const float* __restrict__ g,
+                                 float* __restrict__ gh, const float* __restrict__ dys,
+                                 float* __restrict__ da) {
+  LOCKSTEP_FOR_EACH(i, b * u) {
+    if (mb.Skip(i / u)) {
+      da[i] = 0;
+      gh[i] = mb.Carry(gh, dys, i);
+    } else {
+      da[i] = f.B(a[i], g[i], StateGrad(gh, dys, i));
+      gh[i] = 0;
+    }
+  }
 }
 
 // gc is carried back in place.
-__global__ void LstmBackKernel(Fn f, Fn rf, int64_t b, int64_t u, const float* __restrict__ a,
-                               const float* __restrict__ g, const float* __restrict__ cp,
-                               const float* __restrict__ cn, const float* __restrict__ e,
-                               const float* __restrict__ gh, const float* __restrict__ dys,
-                               float* __restrict__ gc, float* __restrict__ da) {
+__global__ void LstmBackKernel(Fn f, Fn rf, int64_t b, int64_t u, MaskBack mb,
+                               const float* __restrict__ a, const float* __restrict__ g,
+                               const float* __restrict__ cp, const float* __restrict__ cn,
+                               const float* __restrict__ e, float* __restrict__ gh,
+                               const float* __restrict__ dys, float* __restrict__ gc,
+                               float* __restrict__ da) {
   LOCKSTEP_FOR_EACH(i, b * u) {
     const int64_t r = i / u, j = i % u, base = r * 4 * u + j;
+    if (mb.Skip(r)) {
+      for (int q = 0; q < 4; ++q) da[base + q * u] = 0;
+      gh[i] = mb.Carry(gh, dys, i);
+      continue;  // gc passes back unchanged
+    }
     const float gn = StateGrad(gh, dys, i);
+    gh[i] = 0;
     const float in = g[base], fg = g[base + u], cc = g[base + 2 * u], o = g[base + 3 * u];
     da[base + 3 * u] = rf.B(a[base + 3 * u], o, gn * e[i]);
     const float dc = gc[i] + f.B(cn[i], e[i], gn * o);
@@ -183,13 +231,18 @@ __global__ void LstmBackKernel(Fn f, Fn rf, int64_t b, int64_t u, const float* _
 
 // GRU reset_after: da (for the input projection), dr (for the recurrent product, its bias
 // included) and gh = gn * z, to which the caller adds dr U^T.
-__global__ void GruAfterBackKernel(Fn f, Fn rf, int64_t b, int64_t u, const float* __restrict__ a,
-                                   const float* __restrict__ g, const float* __restrict__ hp,
-                                   const float* __restrict__ e, const float* __restrict__ dys,
-                                   float* __restrict__ gh, float* __restrict__ da,
-                                   float* __restrict__ dr) {
+__global__ void GruAfterBackKernel(Fn f, Fn rf, int64_t b, int64_t u, MaskBack mb,
+                                   const float* __restrict__ a, const float* __restrict__ g,
+                                   const float* __restrict__ hp, const float* __restrict__ e,
+                                   const float* __restrict__ dys, float* __restrict__ gh,
+                                   float* __restrict__ da, float* __restrict__ dr) {
   LOCKSTEP_FOR_EACH(i, b * u) {
     const int64_t r = i / u, j = i % u, base = r * 3 * u + j;
+    if (mb.Skip(r)) {
+      for (int q = 0; q < 3; ++q) da[base + q * u] = dr[base + q * u] = 0;
+      gh[i] = mb.Carry(gh, dys, i);
+      continue;
+    }
     const float gn = StateGrad(gh, dys, i);
     const float zg = g[base], rg = g[base + u], hh = g[base + 2 * u];
     const float d2 = f.B(a[base + 2 * u], hh, gn * (1.0f - zg));
@@ -207,12 +260,18 @@ __global__ void GruAfterBackKernel(Fn f, Fn rf, int64_t b, int64_t u, const floa
 
 // GRU reset_before, first half: dz and the candidate's gradient (also compact in dh2, for
 // (r * h)'s gradient dh2 U_h^T), gh = gn * z.
-__global__ void GruBeforeBack1Kernel(Fn f, Fn rf, int64_t b, int64_t u, const float* __restrict__ a,
-                                     const float* __restrict__ g, const float* __restrict__ hp,
-                                     const float* __restrict__ dys, float* __restrict__ gh,
-                                     float* __restrict__ da, float* __restrict__ dh2) {
+__global__ void GruBeforeBack1Kernel(Fn f, Fn rf, int64_t b, int64_t u, MaskBack mb,
+                                     const float* __restrict__ a, const float* __restrict__ g,
+                                     const float* __restrict__ hp, const float* __restrict__ dys,
+                                     float* __restrict__ gh, float* __restrict__ da,
+                                     float* __restrict__ dh2) {
   LOCKSTEP_FOR_EACH(i, b * u) {
     const int64_t r = i / u, j = i % u, base = r * 3 * u + j;
+    if (mb.Skip(r)) {
+      da[base] = da[base + 2 * u] = dh2[i] = 0;
+      gh[i] = mb.Carry(gh, dys, i);
+      continue;
+    }
     const float gn = StateGrad(gh, dys, i);
     const float zg = g[base], hh = g[base + 2 * u];
     const float d2 = f.B(a[base + 2 * u], hh, gn * (1.0f - zg));
@@ -224,12 +283,17 @@ __global__ void GruBeforeBack1Kernel(Fn f, Fn rf, int64_t b, int64_t u, const fl
 }
 // Second half, from drh = d(r * h): dr, gh += drh * r, and the z/r gradients compact in dzr
 // (for dzr U_zr^T).
-__global__ void GruBeforeBack2Kernel(Fn rf, int64_t b, int64_t u, const float* __restrict__ a,
-                                     const float* __restrict__ g, const float* __restrict__ hp,
-                                     const float* __restrict__ drh, float* __restrict__ gh,
-                                     float* __restrict__ da, float* __restrict__ dzr) {
+__global__ void GruBeforeBack2Kernel(Fn rf, int64_t b, int64_t u, MaskBack mb,
+                                     const float* __restrict__ a, const float* __restrict__ g,
+                                     const float* __restrict__ hp, const float* __restrict__ drh,
+                                     float* __restrict__ gh, float* __restrict__ da,
+                                     float* __restrict__ dzr) {
   LOCKSTEP_FOR_EACH(i, b * u) {
     const int64_t r = i / u, j = i % u, base = r * 3 * u + j, zb = r * 2 * u + j;
+    if (mb.Skip(r)) {
+      da[base + u] = dzr[zb] = dzr[zb + u] = 0;
+      continue;
+    }
     const float rg = g[base + u];
     const float d1 = rf.B(a[base + u], rg, drh[i] * hp[i]);
     da[base + u] = d1;
@@ -250,14 +314,20 @@ absl::Status Zero(GpuContext* ctx, DeviceTensor* t) {
 
 }  // namespace
 
-absl::Status Recurrent::Forward(const DeviceTensor& x, const float* kernel, const float* recurrent,
-                                const float* bias, DeviceTensor* y) {
+absl::Status Recurrent::Forward(const DeviceTensor& x, const DeviceTensor* mask,
+                                const float* kernel, const float* recurrent, const float* bias,
+                                DeviceTensor* y) {
   if (x.shape().size() != 3) {
     return absl::InvalidArgumentError("Recurrent: the input " + ShapeString(x.shape()) +
                                       " is not [batch, time, features]");
   }
   const int64_t b = x.dim(0), t = x.dim(1), d = x.dim(2), u = spec_.units, gu = spec_.gates() * u;
   const int64_t rows = t * b;
+  if (mask != nullptr && (mask->dtype() != DType::kF32 || mask->size() != rows)) {
+    return absl::InvalidArgumentError("Recurrent: a mask " + ShapeString(mask->shape()) +
+                                      " does not fit the input " + ShapeString(x.shape()));
+  }
+  masked_ = mask != nullptr && rows > 0;
   x_shape_ = x.shape();
   x_dtype_ = x.dtype();
   const Fn f = FnOf(spec_.activation), rf = FnOf(spec_.recurrent_activation);
@@ -276,7 +346,7 @@ absl::Status Recurrent::Forward(const DeviceTensor& x, const float* kernel, cons
   if (rows == 0) return Zero(ctx_, y);
   cudaStream_t st = ctx_->stream();
 
-  // Inputs time-major in processing order, and every step's input projection.
+  // Inputs (and the mask) time-major in processing order, and every step's input projection.
   DispatchDType(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     ToTimeMajorKernel<T><<<Blocks(rows * d), kThreads, 0, st>>>(
@@ -284,6 +354,12 @@ absl::Status Recurrent::Forward(const DeviceTensor& x, const float* kernel, cons
     return 0;
   });
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
+  if (masked_) {
+    LOCKSTEP_RETURN_IF_ERROR(F32(ctx_, &m_, {rows}));
+    ToTimeMajorKernel<float><<<Blocks(rows), kThreads, 0, st>>>(mask->as<float>(), b, t, 1,
+                                                                spec_.go_backwards, m_.as<float>());
+    LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
+  }
   LOCKSTEP_RETURN_IF_ERROR(
       Gemm(ctx_, false, false, rows, gu, d, 1.0f, xt_.as<float>(), kernel, 0.0f, a_.as<float>()));
   if (bias != nullptr) LOCKSTEP_RETURN_IF_ERROR(AddBias(ctx_, &a_, bias, rows, gu, 1));
@@ -307,16 +383,17 @@ absl::Status Recurrent::Forward(const DeviceTensor& x, const float* kernel, cons
     float* hn = h_.as<float>() + (off + b) * u;
     float* es = e_.as<float>() + off * u;
     float* rec = rec_.as<float>();
+    const float* ms = masked_ ? m_.as<float>() + off : nullptr;
     switch (spec_.cell) {
       case RnnCell::kSimpleRnn:
         LOCKSTEP_RETURN_IF_ERROR(
             Gemm(ctx_, false, false, b, gu, u, 1.0f, hp, recurrent, 0.0f, rec));
-        SimpleStepKernel<<<blocks, kThreads, 0, st>>>(f, b, u, as, rec, gs, hn);
+        SimpleStepKernel<<<blocks, kThreads, 0, st>>>(f, b, u, ms, as, rec, gs, hp, hn);
         break;
       case RnnCell::kLstm:
         LOCKSTEP_RETURN_IF_ERROR(
             Gemm(ctx_, false, false, b, gu, u, 1.0f, hp, recurrent, 0.0f, rec));
-        LstmStepKernel<<<blocks, kThreads, 0, st>>>(f, rf, b, u, as, rec, gs,
+        LstmStepKernel<<<blocks, kThreads, 0, st>>>(f, rf, b, u, ms, as, rec, gs, hp,
                                                     c_.as<float>() + off * u,
                                                     c_.as<float>() + (off + b) * u, es, hn);
         break;
@@ -325,15 +402,15 @@ absl::Status Recurrent::Forward(const DeviceTensor& x, const float* kernel, cons
           LOCKSTEP_RETURN_IF_ERROR(
               Gemm(ctx_, false, false, b, gu, u, 1.0f, hp, recurrent, 0.0f, rec));
           GruAfterStepKernel<<<blocks, kThreads, 0, st>>>(
-              f, rf, b, u, as, rec, bias != nullptr ? bias + gu : nullptr, gs, hp, es, hn);
+              f, rf, b, u, ms, as, rec, bias != nullptr ? bias + gu : nullptr, gs, hp, es, hn);
         } else {
           LOCKSTEP_RETURN_IF_ERROR(
               Gemm(ctx_, false, false, b, 2 * u, u, 1.0f, hp, uzr_.as<float>(), 0.0f, rec));
           GruBeforeGatesKernel<<<blocks, kThreads, 0, st>>>(rf, b, u, as, rec, gs, hp, es);
           LOCKSTEP_RETURN_IF_ERROR(
               Gemm(ctx_, false, false, b, u, u, 1.0f, es, uh_.as<float>(), 0.0f, t_.as<float>()));
-          GruBeforeCandidateKernel<<<blocks, kThreads, 0, st>>>(f, b, u, as, t_.as<float>(), gs, hp,
-                                                                hn);
+          GruBeforeCandidateKernel<<<blocks, kThreads, 0, st>>>(f, b, u, ms, as, t_.as<float>(), gs,
+                                                                hp, hn);
         }
         break;
     }
@@ -341,12 +418,13 @@ absl::Status Recurrent::Forward(const DeviceTensor& x, const float* kernel, cons
   }
 
   // The outputs: every step's state in processing order (as Keras returns a go_backwards
-  // sequence), or the last one.
+  // sequence; a masked step repeats the last state, or is zero), or the last one.
   if (spec_.return_sequences) {
+    const float* zero = masked_ && ZeroOutput() ? m_.as<float>() : nullptr;
     DispatchDType(y->dtype(), [&](auto tag) {
       using T = decltype(tag);
       FromTimeMajorKernel<T><<<Blocks(rows * u), kThreads, 0, st>>>(h_.as<float>() + b * u, b, t, u,
-                                                                    Aligned(), y->as<T>());
+                                                                    Aligned(), zero, y->as<T>());
       return 0;
     });
     LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
@@ -416,37 +494,38 @@ absl::Status Recurrent::Backward(const DeviceTensor& dy, const float* kernel,
     const float* dys = spec_.return_sequences ? dyt_.as<float>() + off * u
                        : step == t - 1        ? dyt_.as<float>()
                                               : nullptr;
+    const MaskBack mb{masked_ ? m_.as<float>() + off : nullptr, ZeroOutput()};
     switch (spec_.cell) {
       case RnnCell::kSimpleRnn:
-        SimpleBackKernel<<<blocks, kThreads, 0, st>>>(f, b, u, as, gs, gh, dys, das);
+        SimpleBackKernel<<<blocks, kThreads, 0, st>>>(f, b, u, mb, as, gs, gh, dys, das);
         LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
-        LOCKSTEP_RETURN_IF_ERROR(Gemm(ctx_, false, true, b, u, gu, 1.0f, das, recurrent, 0.0f, gh));
+        LOCKSTEP_RETURN_IF_ERROR(Gemm(ctx_, false, true, b, u, gu, 1.0f, das, recurrent, 1.0f, gh));
         break;
       case RnnCell::kLstm:
-        LstmBackKernel<<<blocks, kThreads, 0, st>>>(f, rf, b, u, as, gs, c_.as<float>() + off * u,
-                                                    c_.as<float>() + (off + b) * u, es, gh, dys,
-                                                    gc_.as<float>(), das);
+        LstmBackKernel<<<blocks, kThreads, 0, st>>>(
+            f, rf, b, u, mb, as, gs, c_.as<float>() + off * u, c_.as<float>() + (off + b) * u, es,
+            gh, dys, gc_.as<float>(), das);
         LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
-        LOCKSTEP_RETURN_IF_ERROR(Gemm(ctx_, false, true, b, u, gu, 1.0f, das, recurrent, 0.0f, gh));
+        LOCKSTEP_RETURN_IF_ERROR(Gemm(ctx_, false, true, b, u, gu, 1.0f, das, recurrent, 1.0f, gh));
         break;
       case RnnCell::kGru:
         if (gru_after) {
           float* drs = dr_.as<float>() + off * gu;
-          GruAfterBackKernel<<<blocks, kThreads, 0, st>>>(f, rf, b, u, as, gs, hp, es, dys, gh, das,
-                                                          drs);
+          GruAfterBackKernel<<<blocks, kThreads, 0, st>>>(f, rf, b, u, mb, as, gs, hp, es, dys, gh,
+                                                          das, drs);
           LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
           LOCKSTEP_RETURN_IF_ERROR(
               Gemm(ctx_, false, true, b, u, gu, 1.0f, drs, recurrent, 1.0f, gh));
         } else {
           float* dh2 = dh2_.as<float>() + off * u;
           float* dzr = dzr_.as<float>() + off * 2 * u;
-          GruBeforeBack1Kernel<<<blocks, kThreads, 0, st>>>(f, rf, b, u, as, gs, hp, dys, gh, das,
-                                                            dh2);
+          GruBeforeBack1Kernel<<<blocks, kThreads, 0, st>>>(f, rf, b, u, mb, as, gs, hp, dys, gh,
+                                                            das, dh2);
           LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
           LOCKSTEP_RETURN_IF_ERROR(
               Gemm(ctx_, false, true, b, u, u, 1.0f, dh2, uh_.as<float>(), 0.0f, t_.as<float>()));
-          GruBeforeBack2Kernel<<<blocks, kThreads, 0, st>>>(rf, b, u, as, gs, hp, t_.as<float>(),
-                                                            gh, das, dzr);
+          GruBeforeBack2Kernel<<<blocks, kThreads, 0, st>>>(rf, b, u, mb, as, gs, hp,
+                                                            t_.as<float>(), gh, das, dzr);
           LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
           LOCKSTEP_RETURN_IF_ERROR(
               Gemm(ctx_, false, true, b, u, 2 * u, 1.0f, dzr, uzr_.as<float>(), 1.0f, gh));
@@ -495,7 +574,7 @@ absl::Status Recurrent::Backward(const DeviceTensor& dy, const float* kernel,
     DispatchDType(dx->dtype(), [&](auto tag) {
       using T = decltype(tag);
       FromTimeMajorKernel<T><<<Blocks(rows * d), kThreads, 0, st>>>(
-          dxt_.as<float>(), b, t, d, spec_.go_backwards, dx->as<T>());
+          dxt_.as<float>(), b, t, d, spec_.go_backwards, nullptr, dx->as<T>());
       return 0;
     });
     LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());

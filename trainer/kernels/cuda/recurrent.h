@@ -3,7 +3,8 @@
 // Keras's gate order (LSTM i, f, c, o; GRU z, r, h), GRU's reset_after both ways (the
 // recurrent bias inside the reset gate's product, or the reset gate applied to the state
 // before it), any activation and recurrent activation (hard_sigmoid as each Keras version
-// defines it), go_backwards, and the sequence or the last output.
+// defines it), go_backwards, masks (a masked step keeps each row's state and repeats its output,
+// or outputs zeros with zero_output_for_mask), and the sequence or the last output.
 //
 // As on the CPU, the steps run time-major: one GEMM projects every step's input, then each step
 // adds its recurrent product (one GEMM; GRU reset_after keeps it apart, reset_before takes a
@@ -14,8 +15,8 @@
 // weights it reads are fp32 (the master weights: a recurrent cell gains nothing from 16-bit
 // storage and loses accuracy over long sequences).
 //
-// Not here yet (the layer then runs on the CPU, see model/gpu_support.h): masks, input and
-// recurrent dropout, initial states, return_state.
+// Not here yet (the layer then runs on the CPU, see model/gpu_support.h): input and recurrent
+// dropout, initial states, return_state.
 // Thread-safety: one thread per object (the context's).
 
 #include <cstdint>
@@ -34,6 +35,7 @@ struct RnnSpec {
   bool return_sequences = false;
   bool go_backwards = false;
   bool reset_after = true;  // GRU
+  bool zero_output_for_mask = false;
   // The output sequence reversed in time (Bidirectional's backward layer, which Keras reverses
   // so that its steps line up with the forward layer's).
   bool reverse_outputs = false;
@@ -46,11 +48,11 @@ class Recurrent {
  public:
   Recurrent(GpuContext* ctx, RnnSpec s) : ctx_(ctx), spec_(s) {}
 
-  // y [b, t, units] (return_sequences) or [b, units], in x's dtype, from x [b, t, features].
-  // The fp32 weights: kernel [features, G*u], recurrent [u, G*u], bias [G*u] (GRU reset_after
-  // [2, G*u]: input then recurrent) or null.
-  absl::Status Forward(const DeviceTensor& x, const float* kernel, const float* recurrent,
-                       const float* bias, DeviceTensor* y);
+  // y [b, t, units] (return_sequences) or [b, units], in x's dtype, from x [b, t, features]
+  // and its mask (fp32 [b, t] of 0/1, or null). The fp32 weights: kernel [features, G*u],
+  // recurrent [u, G*u], bias [G*u] (GRU reset_after [2, G*u]: input then recurrent) or null.
+  absl::Status Forward(const DeviceTensor& x, const DeviceTensor* mask, const float* kernel,
+                       const float* recurrent, const float* bias, DeviceTensor* y);
   // From dy (y's shape and dtype), after Forward with the same weights: dx (may be null) in
   // x's dtype; dkernel, drecurrent and dbias (fp32, overwritten; all null for a frozen layer,
   // dbias null without a bias).
@@ -60,6 +62,8 @@ class Recurrent {
  private:
   // The output sequence (and its gradient) reversed in time (see reverse_outputs).
   bool Aligned() const { return spec_.reverse_outputs; }
+  // Masked steps of the output sequence are zeros.
+  bool ZeroOutput() const { return spec_.zero_output_for_mask && spec_.return_sequences; }
   GpuContext* ctx_;
   RnnSpec spec_;
   Shape x_shape_;
@@ -68,6 +72,8 @@ class Recurrent {
   // [(T+1)*B, u] (the initial zeros first); LSTM act(c), GRU reset_after h U_h + b_h,
   // reset_before r * h [T*B, u]; a step's recurrent product [B, G*u].
   DeviceTensor xt_, a_, g_, h_, c_, e_, rec_;
+  DeviceTensor m_;  // the mask time-major [T*B] (when masked_)
+  bool masked_ = false;
   DeviceTensor uzr_, uh_;  // GRU reset_before: U's z and r columns, and its h columns
   // Backward: d(pre-activations) [T*B, G*u]; GRU reset_after d(h U + b') [T*B, G*u];
   // reset_before the z/r part [T*B, 2u] and the candidate part [T*B, u]; the carried state
