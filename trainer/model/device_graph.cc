@@ -60,6 +60,18 @@ class DeviceOp {
   virtual absl::Status Reloaded() { return absl::OkStatus(); }
   // The mask of the output that the op made in Forward (MaskRule::kOwn), or null.
   virtual const DeviceTensor* OwnMask() const { return nullptr; }
+  // The outputs after the first (a recurrent layer's final states), after Forward.
+  virtual absl::StatusOr<std::vector<DeviceTensor>> MoreOutputs() {
+    return std::vector<DeviceTensor>{};
+  }
+  // Backward from every output's gradient: dy[k] is null where output k feeds no loss (never
+  // the first, for an op with one output).
+  virtual absl::Status BackwardAll(const std::vector<const DeviceTensor*>& x,
+                                   const std::vector<const DeviceTensor*>& y,
+                                   const std::vector<const DeviceTensor*>& dy,
+                                   const std::vector<DeviceTensor*>& dx) {
+    return Backward(x, *y[0], *dy[0], dx);
+  }
 };
 
 namespace {
@@ -845,11 +857,14 @@ std::pair<std::vector<float>, std::vector<float>> NormalizationAffine(const Grap
   return {scale, offset};
 }
 
-// SimpleRNN, LSTM, GRU over the fp32 master weights (recurrent.h).
+// SimpleRNN, LSTM, GRU over the fp32 master weights (recurrent.h): inputs [x, initial h,
+// initial c] (the states optional), outputs [y, final h, final c] with return_state.
 class RecurrentOp final : public DeviceOp {
  public:
-  RecurrentOp(GpuContext* ctx, const LayerWeights& w, cuda::RnnSpec spec)
+  RecurrentOp(GpuContext* ctx, const LayerWeights& w, cuda::RnnSpec spec, bool return_state)
       : w_(w),
+        lstm_(spec.cell == graph::RnnCell::kLstm),
+        return_state_(return_state),
         rnn_(ctx, spec),
         dk_(ctx, w.find("kernel"), w.shared()),
         du_(ctx, w.find("recurrent_kernel"), w.shared()),
@@ -857,21 +872,38 @@ class RecurrentOp final : public DeviceOp {
   absl::StatusOr<DeviceTensor> Forward(const std::vector<const DeviceTensor*>& x,
                                        const StepInfo& step) override {
     const DeviceWeight* b = w_.find("bias");
-    LOCKSTEP_RETURN_IF_ERROR(rnn_.Forward(*x[0], step.mask(0), w_.at("kernel").master,
+    const cuda::RnnStates initial{x.size() > 1 ? x[1] : nullptr, x.size() > 2 ? x[2] : nullptr};
+    LOCKSTEP_RETURN_IF_ERROR(rnn_.Forward(*x[0], step.mask(0), initial, w_.at("kernel").master,
                                           w_.at("recurrent_kernel").master,
                                           b != nullptr ? b->master : nullptr, &y_));
     return ViewOf(y_);
   }
-  absl::Status Backward(const std::vector<const DeviceTensor*>&, const DeviceTensor&,
+  absl::StatusOr<std::vector<DeviceTensor>> MoreOutputs() override {
+    std::vector<DeviceTensor> out;
+    if (!return_state_) return out;
+    LOCKSTEP_RETURN_IF_ERROR(rnn_.FinalStates(&h_, lstm_ ? &c_ : nullptr));
+    out.push_back(ViewOf(h_));
+    if (lstm_) out.push_back(ViewOf(c_));
+    return out;
+  }
+  absl::Status Backward(const std::vector<const DeviceTensor*>& x, const DeviceTensor& y,
                         const DeviceTensor& dy, const std::vector<DeviceTensor*>& dx) override {
+    return BackwardAll(x, {&y}, {&dy}, dx);
+  }
+  absl::Status BackwardAll(const std::vector<const DeviceTensor*>&,
+                           const std::vector<const DeviceTensor*>&,
+                           const std::vector<const DeviceTensor*>& dy,
+                           const std::vector<DeviceTensor*>& dx) override {
     absl::StatusOr<float*> dk = dk_.Target();
     absl::StatusOr<float*> du = du_.Target();
     absl::StatusOr<float*> db = db_.Target();
     for (const auto* t : {&dk, &du, &db}) {
       if (!t->ok()) return t->status();
     }
-    LOCKSTEP_RETURN_IF_ERROR(rnn_.Backward(dy, w_.at("kernel").master,
-                                           w_.at("recurrent_kernel").master, dx[0], *dk, *du, *db));
+    auto at = [](const auto& v, size_t k) { return k < v.size() ? v[k] : nullptr; };
+    LOCKSTEP_RETURN_IF_ERROR(rnn_.Backward(at(dy, 0), {at(dy, 1), at(dy, 2)},
+                                           w_.at("kernel").master, w_.at("recurrent_kernel").master,
+                                           dx[0], {at(dx, 1), at(dx, 2)}, *dk, *du, *db));
     LOCKSTEP_RETURN_IF_ERROR(dk_.Commit());
     LOCKSTEP_RETURN_IF_ERROR(du_.Commit());
     return db_.Commit();
@@ -879,9 +911,10 @@ class RecurrentOp final : public DeviceOp {
 
  private:
   const LayerWeights& w_;
+  bool lstm_, return_state_;
   cuda::Recurrent rnn_;
   GradOut dk_, du_, db_;
-  DeviceTensor y_;
+  DeviceTensor y_, h_, c_;
 };
 
 // Bidirectional: the forward layer, the backward one with its sequence lined up in time, and
@@ -897,9 +930,9 @@ class BidirectionalOp final : public DeviceOp {
   absl::StatusOr<DeviceTensor> Forward(const std::vector<const DeviceTensor*>& x,
                                        const StepInfo& step) override {
     const DeviceTensor* m = step.mask(0);
-    LOCKSTEP_RETURN_IF_ERROR(fwd_.Forward(*x[0], m, Master(0), Master(1), Bias(0), &yf_));
+    LOCKSTEP_RETURN_IF_ERROR(fwd_.Forward(*x[0], m, {}, Master(0), Master(1), Bias(0), &yf_));
     LOCKSTEP_RETURN_IF_ERROR(
-        bwd_.Forward(*x[0], m, Master(half_), Master(half_ + 1), Bias(half_), &yb_));
+        bwd_.Forward(*x[0], m, {}, Master(half_), Master(half_ + 1), Bias(half_), &yb_));
     if (merge_ == graph::BidirectionalMerge::kConcat) {
       LOCKSTEP_RETURN_IF_ERROR(cuda::ConcatForward(ctx_, {&yf_, &yb_}, Axis(), &y_));
     } else {
@@ -924,10 +957,10 @@ class BidirectionalOp final : public DeviceOp {
     }
     auto grad = [&](size_t k) { return k < g.size() ? g[k] : nullptr; };
     const bool bias = half_ > 2;
-    LOCKSTEP_RETURN_IF_ERROR(fwd_.Backward(dyf_, Master(0), Master(1), dx[0], grad(0), grad(1),
-                                           bias ? grad(2) : nullptr));
-    LOCKSTEP_RETURN_IF_ERROR(bwd_.Backward(dyb_, Master(half_), Master(half_ + 1),
-                                           dx[0] != nullptr ? &dxb_ : nullptr, grad(half_),
+    LOCKSTEP_RETURN_IF_ERROR(fwd_.Backward(&dyf_, {}, Master(0), Master(1), dx[0], {}, grad(0),
+                                           grad(1), bias ? grad(2) : nullptr));
+    LOCKSTEP_RETURN_IF_ERROR(bwd_.Backward(&dyb_, {}, Master(half_), Master(half_ + 1),
+                                           dx[0] != nullptr ? &dxb_ : nullptr, {}, grad(half_),
                                            grad(half_ + 1), bias ? grad(half_ + 2) : nullptr));
     for (GradOut& o : grads_) LOCKSTEP_RETURN_IF_ERROR(o.Commit());
     if (dx[0] != nullptr) return cuda::AddInto(ctx_, dx[0], dxb_);
@@ -1181,7 +1214,8 @@ absl::StatusOr<std::unique_ptr<DeviceOp>> MakeOp(GpuContext* ctx, const GraphLay
       op = std::make_unique<MaskWithOp>(ctx);
       break;
     case GpuOpKind::kRecurrent:
-      op = std::make_unique<RecurrentOp>(ctx, w, RnnSpecOf(l));
+      op = std::make_unique<RecurrentOp>(ctx, w, RnnSpecOf(l),
+                                         OptionsOf<graph::RnnOptions>(l)->return_state);
       break;
     case GpuOpKind::kAttention:
       op = std::make_unique<AttentionOp>(ctx, w, *OptionsOf<graph::MultiHeadAttentionOptions>(l));
@@ -1231,10 +1265,14 @@ absl::StatusOr<std::unique_ptr<DeviceGraph>> DeviceGraph::Create(GpuContext* ctx
     }
   }
 
-  if (!d->penalties_.empty()) {
-    LOCKSTEP_RETURN_IF_ERROR(
-        d->penalty_values_.Resize(ctx, {static_cast<int64_t>(d->penalties_.size())}, DType::kF32));
+  // Slots for the penalties of a step: the weight regularizers', then one per node with an
+  // activity regularizer.
+  int64_t slots = static_cast<int64_t>(d->penalties_.size());
+  std::vector<int> activity_slot(g.num_nodes(), -1);
+  for (size_t i = 0; i < g.num_nodes(); ++i) {
+    if (g.node(i).layer->activity_penalty().any()) activity_slot[i] = static_cast<int>(slots++);
   }
+  if (slots > 0) LOCKSTEP_RETURN_IF_ERROR(d->penalty_values_.Resize(ctx, {slots}, DType::kF32));
 
   auto records = std::make_unique<DeviceGraphLayers>();
   std::map<const GraphLayer*, int> calls;
@@ -1273,7 +1311,7 @@ absl::StatusOr<std::unique_ptr<DeviceGraph>> DeviceGraph::Create(GpuContext* ctx
     absl::StatusOr<std::unique_ptr<DeviceOp>> op =
         MakeOp(ctx, l, *records->weights.at(&l), g.shape(spec.outputs[0]), compute, records.get());
     if (!op.ok()) return op.status();
-    d->nodes_.push_back({std::move(*op), std::move(spec), MaskRuleOf(l)});
+    d->nodes_.push_back({std::move(*op), std::move(spec), MaskRuleOf(l), activity_slot[i]});
   }
   size_t tensors = g.inputs().size();
   for (const Node& n : d->nodes_) {
@@ -1288,8 +1326,19 @@ absl::StatusOr<std::unique_ptr<DeviceGraph>> DeviceGraph::Create(GpuContext* ctx
   return d;
 }
 
+absl::Status DeviceGraph::Activity(const Node& node, DeviceTensor* dy, float loss_scale) {
+  const GraphLayer::ActivityPenalty& p = node.spec.layer->activity_penalty();
+  const DeviceTensor& y = values_[static_cast<size_t>(node.spec.outputs[0])];
+  // Keras 2 divides by the batch size, Keras 3 does not (Layer::ActivityPenalty).
+  const float scale = p.per_example && !y.shape().empty() && y.dim(0) > 0
+                          ? 1.0f / static_cast<float>(y.dim(0))
+                          : 1.0f;
+  return cuda::ActivityPenalty(ctx_, y, p.l1 * scale, p.l2 * scale, dy, loss_scale,
+                               penalty_values_.as<float>() + node.activity_slot);
+}
+
 absl::Status DeviceGraph::AddPenalties(bool gradients, float loss_scale, double* loss) {
-  if (penalties_.empty()) return absl::OkStatus();
+  if (penalty_values_.data() == nullptr) return absl::OkStatus();
   for (size_t k = 0; k < penalties_.size(); ++k) {
     const Penalty& p = penalties_[k];
     LOCKSTEP_RETURN_IF_ERROR(cuda::WeightPenalty(ctx_, weights_.master(p.weight), p.size, p.l1,
@@ -1297,7 +1346,7 @@ absl::Status DeviceGraph::AddPenalties(bool gradients, float loss_scale, double*
                                                  gradients ? weights_.grad(p.weight) : nullptr,
                                                  loss_scale, penalty_values_.as<float>() + k));
   }
-  std::vector<float> values(penalties_.size());
+  std::vector<float> values(static_cast<size_t>(penalty_values_.size()));
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemcpyAsync(values.data(), penalty_values_.data(),
                                                values.size() * sizeof(float),
                                                cudaMemcpyDeviceToHost, ctx_->stream()));
@@ -1361,6 +1410,21 @@ absl::StatusOr<cpu::XentResult> DeviceGraph::Run(const Tensor& x,
     masks_[o] = node.mask == MaskRule::kOwn          ? node.op->OwnMask()
                 : node.mask == MaskRule::kFirstInput ? step.mask(0)
                                                      : nullptr;
+    if (node.activity_slot >= 0) LOCKSTEP_RETURN_IF_ERROR(Activity(node, nullptr, 1.0f));
+    if (node.spec.outputs.size() > 1) {  // a recurrent layer's states: no masks
+      absl::StatusOr<std::vector<DeviceTensor>> more = node.op->MoreOutputs();
+      if (!more.ok()) return more.status();
+      if (more->size() + 1 != node.spec.outputs.size()) {
+        return absl::InternalError("layer '" + node.spec.layer->name() + "' made " +
+                                   std::to_string(more->size() + 1) + " outputs, not " +
+                                   std::to_string(node.spec.outputs.size()));
+      }
+      for (size_t k = 1; k < node.spec.outputs.size(); ++k) {
+        const auto t = static_cast<size_t>(node.spec.outputs[k]);
+        values_[t] = std::move((*more)[k - 1]);
+        masks_[t] = nullptr;
+      }
+    }
   }
 
   // The loss (and dL/d(output) times the loss scale).
@@ -1398,10 +1462,30 @@ absl::StatusOr<cpu::XentResult> DeviceGraph::Run(const Tensor& x,
       ctx_->stream()));
   std::vector<DeviceTensor*> dx;
   std::vector<DeviceTensor> scratch;
+  std::vector<const DeviceTensor*> ys, dys;
   for (size_t i = nodes_.size(); i-- > 0;) {
     Node& node = nodes_[i];
-    const auto o = static_cast<size_t>(node.spec.outputs[0]);
-    if (!has_grad_[o]) continue;  // feeds no loss: every gradient through it is zero
+    if (node.activity_slot >= 0) {
+      // The activity regularizer's gradient joins the output's, once its readers' are in.
+      const auto o = static_cast<size_t>(node.spec.outputs[0]);
+      if (!has_grad_[o]) {
+        LOCKSTEP_RETURN_IF_ERROR(grads_[o].Resize(ctx_, values_[o].shape(), values_[o].dtype()));
+        LOCKSTEP_GPU_RETURN_IF_ERROR(
+            cudaMemsetAsync(grads_[o].data(), 0, grads_[o].bytes(), ctx_->stream()));
+        has_grad_[o] = true;
+      }
+      LOCKSTEP_RETURN_IF_ERROR(Activity(node, &grads_[o], loss_scale));
+    }
+    ys.clear();
+    dys.clear();
+    for (int t : node.spec.outputs) {
+      const auto k = static_cast<size_t>(t);
+      ys.push_back(&values_[k]);
+      dys.push_back(has_grad_[k] ? &grads_[k] : nullptr);
+    }
+    if (std::all_of(dys.begin(), dys.end(), [](const DeviceTensor* d) { return d == nullptr; })) {
+      continue;  // feeds no loss: every gradient through it is zero
+    }
     in.clear();
     for (int t : node.spec.inputs) in.push_back(&values_[static_cast<size_t>(t)]);
     const size_t k = node.spec.inputs.size();
@@ -1425,7 +1509,7 @@ absl::StatusOr<cpu::XentResult> DeviceGraph::Run(const Tensor& x,
         std::all_of(dx.begin(), dx.end(), [](DeviceTensor* t) { return t == nullptr; })) {
       continue;  // nothing to compute: no weight to train, no input that takes a gradient
     }
-    absl::Status s = node.op->Backward(in, values_[o], grads_[o], dx);
+    absl::Status s = node.op->BackwardAll(in, ys, dys, dx);
     if (!s.ok()) {
       return absl::Status(s.code(), "layer '" + node.spec.layer->name() + "' (" +
                                         node.spec.layer->class_name() +

@@ -17,11 +17,14 @@
 // layers pass their first input's on, and the recurrent layers, GlobalAveragePooling1D and
 // MultiHeadAttention honour it.
 //
+// A recurrent layer's initial states are inputs of its node and its final states (return_state)
+// outputs; a node's backward pass takes the gradients of all its outputs.
+//
 // Not on the GPU yet (gpu_support.h names the first such layer; the trainer then runs the model
-// on the CPU, or refuses --device gpu): a recurrent layer's (or Bidirectional's) dropout,
-// initial states, return_state or merge_mode None; BatchNormalization given a mask; the
-// augmentation layers; activity regularizers; a ReLU layer with a threshold, or with both a
-// maximum and a negative slope.
+// on the CPU, or refuses --device gpu): a recurrent layer's (or Bidirectional's) dropout; a
+// Bidirectional's initial states, return_state or merge_mode None; BatchNormalization given a
+// mask; the augmentation layers; a ReLU layer with a threshold, or with both a maximum and a
+// negative slope. Weight and activity regularizers add their penalties and gradients.
 // Thread-safety: one thread (the replica's), which has activated the context.
 
 #include <cstdint>
@@ -56,16 +59,22 @@ class DeviceGraph final : public DeviceNet {
   DeviceGraph() = default;
   absl::StatusOr<cpu::XentResult> Run(const Tensor& x, const std::vector<int32_t>& labels,
                                       bool training, float loss_scale);
-  // The weight regularizers' penalty added to `loss`, and (when `gradients`) their gradient,
-  // times the loss scale, to the weights' gradients.
+  // The weight regularizers' penalty and the step's activity penalties added to `loss`, and
+  // (when `gradients`) the weight regularizers' gradient, times the loss scale, to the weights'
+  // gradients.
   absl::Status AddPenalties(bool gradients, float loss_scale, double* loss);
+  struct Node;
+  // A node's activity regularizer: its penalty into the node's slot and, when dy is given, its
+  // gradient times the loss scale into dy.
+  absl::Status Activity(const Node& node, cuda::DeviceTensor* dy, float loss_scale);
 
   cuda::GpuContext* ctx_ = nullptr;
   GraphModel* host_ = nullptr;
   struct Node {
     std::unique_ptr<DeviceOp> op;
     graph::Graph::NodeSpec spec;
-    MaskRule mask;  // where its output's mask comes from
+    MaskRule mask;           // where its output's mask comes from
+    int activity_slot = -1;  // its activity penalty's place in penalty_values_, or -1
   };
   std::vector<Node> nodes_;
   std::vector<cuda::DeviceTensor> values_;        // per tensor: a view of its producer's output
@@ -75,8 +84,8 @@ class DeviceGraph final : public DeviceNet {
   std::vector<cuda::DeviceTensor> inputs_;  // the graph's inputs, uploaded
   std::vector<cuda::DType> input_dtypes_;
   std::unique_ptr<DeviceGraphLayers> layers_;  // per layer: its weights on the device
-  // The trained weights with a regularizer (their place in the flat buffers) and each one's
-  // penalty of the last step.
+  // The trained weights with a regularizer (their place in the flat buffers); each one's
+  // penalty of the last step, then each activity regularizer's.
   struct Penalty {
     size_t weight;
     int64_t size;

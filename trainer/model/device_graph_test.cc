@@ -40,7 +40,8 @@ std::vector<std::string> Models() {
                                   Source("examples/models/attention.json"),
                                   Source("trainer/model/testdata/tokens.json"),
                                   Source("trainer/model/testdata/recurrent.json"),
-                                  Source("trainer/model/testdata/masked.json")};
+                                  Source("trainer/model/testdata/masked.json"),
+                                  Source("trainer/model/testdata/states.json")};
   const fs::path dir =
       fs::path(LOCKSTEP_SOURCE_DIR) / ".." / "shared" / "testdata" / "keras-configs";
   std::error_code ec;

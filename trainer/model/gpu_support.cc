@@ -33,7 +33,6 @@ std::optional<graph::Activation> ReluActivation(const graph::ReluOptions& r) {
 
 absl::StatusOr<GpuOpKind> ClassifyForGpu(const Layer& l) {
   const std::string& cls = l.class_name();
-  if (l.activity_penalty().any()) return Unsupported(l, "it has an activity regularizer");
   if (OptionsOf<graph::DenseOptions>(l)) return GpuOpKind::kDense;
   if (OptionsOf<graph::Activation>(l)) return GpuOpKind::kActivation;
   if (auto r = OptionsOf<graph::ReluOptions>(l)) {
@@ -68,7 +67,6 @@ absl::StatusOr<GpuOpKind> ClassifyForGpu(const Layer& l) {
     if (r->dropout > 0 || r->recurrent_dropout > 0) {
       return Unsupported(l, "input or recurrent dropout on a recurrent layer");
     }
-    if (r->return_state) return Unsupported(l, "return_state");
     if (r->activation.kind == graph::Act::kSoftmax ||
         r->recurrent_activation.kind == graph::Act::kSoftmax) {
       return Unsupported(l, "a softmax activation inside a recurrent cell");
@@ -113,13 +111,15 @@ absl::Status GpuSupported(const graph::Graph& g) {
   };
   for (size_t i = 0; i < g.num_nodes(); ++i) {
     const graph::Graph::NodeSpec n = g.node(i);
-    if (n.outputs.size() != 1) {
-      return Unsupported(*n.layer, "it has " + std::to_string(n.outputs.size()) + " outputs");
-    }
     absl::StatusOr<GpuOpKind> k = ClassifyForGpu(*n.layer);
     if (!k.ok()) return k.status();
-    if ((*k == GpuOpKind::kRecurrent || *k == GpuOpKind::kBidirectional) && n.inputs.size() > 1) {
-      return Unsupported(*n.layer, "initial states passed to a recurrent layer");
+    // Only a recurrent layer has several outputs (its states, return_state) or inputs (its
+    // initial states).
+    if (n.outputs.size() != 1 && *k != GpuOpKind::kRecurrent) {
+      return Unsupported(*n.layer, "it has " + std::to_string(n.outputs.size()) + " outputs");
+    }
+    if (*k == GpuOpKind::kBidirectional && n.inputs.size() > 1) {
+      return Unsupported(*n.layer, "initial states passed to a Bidirectional layer");
     }
     const bool in_mask = !n.inputs.empty() && has_mask(n.inputs[0]);
     const Layer* inner = n.layer;

@@ -23,16 +23,20 @@ __global__ void ScaleKernel(float* __restrict__ x, int64_t n, float alpha) {
   }
 }
 
-__global__ void WeightPenaltyKernel(const float* __restrict__ w, int64_t n, float l1, float l2,
-                                    float* __restrict__ grad, float grad_scale,
-                                    float* __restrict__ penalty) {
+// l1 * sum|w| + l2 * sum w^2 in one block (a fixed order: the sum repeats bit for bit), and
+// grad += grad_scale * (l1 sign(w) + 2 l2 w) when grad is given.
+template <typename T>
+__global__ void PenaltyKernel(const T* __restrict__ w, int64_t n, float l1, float l2,
+                              T* __restrict__ grad, float grad_scale, float* __restrict__ penalty) {
   __shared__ double part[kThreads];
   double acc = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = w[i];
+    const float v = ToFloat(w[i]);
     acc += static_cast<double>(l1) * fabsf(v) + static_cast<double>(l2) * v * v;
     if (grad != nullptr) {
-      grad[i] += grad_scale * (l1 * static_cast<float>((v > 0) - (v < 0)) + 2.0f * l2 * v);
+      grad[i] =
+          FromFloat<T>(ToFloat(grad[i]) +
+                       grad_scale * (l1 * static_cast<float>((v > 0) - (v < 0)) + 2.0f * l2 * v));
     }
   }
   part[threadIdx.x] = acc;
@@ -177,7 +181,22 @@ absl::Status Scale(GpuContext* ctx, float* x, int64_t n, float alpha) {
 
 absl::Status WeightPenalty(GpuContext* ctx, const float* w, int64_t n, float l1, float l2,
                            float* grad, float grad_scale, float* penalty) {
-  WeightPenaltyKernel<<<1, kThreads, 0, ctx->stream()>>>(w, n, l1, l2, grad, grad_scale, penalty);
+  PenaltyKernel<float><<<1, kThreads, 0, ctx->stream()>>>(w, n, l1, l2, grad, grad_scale, penalty);
+  return Launched();
+}
+
+absl::Status ActivityPenalty(GpuContext* ctx, const DeviceTensor& y, float l1, float l2,
+                             DeviceTensor* dy, float grad_scale, float* penalty) {
+  if (dy != nullptr && (dy->size() != y.size() || dy->dtype() != y.dtype())) {
+    return absl::InvalidArgumentError("ActivityPenalty: the gradient " + ShapeString(dy->shape()) +
+                                      " does not fit the output " + ShapeString(y.shape()));
+  }
+  DispatchDType(y.dtype(), [&](auto t) {
+    using T = decltype(t);
+    PenaltyKernel<T><<<1, kThreads, 0, ctx->stream()>>>(
+        y.as<T>(), y.size(), l1, l2, dy != nullptr ? dy->as<T>() : nullptr, grad_scale, penalty);
+    return 0;
+  });
   return Launched();
 }
 

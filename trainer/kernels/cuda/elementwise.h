@@ -21,6 +21,10 @@ absl::Status Scale(GpuContext* ctx, float* x, int64_t n, float alpha);
 // and, when `grad` is not null, grad += grad_scale (l1 sign(w) + 2 l2 w).
 absl::Status WeightPenalty(GpuContext* ctx, const float* w, int64_t n, float l1, float l2,
                            float* grad, float grad_scale, float* penalty);
+// The same over a layer's output y in any dtype (an activity regularizer), its gradient added
+// to dy (y's shape and dtype) when dy is given.
+absl::Status ActivityPenalty(GpuContext* ctx, const DeviceTensor& y, float l1, float l2,
+                             DeviceTensor* dy, float grad_scale, float* penalty);
 // acc[i] += x[i] over tensors of one size and dtype (a gradient's contributions summed).
 absl::Status AddInto(GpuContext* ctx, DeviceTensor* acc, const DeviceTensor& x);
 // y[(o * channels + c) * inner + i] += b[c] for o < outer: the bias of a Dense layer

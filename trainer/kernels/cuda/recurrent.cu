@@ -314,7 +314,7 @@ absl::Status Zero(GpuContext* ctx, DeviceTensor* t) {
 
 }  // namespace
 
-absl::Status Recurrent::Forward(const DeviceTensor& x, const DeviceTensor* mask,
+absl::Status Recurrent::Forward(const DeviceTensor& x, const DeviceTensor* mask, RnnStates initial,
                                 const float* kernel, const float* recurrent, const float* bias,
                                 DeviceTensor* y) {
   if (x.shape().size() != 3) {
@@ -328,6 +328,14 @@ absl::Status Recurrent::Forward(const DeviceTensor& x, const DeviceTensor* mask,
                                       " does not fit the input " + ShapeString(x.shape()));
   }
   masked_ = mask != nullptr && rows > 0;
+  const bool lstm = spec_.cell == RnnCell::kLstm;
+  for (const DeviceTensor* s : {initial.h, lstm ? initial.c : nullptr}) {
+    if (s != nullptr && s->size() != b * u) {
+      return absl::InvalidArgumentError("Recurrent: an initial state " + ShapeString(s->shape()) +
+                                        " is not [batch, units] for the input " +
+                                        ShapeString(x.shape()));
+    }
+  }
   x_shape_ = x.shape();
   x_dtype_ = x.dtype();
   const Fn f = FnOf(spec_.activation), rf = FnOf(spec_.recurrent_activation);
@@ -343,7 +351,19 @@ absl::Status Recurrent::Forward(const DeviceTensor& x, const DeviceTensor* mask,
       y->Resize(ctx_, spec_.return_sequences ? Shape{b, t, u} : Shape{b, u}, x.dtype()));
   LOCKSTEP_RETURN_IF_ERROR(Zero(ctx_, &h_));
   LOCKSTEP_RETURN_IF_ERROR(Zero(ctx_, &c_));
-  if (rows == 0) return Zero(ctx_, y);
+  // The initial states are the first rows of the state buffers.
+  if (initial.h != nullptr) {
+    LOCKSTEP_RETURN_IF_ERROR(
+        Cast(ctx_, initial.h->data(), initial.h->dtype(), h_.data(), DType::kF32, b * u));
+  }
+  if (lstm && initial.c != nullptr) {
+    LOCKSTEP_RETURN_IF_ERROR(
+        Cast(ctx_, initial.c->data(), initial.c->dtype(), c_.data(), DType::kF32, b * u));
+  }
+  if (rows == 0) {
+    if (spec_.return_sequences) return Zero(ctx_, y);
+    return Cast(ctx_, h_.data(), DType::kF32, y->data(), y->dtype(), b * u);
+  }
   cudaStream_t st = ctx_->stream();
 
   // Inputs (and the mask) time-major in processing order, and every step's input projection.
@@ -433,20 +453,71 @@ absl::Status Recurrent::Forward(const DeviceTensor& x, const DeviceTensor* mask,
   return Cast(ctx_, h_.as<float>() + rows * u, DType::kF32, y->data(), y->dtype(), b * u);
 }
 
-absl::Status Recurrent::Backward(const DeviceTensor& dy, const float* kernel,
-                                 const float* recurrent, DeviceTensor* dx, float* dkernel,
-                                 float* drecurrent, float* dbias) {
+absl::Status Recurrent::FinalStates(DeviceTensor* h, DeviceTensor* c) {
+  const int64_t b = x_shape_[0], t = x_shape_[1], u = spec_.units;
+  if (h != nullptr) {
+    LOCKSTEP_RETURN_IF_ERROR(h->Resize(ctx_, {b, u}, x_dtype_));
+    LOCKSTEP_RETURN_IF_ERROR(
+        Cast(ctx_, h_.as<float>() + t * b * u, DType::kF32, h->data(), x_dtype_, b * u));
+  }
+  if (c != nullptr && spec_.cell == RnnCell::kLstm) {
+    LOCKSTEP_RETURN_IF_ERROR(c->Resize(ctx_, {b, u}, x_dtype_));
+    LOCKSTEP_RETURN_IF_ERROR(
+        Cast(ctx_, c_.as<float>() + t * b * u, DType::kF32, c->data(), x_dtype_, b * u));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Recurrent::Backward(const DeviceTensor* dy, RnnStates dfinal, const float* kernel,
+                                 const float* recurrent, DeviceTensor* dx, RnnStateGrads dinitial,
+                                 float* dkernel, float* drecurrent, float* dbias) {
   const int64_t b = x_shape_[0], t = x_shape_[1], d = x_shape_[2], u = spec_.units;
   const int64_t gu = spec_.gates() * u, rows = t * b;
   const Fn f = FnOf(spec_.activation), rf = FnOf(spec_.recurrent_activation);
+  const bool lstm = spec_.cell == RnnCell::kLstm;
   const bool gru_after = spec_.cell == RnnCell::kGru && spec_.reset_after;
   const bool gru_before = spec_.cell == RnnCell::kGru && !spec_.reset_after;
-  if (dy.size() != (spec_.return_sequences ? rows * u : b * u)) {
-    return absl::InvalidArgumentError("Recurrent: the output gradient " + ShapeString(dy.shape()) +
+  if (dy != nullptr && dy->size() != (spec_.return_sequences ? rows * u : b * u)) {
+    return absl::InvalidArgumentError("Recurrent: the output gradient " + ShapeString(dy->shape()) +
                                       " does not fit the last forward pass");
   }
+  for (const DeviceTensor* s : {dfinal.h, lstm ? dfinal.c : nullptr}) {
+    if (s != nullptr && s->size() != b * u) {
+      return absl::InvalidArgumentError("Recurrent: a final state's gradient " +
+                                        ShapeString(s->shape()) + " is not [batch, units]");
+    }
+  }
+  // The state gradients start from the final states' (return_state), and end as the initial
+  // states'.
+  cudaStream_t st = ctx_->stream();
+  LOCKSTEP_RETURN_IF_ERROR(F32(ctx_, &gh_, {b, u}));
+  LOCKSTEP_RETURN_IF_ERROR(F32(ctx_, &gc_, {b, u}));
+  LOCKSTEP_RETURN_IF_ERROR(Zero(ctx_, &gh_));
+  LOCKSTEP_RETURN_IF_ERROR(Zero(ctx_, &gc_));
+  if (dfinal.h != nullptr) {
+    LOCKSTEP_RETURN_IF_ERROR(
+        Cast(ctx_, dfinal.h->data(), dfinal.h->dtype(), gh_.data(), DType::kF32, b * u));
+  }
+  if (lstm && dfinal.c != nullptr) {
+    LOCKSTEP_RETURN_IF_ERROR(
+        Cast(ctx_, dfinal.c->data(), dfinal.c->dtype(), gc_.data(), DType::kF32, b * u));
+  }
+  auto initial_grads = [&]() -> absl::Status {
+    if (dinitial.h != nullptr) {
+      LOCKSTEP_RETURN_IF_ERROR(dinitial.h->Resize(ctx_, {b, u}, x_dtype_));
+      LOCKSTEP_RETURN_IF_ERROR(
+          Cast(ctx_, gh_.data(), DType::kF32, dinitial.h->data(), x_dtype_, b * u));
+    }
+    if (lstm && dinitial.c != nullptr) {
+      LOCKSTEP_RETURN_IF_ERROR(dinitial.c->Resize(ctx_, {b, u}, x_dtype_));
+      LOCKSTEP_RETURN_IF_ERROR(
+          Cast(ctx_, gc_.data(), DType::kF32, dinitial.c->data(), x_dtype_, b * u));
+    }
+    return absl::OkStatus();
+  };
   if (dx != nullptr) LOCKSTEP_RETURN_IF_ERROR(dx->Resize(ctx_, x_shape_, x_dtype_));
   if (rows == 0) {
+    LOCKSTEP_RETURN_IF_ERROR(initial_grads());
     if (dx != nullptr) LOCKSTEP_RETURN_IF_ERROR(Zero(ctx_, dx));
     for (auto [p, n] : {std::pair{dkernel, d * gu}, std::pair{drecurrent, u * gu},
                         std::pair{dbias, gru_after ? 2 * gu : gu}}) {
@@ -456,12 +527,7 @@ absl::Status Recurrent::Backward(const DeviceTensor& dy, const float* kernel,
     }
     return absl::OkStatus();
   }
-  cudaStream_t st = ctx_->stream();
   LOCKSTEP_RETURN_IF_ERROR(F32(ctx_, &da_, {rows, gu}));
-  LOCKSTEP_RETURN_IF_ERROR(F32(ctx_, &gh_, {b, u}));
-  LOCKSTEP_RETURN_IF_ERROR(F32(ctx_, &gc_, {b, u}));
-  LOCKSTEP_RETURN_IF_ERROR(Zero(ctx_, &gh_));
-  LOCKSTEP_RETURN_IF_ERROR(Zero(ctx_, &gc_));
   if (gru_after) LOCKSTEP_RETURN_IF_ERROR(F32(ctx_, &dr_, {rows, gu}));
   if (gru_before) {
     LOCKSTEP_RETURN_IF_ERROR(F32(ctx_, &dzr_, {rows, 2 * u}));
@@ -469,17 +535,19 @@ absl::Status Recurrent::Backward(const DeviceTensor& dy, const float* kernel,
     LOCKSTEP_RETURN_IF_ERROR(F32(ctx_, &t_, {b, u}));
   }
   // dy in processing order: every step's rows, or the last step's.
-  LOCKSTEP_RETURN_IF_ERROR(F32(ctx_, &dyt_, {spec_.return_sequences ? rows : b, u}));
-  if (spec_.return_sequences) {
-    DispatchDType(dy.dtype(), [&](auto tag) {
+  if (dy != nullptr) {
+    LOCKSTEP_RETURN_IF_ERROR(F32(ctx_, &dyt_, {spec_.return_sequences ? rows : b, u}));
+  }
+  if (dy != nullptr && spec_.return_sequences) {
+    DispatchDType(dy->dtype(), [&](auto tag) {
       using T = decltype(tag);
-      ToTimeMajorKernel<T>
-          <<<Blocks(rows * u), kThreads, 0, st>>>(dy.as<T>(), b, t, u, Aligned(), dyt_.as<float>());
+      ToTimeMajorKernel<T><<<Blocks(rows * u), kThreads, 0, st>>>(dy->as<T>(), b, t, u, Aligned(),
+                                                                  dyt_.as<float>());
       return 0;
     });
     LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
-  } else {
-    LOCKSTEP_RETURN_IF_ERROR(Cast(ctx_, dy.data(), dy.dtype(), dyt_.data(), DType::kF32, b * u));
+  } else if (dy != nullptr) {
+    LOCKSTEP_RETURN_IF_ERROR(Cast(ctx_, dy->data(), dy->dtype(), dyt_.data(), DType::kF32, b * u));
   }
 
   const unsigned int blocks = Blocks(b * u);
@@ -491,9 +559,10 @@ absl::Status Recurrent::Backward(const DeviceTensor& dy, const float* kernel,
     const float* hp = h_.as<float>() + off * u;
     const float* es = e_.as<float>() + off * u;
     float* das = da_.as<float>() + off * gu;
-    const float* dys = spec_.return_sequences ? dyt_.as<float>() + off * u
-                       : step == t - 1        ? dyt_.as<float>()
-                                              : nullptr;
+    const float* dys = dy == nullptr            ? nullptr
+                       : spec_.return_sequences ? dyt_.as<float>() + off * u
+                       : step == t - 1          ? dyt_.as<float>()
+                                                : nullptr;
     const MaskBack mb{masked_ ? m_.as<float>() + off : nullptr, ZeroOutput()};
     switch (spec_.cell) {
       case RnnCell::kSimpleRnn:
@@ -579,7 +648,7 @@ absl::Status Recurrent::Backward(const DeviceTensor& dy, const float* kernel,
     });
     LOCKSTEP_GPU_RETURN_IF_ERROR(cudaGetLastError());
   }
-  return absl::OkStatus();
+  return initial_grads();
 }
 
 }  // namespace lockstep::trainer::cuda

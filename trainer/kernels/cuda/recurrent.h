@@ -15,8 +15,10 @@
 // weights it reads are fp32 (the master weights: a recurrent cell gains nothing from 16-bit
 // storage and loses accuracy over long sequences).
 //
+// Initial states (a seq2seq decoder's) and the final states (return_state) are in the input's
+// dtype; their gradients flow like the sequence's.
 // Not here yet (the layer then runs on the CPU, see model/gpu_support.h): input and recurrent
-// dropout, initial states, return_state.
+// dropout.
 // Thread-safety: one thread per object (the context's).
 
 #include <cstdint>
@@ -44,20 +46,38 @@ struct RnnSpec {
   }
 };
 
+// A recurrent layer's states [b, u]: h, and c for an LSTM (null: zeros, or not wanted).
+struct RnnStates {
+  const DeviceTensor* h = nullptr;
+  const DeviceTensor* c = nullptr;
+};
+// Where Backward writes the initial states' gradients (null: not wanted).
+struct RnnStateGrads {
+  DeviceTensor* h = nullptr;
+  DeviceTensor* c = nullptr;
+};
+
 class Recurrent {
  public:
   Recurrent(GpuContext* ctx, RnnSpec s) : ctx_(ctx), spec_(s) {}
 
-  // y [b, t, units] (return_sequences) or [b, units], in x's dtype, from x [b, t, features]
-  // and its mask (fp32 [b, t] of 0/1, or null). The fp32 weights: kernel [features, G*u],
-  // recurrent [u, G*u], bias [G*u] (GRU reset_after [2, G*u]: input then recurrent) or null.
-  absl::Status Forward(const DeviceTensor& x, const DeviceTensor* mask, const float* kernel,
-                       const float* recurrent, const float* bias, DeviceTensor* y);
-  // From dy (y's shape and dtype), after Forward with the same weights: dx (may be null) in
-  // x's dtype; dkernel, drecurrent and dbias (fp32, overwritten; all null for a frozen layer,
-  // dbias null without a bias).
-  absl::Status Backward(const DeviceTensor& dy, const float* kernel, const float* recurrent,
-                        DeviceTensor* dx, float* dkernel, float* drecurrent, float* dbias);
+  // y [b, t, units] (return_sequences) or [b, units], in x's dtype, from x [b, t, features],
+  // its mask (fp32 [b, t] of 0/1, or null) and the initial states. The fp32 weights: kernel
+  // [features, G*u], recurrent [u, G*u], bias [G*u] (GRU reset_after [2, G*u]: input then
+  // recurrent) or null.
+  absl::Status Forward(const DeviceTensor& x, const DeviceTensor* mask, RnnStates initial,
+                       const float* kernel, const float* recurrent, const float* bias,
+                       DeviceTensor* y);
+  // After Forward: the final states [b, u] in x's dtype (c only for an LSTM; either may be
+  // null).
+  absl::Status FinalStates(DeviceTensor* h, DeviceTensor* c);
+  // From dy (y's shape and dtype, or null: zeros) and the final states' gradients, after
+  // Forward with the same weights: dx (may be null) and the initial states' gradients in x's
+  // dtype; dkernel, drecurrent and dbias (fp32, overwritten; all null for a frozen layer, dbias
+  // null without a bias).
+  absl::Status Backward(const DeviceTensor* dy, RnnStates dfinal, const float* kernel,
+                        const float* recurrent, DeviceTensor* dx, RnnStateGrads dinitial,
+                        float* dkernel, float* drecurrent, float* dbias);
 
  private:
   // The output sequence (and its gradient) reversed in time (see reverse_outputs).
