@@ -15,7 +15,7 @@ echo "== release build"
 # As the image Dockerfiles build (without the debug information), with the CUDA code for one
 # architecture: the suite compiles it and runs no GPU (bench/gpu.sh builds the GPU tests for
 # the machine that runs them).
-LOCKSTEP_BUILD_TYPE=${LOCKSTEP_BUILD_TYPE:-Release} \
+LOCKSTEP_DEBUG_INFO=${LOCKSTEP_DEBUG_INFO:-0} \
   LOCKSTEP_CUDA_ARCHITECTURES=${LOCKSTEP_CUDA_ARCHITECTURES:-90} ./scripts/build.sh
 
 # The sanitizer build is the CPU build (nvcc takes no -fsanitize): it checks the build without
