@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # lockstep-trainer as the operator sees it: exit codes and termination messages for bad
 # configuration and bad data, /progress while it trains, SIGTERM -> checkpoint -> exit 143,
-# resume from that checkpoint (not from step 0), and a real Fashion-MNIST run that reaches a
-# sane accuracy.
+# resume from that checkpoint (not from step 0), TensorBoard event files that an independent
+# reader decodes, and a real Fashion-MNIST run that reaches a sane accuracy.
 # Usage: trainer_cli.sh TRAINER_BINARY
 set -euo pipefail
 trainer=$1
+src=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -37,6 +38,41 @@ term_has 'is not one of'
 LOCKSTEP_STRATEGY=MultiWorkerMirrored TF_CONFIG=$two_workers LOCKSTEP_JOB_TOKEN=t \
   run 128 --metrics-port=0 --dataset=synthetic --peer-timeout=1
 term_has '"reason":"PeerLost"'; term_has '"retryable":true'
+
+# TensorBoard under AIP_TENSORBOARD_LOG_DIR (as Vertex AI sets it): 2 epochs of 10 steps, a
+# step recorded every 4; the runs read back by trainer/summary/testdata/read_events.py (CRCs
+# recomputed, tensorflow.Event decoded with python3-protobuf).
+AIP_TENSORBOARD_LOG_DIR=$work/tb run 0 --dataset=synthetic --synthetic-size=640 --batch-size=64 \
+  --epochs=2 --tensorboard-every=4 --metrics-port=0
+grep -q "events in $work/tb/train" "$work/out" || fail "no TensorBoard log line: $(cat "$work/out")"
+if /usr/bin/python3 -c 'import crcmod, google.protobuf' 2>/dev/null; then
+  /usr/bin/python3 - "$src/trainer/summary/testdata/read_events.py" "$work/tb" <<'EOF' ||
+import glob, json, math, subprocess, sys
+reader, root = sys.argv[1], sys.argv[2]
+def run(name):
+    files = glob.glob(root + "/" + name + "/events.out.tfevents.*")
+    assert len(files) == 1, (name, files)
+    events = json.loads(subprocess.check_output([sys.executable, reader, files[0]]))
+    assert events[0]["file_version"] == "brain.Event:2", events[0]
+    return [(e["step"], e["scalars"]) for e in events[1:]]
+train = run("train")
+steps = [s for s, v in train if "batch_loss" in v]
+assert steps == [4, 8, 12, 16, 20], steps
+for s, v in train:
+    if "batch_loss" in v:
+        assert set(v) == {"batch_loss", "batch_accuracy", "learning_rate", "samples_per_second"}, v
+        assert all(math.isfinite(x) for x in v.values()) and v["samples_per_second"] > 0, v
+epochs = [(s, v) for s, v in train if "epoch_loss" in v]
+assert [s for s, _ in epochs] == [0, 1], epochs
+assert all(0 <= v["epoch_accuracy"] <= 1 for _, v in epochs), epochs
+validation = run("validation")
+assert [s for s, _ in validation] == [0, 1], validation
+assert validation[1][1]["epoch_accuracy"] > 0.5, validation  # the synthetic task is learnable
+EOF
+    fail "the TensorBoard runs are not as recorded"
+else
+  echo "skip: the TensorBoard reader needs python3-crcmod and python3-protobuf"
+fi
 
 # SIGTERM mid-run: a checkpoint, exit 143, a retryable termination message.
 port=$((20000 + RANDOM % 20000))

@@ -22,6 +22,8 @@ packages=(
   python3-kubernetes
   # the numerical oracle of the layer tests, and the peer of the benchmarks: PyTorch
   python3-torch
+  # independent readers of the files the trainer writes (TFRecord CRCs, TensorBoard events)
+  python3-crcmod python3-protobuf
 )
 
 # kubectl for the end-to-end tests: Debian's kubernetes-client, unless a kubectl is already here

@@ -110,6 +110,10 @@ Trains a model with a tf.distribute strategy and serves GET /progress and /metri
   --checkpoint-dir=DIR            write checkpoints there and resume from the newest valid one
   --checkpoint-every=N            steps between checkpoints (default: one per epoch)
   --keep-checkpoints=K            (default 3)
+  --tensorboard-dir=DIR           TensorBoard event files: DIR/train (steps and epochs) and
+                                  DIR/validation (each epoch's test-set evaluation), written by
+                                  the chief (default: AIP_TENSORBOARD_LOG_DIR, else none)
+  --tensorboard-every=N           steps between the training steps recorded (default 100)
   --threads=N                     GEMM threads (default 1)
   --metrics-port=PORT             /progress and /metrics (default 9464; 0 turns it off)
   --log-format=text|json          log lines as text (default) or JSON objects
@@ -135,7 +139,8 @@ Strategies (LOCKSTEP_STRATEGY, or --strategy):
 
 Environment: TF_CONFIG, LOCKSTEP_STRATEGY, LOCKSTEP_POD_IP (address to bind),
 LOCKSTEP_JOB_TOKEN (presented to and required of peers), LOCKSTEP_TERMINATION_LOG
-(default /dev/termination-log), LOCKSTEP_LOG=debug (debug log lines too).
+(default /dev/termination-log), LOCKSTEP_LOG=debug (debug log lines too),
+AIP_TENSORBOARD_LOG_DIR (the default --tensorboard-dir).
 Exit codes: 0 done; 2 bad flags or configuration; 3 bad data; 128+ retryable; 143 SIGTERM.
 )";
 }
@@ -226,6 +231,11 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
       int64_t v = 0;
       s = positive(&v);
       c.checkpoint_every = v;
+    } else if (name == "tensorboard-dir") {
+      if (value.empty()) return Bad(name, value, "a directory");
+      c.tensorboard_dir = value;
+    } else if (name == "tensorboard-every") {
+      s = positive(&c.tensorboard_every);
     } else if (name == "keep-checkpoints") {
       int64_t v = 0;
       s = positive(&v);
@@ -306,6 +316,7 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
     c.strategy = *parsed;
   }
   c.job_token = get("LOCKSTEP_JOB_TOKEN");
+  if (c.tensorboard_dir.empty()) c.tensorboard_dir = get("AIP_TENSORBOARD_LOG_DIR");
   if (std::string ip = get("LOCKSTEP_POD_IP"); !ip.empty()) c.bind_address = ip;
   c.termination_log = TerminationLogPath(env);
   return c;

@@ -71,6 +71,10 @@ struct TrainerConfig {
   std::string checkpoint_dir;               // empty: no checkpoints
   std::optional<int64_t> checkpoint_every;  // steps; default: once per epoch
   int keep_checkpoints = 3;
+  // TensorBoard event files (--tensorboard-dir, else AIP_TENSORBOARD_LOG_DIR; empty: none),
+  // a training step recorded every `tensorboard_every` steps.
+  std::string tensorboard_dir;
+  int64_t tensorboard_every = 100;
   int threads = 1;
   int metrics_port = 9464;  // 0: no progress server
   bool json_logs = false;   // --log-format=json, as lockstep-operator's

@@ -11,6 +11,7 @@
 #include "trainer/kernels/cpu/threads.h"
 #include "trainer/strategy/initial_state.h"
 #include "trainer/strategy/updater.h"
+#include "trainer/summary/training_summaries.h"
 
 namespace lockstep::trainer {
 namespace {
@@ -23,6 +24,10 @@ struct Run {
   Updater& updater;
   int rank = 0;
   int size = 1;
+  // The chief's TensorBoard runs (null elsewhere, or without --tensorboard-dir), and the data
+  // each epoch is evaluated on for them.
+  TrainingSummaries* summaries = nullptr;
+  const Dataset* validation = nullptr;
   bool chief() const { return rank == 0; }
 };
 
@@ -44,11 +49,31 @@ absl::Status Save(const Run& run, const Position& pos) {
   return absl::OkStatus();
 }
 
+// The chief's TensorBoard record of the step that ended at `pos` (in epoch `epoch`), and at an
+// epoch's end the epoch's, with its evaluation.
+absl::Status Summarize(const Run& run, const Position& pos, int64_t epoch, const Trailer& trailer,
+                       float lr) {
+  const double samples = trailer[kSamples];
+  if (absl::Status s =
+          run.summaries->Step(pos.step, trailer[kLossSum] / samples, trailer[kCorrect] / samples,
+                              lr, static_cast<int64_t>(samples), MonotonicSeconds());
+      !s.ok()) {
+    return s;
+  }
+  if (pos.epoch_step != 0) return absl::OkStatus();  // mid-epoch
+  std::optional<Scores> validation;
+  if (run.validation != nullptr && run.validation->size() > 0) {
+    absl::StatusOr<Evaluation> e = run.engine.Evaluate(*run.validation);
+    if (!e.ok()) return e.status();
+    validation = Scores{.loss = e->loss, .accuracy = e->accuracy};
+  }
+  return run.summaries->Epoch(epoch, validation);
+}
+
 // The step loop from `pos` to `total`: forward and backward, the gradient average and the
 // trailer, the update, progress, and checkpoints every `every` steps and at the end. Returns
 // Cancelled, after the chief's checkpoint, when any replica was asked to stop.
-absl::Status RunSteps(const Run& run, Batcher& batches, int64_t total, int64_t every,
-                      Position& pos) {
+absl::Status RunSteps(Run& run, Batcher& batches, int64_t total, int64_t every, Position& pos) {
   const TrainerConfig& c = run.c;
   const Replica& r = run.r;
   const int64_t per_epoch = batches.steps_per_epoch();
@@ -94,6 +119,12 @@ absl::Status RunSteps(const Run& run, Batcher& batches, int64_t total, int64_t e
       r.progress->Step(pos.step, b.epoch, trailer[kLossSum] / trailer[kSamples],
                        trailer[kCorrect] / trailer[kSamples],
                        static_cast<int64_t>(trailer[kSamples]), MonotonicSeconds());
+    }
+    if (run.summaries != nullptr) {
+      if (absl::Status s = Summarize(run, pos, b.epoch, trailer, lr); !s.ok()) {
+        common::LogWarning("tensorboard", "no more TensorBoard events this run: ", s.message());
+        run.summaries = nullptr;
+      }
     }
     if (pos.step % every == 0 || pos.step == total) {
       if (absl::Status s = Save(run, pos); !s.ok()) return s;
@@ -150,8 +181,30 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   std::unique_ptr<Updater> updater = r.central_variables && r.comm != nullptr
                                          ? MakeCentralUpdater(&engine, r.comm, r.collective_timeout)
                                          : MakeReplicatedUpdater(&engine);
-  const Run run{.c = c, .r = r, .engine = engine, .updater = *updater, .rank = rank, .size = size};
-  if (absl::Status s = RunSteps(run, batches, total, every, pos); !s.ok()) return s;
+  std::unique_ptr<TrainingSummaries> summaries;
+  if (rank == 0 && !c.tensorboard_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<TrainingSummaries>> runs =
+        TrainingSummaries::Create(c.tensorboard_dir, c.tensorboard_every);
+    if (!runs.ok()) return runs.status();
+    summaries = std::move(*runs);
+    common::LogInfo("tensorboard", "events in ", c.tensorboard_dir, "/train and ",
+                    c.tensorboard_dir, "/validation");
+  }
+  Run run{.c = c,
+          .r = r,
+          .engine = engine,
+          .updater = *updater,
+          .rank = rank,
+          .size = size,
+          .summaries = summaries.get(),
+          .validation = &data.test};
+  absl::Status trained = RunSteps(run, batches, total, every, pos);
+  if (summaries != nullptr) {
+    if (absl::Status s = summaries->Close(); !s.ok()) {
+      common::LogWarning("tensorboard", s.message());
+    }
+  }
+  if (!trained.ok()) return trained;
   result.steps = pos.step;
   if (r.progress) result.samples_per_second = r.progress->SteadySamplesPerSecond();
   if (engine.skipped_steps() > 0 && rank == 0) {

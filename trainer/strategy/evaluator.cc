@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "trainer/data/batcher.h"
 #include "trainer/strategy/parameter_server.h"
+#include "trainer/summary/event_writer.h"
 
 namespace lockstep::trainer {
 
@@ -29,6 +30,14 @@ absl::StatusOr<TrainResult> RunEvaluator(const TrainerConfig& c, ProgressTracker
   }
   if (progress) progress->SetTotalSteps(total);
   common::LogInfo("evaluator", "watching ", c.checkpoint_dir, " until step ", total);
+  // Its own TensorBoard run: each checkpoint's scores at the checkpoint's step.
+  std::unique_ptr<EventWriter> events;
+  if (!c.tensorboard_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<EventWriter>> w =
+        EventWriter::Create(c.tensorboard_dir + "/evaluator");
+    if (!w.ok()) return w.status();
+    events = std::move(*w);
+  }
   TrainResult result;
   int64_t last = -1;
   while (!stop->load()) {
@@ -52,6 +61,16 @@ absl::StatusOr<TrainResult> RunEvaluator(const TrainerConfig& c, ProgressTracker
       if (progress) {
         progress->Step(s.step, s.epoch, e.loss, e.accuracy, 0, MonotonicSeconds());
         progress->Checkpointed(s.step);
+      }
+      if (events != nullptr) {
+        absl::Status w =
+            events->Scalars(s.step, {{"evaluation_loss_vs_iterations", e.loss},
+                                     {"evaluation_accuracy_vs_iterations", e.accuracy}});
+        if (w.ok()) w = events->Flush();
+        if (!w.ok()) {
+          common::LogWarning("tensorboard", "no more TensorBoard events: ", w.message());
+          events.reset();
+        }
       }
       last = s.step;
       result = {

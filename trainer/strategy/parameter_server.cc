@@ -11,6 +11,7 @@
 #include "trainer/ps/ps_service.h"
 #include "trainer/strategy/multi_worker.h"
 #include "trainer/strategy/session.h"
+#include "trainer/summary/training_summaries.h"
 
 namespace lockstep::trainer {
 namespace {
@@ -214,6 +215,35 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
                    .shard_count = trainers,
                    .seed = c.seed},
                   start_epoch, 0);
+  // Worker 0's TensorBoard train run: its own batches at the global step, epochs as its data
+  // passes end (no validation run: the evaluator task scores checkpoints).
+  std::unique_ptr<TrainingSummaries> summaries;
+  absl::StatusOr<LearningRate> rate =
+      LearningRate::Make(c.lr_schedule, c.learning_rate, c.keras_optimizer);
+  if (!rate.ok()) return rate.status();
+  if (coordinator && !c.tensorboard_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<TrainingSummaries>> runs =
+        TrainingSummaries::Create(c.tensorboard_dir, c.tensorboard_every);
+    if (!runs.ok()) return runs.status();
+    summaries = std::move(*runs);
+    common::LogInfo("tensorboard", "events in ", c.tensorboard_dir, "/train");
+  }
+  int64_t summary_epoch = -1;
+  auto summarize = [&](int64_t step, int64_t epoch, const cpu::XentResult& out, int64_t n) {
+    if (summaries == nullptr) return;
+    absl::Status s;
+    if (summary_epoch >= 0 && epoch != summary_epoch) s = summaries->Epoch(summary_epoch, {});
+    summary_epoch = epoch;
+    const double acc = static_cast<double>(out.correct) / static_cast<double>(n);
+    if (s.ok()) {
+      s = summaries->Step(step, out.loss, acc, rate->At(step, total), n, MonotonicSeconds());
+    }
+    if (!s.ok()) {
+      common::LogWarning("tensorboard", "no more TensorBoard events this run: ", s.message());
+      summaries.reset();
+    }
+  };
+
   int64_t last_saved = version, local_steps = 0, min_version = 0;
   for (;;) {
     if (stop->load()) {
@@ -240,12 +270,17 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
                      static_cast<double>(out.correct) / static_cast<double>(b.labels.size()),
                      static_cast<int64_t>(b.labels.size()), MonotonicSeconds());
     }
+    summarize(step, b.epoch, out, static_cast<int64_t>(b.labels.size()));
     if (coordinator && step - last_saved >= every) {
       if (absl::Status s = save(step); !s.ok()) return s;
       last_saved = step;
     }
   }
   result.steps = version;
+  if (summaries != nullptr) {
+    if (absl::Status s = summaries->Close(); !s.ok())
+      common::LogWarning("tensorboard", s.message());
+  }
   common::LogInfo("strategy", local_steps, " steps by this task, global step ", version);
   if (progress) result.samples_per_second = progress->SteadySamplesPerSecond();
   if (coordinator) {
