@@ -74,6 +74,30 @@ else
   echo "skip: the TensorBoard reader needs python3-crcmod and python3-protobuf"
 fi
 
+# The user's TFRecord files: tf.train.Example records written by an independent writer (no
+# TensorFlow: the Example message declared from its field numbers), four gzip files, a data spec
+# holding out a tenth for validation; then a glob that matches nothing (bad data, exit 3).
+if /usr/bin/python3 -c 'import crcmod, google.protobuf' 2>/dev/null; then
+  mkdir -p "$work/records"
+  /usr/bin/python3 "$src/trainer/data/testdata/write_examples.py" "$work/records" 4 400 784 10 \
+    gzip >/dev/null || fail "write_examples.py failed"
+  cat >"$work/spec.json" <<EOF
+{"format": "tfrecord", "files": "$work/records/part-*.tfrecord.gz", "validation_split": 0.1,
+ "features": {"x": {"dtype": "float32", "shape": [784]}, "y": {"dtype": "int64"}},
+ "input": "x", "label": "y"}
+EOF
+  run 0 --data-spec="$work/spec.json" --epochs=2 --batch-size=48 --metrics-port=0
+  grep -q "1600 records from 4 file(s)" "$work/out" || fail "records not read: $(cat "$work/out")"
+  grep -q "1440 training examples" "$work/out" || fail "no validation split: $(cat "$work/out")"
+  acc=$(sed -n 's/^final test accuracy: \([0-9.]*\).*/\1/p' "$work/out")
+  awk -v a="$acc" 'BEGIN { exit !(a >= 0.9) }' || fail "TFRecord run: validation accuracy $acc < 0.9"
+  sed -e 's/part-\*/nothing-*/' "$work/spec.json" >"$work/empty.json"
+  run 3 --data-spec="$work/empty.json" --metrics-port=0
+  term_has '"reason":"BadData"'; term_has 'no file matches'
+else
+  echo "skip: the TFRecord writer needs python3-crcmod and python3-protobuf"
+fi
+
 # SIGTERM mid-run: a checkpoint, exit 143, a retryable termination message.
 port=$((20000 + RANDOM % 20000))
 "$trainer" --dataset=synthetic --synthetic-size=20000 --steps=100000 --batch-size=32 \

@@ -213,7 +213,7 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   }
 
   // 4. The test set.
-  if (r.evaluate) {
+  if (r.evaluate && data.test.size() > 0) {  // no validation data: nothing to evaluate
     absl::StatusOr<Evaluation> e = engine.Evaluate(data.test);
     if (!e.ok()) return e.status();
     result.evaluated = true;

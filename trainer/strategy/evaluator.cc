@@ -18,6 +18,11 @@ absl::StatusOr<TrainResult> RunEvaluator(const TrainerConfig& c, ProgressTracker
   }
   absl::StatusOr<Datasets> data = LoadDatasets(c);
   if (!data.ok()) return data.status();
+  if (data->test.size() == 0) {
+    return absl::InvalidArgumentError(
+        "the evaluator needs validation data (the data spec's validation_files or "
+        "validation_split)");
+  }
   absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(c.model, c.seed);
   if (!model.ok()) return model.status();
   // The last step of the run being evaluated.

@@ -285,10 +285,12 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
   if (progress) result.samples_per_second = progress->SteadySamplesPerSecond();
   if (coordinator) {
     if (absl::Status s = save(version); !s.ok()) return s;
-    Evaluation e = Evaluate(model->get(), data->test);
-    result.evaluated = true;
-    result.test_accuracy = e.accuracy;
-    result.test_loss = e.loss;
+    if (data->test.size() > 0) {  // no validation data: nothing to evaluate
+      Evaluation e = Evaluate(model->get(), data->test);
+      result.evaluated = true;
+      result.test_accuracy = e.accuracy;
+      result.test_loss = e.loss;
+    }
   }
   return result;
 }

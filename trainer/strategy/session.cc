@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "common/log.h"
+#include "trainer/data/tfrecord_dataset.h"
 
 namespace lockstep::trainer {
 
@@ -32,6 +33,65 @@ absl::Status PeerLost(const absl::Status& s) {
   return absl::AbortedError("peer lost: " + std::string(s.message()));
 }
 
+namespace {
+
+// The data spec's records: the training files, and the validation files or the last fraction
+// of the training records held out.
+absl::StatusOr<Datasets> LoadTfRecordDatasets(const TrainerConfig& c, const Shape& example,
+                                              int64_t classes) {
+  absl::StatusOr<DataSpec> spec = LoadDataSpec(c.data_spec);
+  if (!spec.ok()) return spec.status();
+  if (spec->input.size() != NumElements(example)) {
+    return absl::InvalidArgumentError(
+        "data spec " + c.data_spec + ": feature '" + spec->input.name + "' of shape " +
+        ShapeString(spec->input.shape) + " has " + std::to_string(spec->input.size()) +
+        " values per example; --model " + c.model + " takes " + ShapeString(example) + " (" +
+        std::to_string(NumElements(example)) + ")");
+  }
+  Datasets d;
+  auto load = [&](const std::string& glob, Dataset* out) -> absl::Status {
+    TfRecordReport report;
+    absl::StatusOr<Dataset> loaded = LoadTfRecords(glob, *spec, &report);
+    if (!loaded.ok()) return loaded.status();
+    Shape shape{loaded->size()};  // the model's example shape (the counts agree)
+    shape.insert(shape.end(), example.begin(), example.end());
+    loaded->images = loaded->images.Reshaped(std::move(shape));
+    for (size_t i = 0; i < loaded->labels.size(); ++i) {
+      if (loaded->labels[i] >= classes) {
+        return absl::DataLossError(glob + ": record " + std::to_string(i) + " has label " +
+                                   std::to_string(loaded->labels[i]) + "; --model " + c.model +
+                                   " has " + std::to_string(classes) + " classes");
+      }
+    }
+    common::LogInfo(
+        "data", report.records, " records from ", report.files.size(), " file(s) of ", glob,
+        report.skipped > 0 ? ", " + std::to_string(report.skipped) + " corrupt record(s) skipped"
+                           : "");
+    *out = std::move(*loaded);
+    return absl::OkStatus();
+  };
+  if (absl::Status s = load(spec->files, &d.train); !s.ok()) return s;
+  if (!spec->validation_files.empty()) {
+    if (absl::Status s = load(spec->validation_files, &d.test); !s.ok()) return s;
+  } else if (spec->validation_split > 0) {
+    // The last fraction of the records, as Keras's validation_split takes it.
+    const int64_t n = d.train.size();
+    const auto held = static_cast<int64_t>(static_cast<double>(n) * spec->validation_split);
+    const int64_t keep = n - held, width = d.train.example_size();
+    Shape ts = d.train.images.shape(), vs = ts;
+    ts[0] = keep;
+    vs[0] = held;
+    const float* p = d.train.images.data();
+    d.test.images = Tensor(vs, std::vector<float>(p + keep * width, p + n * width));
+    d.test.labels.assign(d.train.labels.begin() + keep, d.train.labels.end());
+    d.train.images = Tensor(ts, std::vector<float>(p, p + keep * width));
+    d.train.labels.resize(static_cast<size_t>(keep));
+  }
+  return d;
+}
+
+}  // namespace
+
 absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c) {
   Datasets d;
   // What one example looks like to the model: a Keras model file says; the built-in models
@@ -45,7 +105,11 @@ absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c) {
     classes = (*m)->classes();
     vocabulary = (*m)->vocabulary();
   }
-  if (c.dataset == "synthetic") {
+  if (c.dataset == "tfrecord") {
+    absl::StatusOr<Datasets> loaded = LoadTfRecordDatasets(c, example, classes);
+    if (!loaded.ok()) return loaded.status();
+    d = std::move(*loaded);
+  } else if (c.dataset == "synthetic") {
     const auto k = static_cast<int32_t>(classes);
     const int64_t test_size = std::max<int64_t>(c.synthetic_size / 5, 1);
     if (vocabulary > 0) {  // token ids for a model that embeds them

@@ -1,0 +1,133 @@
+#include "trainer/data/data_spec.h"
+
+#include <fstream>
+#include <map>
+
+namespace lockstep::trainer {
+namespace {
+
+using nlohmann::json;
+
+absl::Status Bad(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError("data spec: " + field + ": " + why);
+}
+
+absl::StatusOr<FeatureSpec> ParseFeature(const std::string& name, const json& j) {
+  const std::string at = "features." + name;
+  if (!j.is_object()) return Bad(at, "must be an object with \"dtype\" (and \"shape\")");
+  FeatureSpec f;
+  f.name = name;
+  for (const auto& [key, value] : j.items()) {
+    if (key == "dtype") {
+      if (value == "float32") {
+        f.type = FeatureType::kFloat32;
+      } else if (value == "int64") {
+        f.type = FeatureType::kInt64;
+      } else if (value == "string") {
+        return Bad(at + ".dtype",
+                   "string features (encoded images, text) are not supported yet; store the "
+                   "values as float32 or int64 lists");
+      } else {
+        return Bad(at + ".dtype", value.dump() + " is not float32 or int64");
+      }
+    } else if (key == "shape") {
+      if (!value.is_array()) return Bad(at + ".shape", "must be a list of positive sizes");
+      for (const json& d : value) {
+        if (!d.is_number_integer() || d.get<int64_t>() < 1) {
+          return Bad(at + ".shape", value.dump() + " is not a list of positive sizes");
+        }
+        f.shape.push_back(d.get<int64_t>());
+      }
+    } else if (key == "var_len") {
+      if (!value.is_boolean()) return Bad(at + ".var_len", "must be true or false");
+      f.var_len = value.get<bool>();
+    } else if (key == "default") {
+      if (!value.is_number()) return Bad(at + ".default", "must be a number");
+      f.default_value = value.get<float>();
+    } else {
+      return Bad(at + "." + key, "unknown field (dtype, shape, var_len, default)");
+    }
+  }
+  if (!j.contains("dtype")) return Bad(at + ".dtype", "is required (float32 or int64)");
+  if (f.var_len && f.shape.size() != 1) {
+    return Bad(at + ".shape", "a var_len feature has a one-axis shape: its padded length");
+  }
+  return f;
+}
+
+}  // namespace
+
+absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
+  if (!j.is_object()) return Bad("(top)", "must be a JSON object");
+  DataSpec s;
+  std::string input, label;
+  std::map<std::string, FeatureSpec> features;
+  for (const auto& [key, value] : j.items()) {
+    if (key == "format") {
+      if (value != "tfrecord") return Bad("format", value.dump() + " is not \"tfrecord\"");
+    } else if (key == "files" || key == "validation_files" || key == "input" || key == "label") {
+      if (!value.is_string() || value.get<std::string>().empty()) {
+        return Bad(key, "must be a non-empty string");
+      }
+      const std::string v = value.get<std::string>();
+      if (key == "files") s.files = v;
+      if (key == "validation_files") s.validation_files = v;
+      if (key == "input") input = v;
+      if (key == "label") label = v;
+    } else if (key == "validation_split") {
+      if (!value.is_number() || value.get<double>() < 0 || value.get<double>() >= 1) {
+        return Bad(key, "must be a fraction in [0, 1)");
+      }
+      s.validation_split = value.get<double>();
+    } else if (key == "skip_corrupt") {
+      if (!value.is_boolean()) return Bad(key, "must be true or false");
+      s.skip_corrupt = value.get<bool>();
+    } else if (key == "features") {
+      if (!value.is_object() || value.empty()) {
+        return Bad(key, "must map feature names to {\"dtype\", \"shape\"}");
+      }
+      for (const auto& [name, f] : value.items()) {
+        absl::StatusOr<FeatureSpec> parsed = ParseFeature(name, f);
+        if (!parsed.ok()) return parsed.status();
+        features[name] = *parsed;
+      }
+    } else {
+      return Bad(key,
+                 "unknown field (format, files, validation_files, validation_split, features, "
+                 "input, label, skip_corrupt)");
+    }
+  }
+  if (!j.contains("format")) return Bad("format", "is required (\"tfrecord\")");
+  if (s.files.empty()) return Bad("files", "is required: a glob of the training records");
+  if (!s.validation_files.empty() && s.validation_split > 0) {
+    return Bad("validation_split", "give validation_files or validation_split, not both");
+  }
+  for (const auto& [field, name] : {std::pair{"input", &input}, std::pair{"label", &label}}) {
+    if (name->empty()) return Bad(field, "is required: the name of a feature");
+    if (!features.count(*name)) {
+      return Bad(field, "\"" + *name + "\" is not one of the features");
+    }
+  }
+  s.input = features.at(input);
+  s.label = features.at(label);
+  if (s.label.type != FeatureType::kInt64 || s.label.size() != 1 || s.label.var_len) {
+    return Bad("features." + label,
+               "the label is one int64 class id (dtype int64, shape [] or [1])");
+  }
+  if (input == label) return Bad("label", "the input and the label are one feature");
+  return s;
+}
+
+absl::StatusOr<DataSpec> LoadDataSpec(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::InvalidArgumentError("data spec " + path + ": cannot be read");
+  json j = json::parse(in, nullptr, false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("data spec " + path + ": not JSON");
+  absl::StatusOr<DataSpec> s = ParseDataSpec(j);
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(path + ": " + std::string(s.status().message()));
+  }
+  return s;
+}
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,53 @@
+#pragma once
+// A data-spec file: where the user's records are and what is in them, as tf.io.parse_example
+// is told. JSON:
+//   {"format": "tfrecord",
+//    "files": "/data/train-*.tfrecord.gz",           a glob (gzip files are recognised)
+//    "validation_files": "/data/val-*.tfrecord",     optional: evaluated each epoch
+//    "validation_split": 0.1,                        or: the last fraction of the records
+//    "features": {"image": {"dtype": "float32", "shape": [28, 28, 1]},
+//                 "tokens": {"dtype": "int64", "shape": [100], "var_len": true, "default": 0},
+//                 "label": {"dtype": "int64"}},
+//    "input": "image", "label": "label",
+//    "skip_corrupt": false}                          skip (and count) records whose CRC fails
+// A fixed-length feature must hold exactly its shape's number of values (a missing one takes
+// "default" when given); a var_len feature is padded with "default" (else 0) or cut to its
+// shape's first axis. The input is float32 or int64 (token ids); the label an int64 class id.
+// Thread-safety: plain values.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "trainer/tensor/tensor.h"
+
+namespace lockstep::trainer {
+
+enum class FeatureType { kFloat32, kInt64 };
+
+struct FeatureSpec {
+  std::string name;
+  FeatureType type = FeatureType::kFloat32;
+  Shape shape;  // per example; empty: one value
+  bool var_len = false;
+  std::optional<float> default_value;
+  int64_t size() const { return NumElements(shape); }
+};
+
+struct DataSpec {
+  std::string files;
+  std::string validation_files;
+  double validation_split = 0;
+  FeatureSpec input;
+  FeatureSpec label;
+  bool skip_corrupt = false;
+};
+
+// InvalidArgument naming the field (as "data spec: features.image.shape: ...").
+absl::StatusOr<DataSpec> ParseDataSpec(const nlohmann::json& j);
+// The file, parsed (InvalidArgument too when it cannot be read).
+absl::StatusOr<DataSpec> LoadDataSpec(const std::string& path);
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,100 @@
+#!/usr/bin/python3
+"""Writes a learnable classification dataset as TFRecord files of tf.train.Example, as a
+TensorFlow user's script would, without TensorFlow: the Example message is declared here from
+TensorFlow's field numbers (feature.proto, example.proto) with Debian's python3-protobuf, and
+the records framed with crcmod's CRC-32C. Each class is a fixed random prototype; an example is
+its class's prototype plus noise.
+
+  write_examples.py DIR FILES EXAMPLES_PER_FILE FEATURES CLASSES [gzip]
+
+writes DIR/part-00000-of-000NN.tfrecord[.gz]... with features "x" (float_list, FEATURES values)
+and "y" (int64_list, one class id), and prints {"files": [...], "examples": N}.
+"""
+import gzip
+import json
+import random
+import struct
+import sys
+
+try:
+    import crcmod.predefined
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+except ImportError as e:  # the C++ test skips, naming the package
+    print("python3-crcmod or python3-protobuf is not installed: %s" % e)
+    sys.exit(77)
+
+F = descriptor_pb2.FieldDescriptorProto
+crc32c = crcmod.predefined.mkCrcFun("crc-32c")
+
+
+def example_class():
+    fdp = descriptor_pb2.FileDescriptorProto(name="tf_example.proto", package="tensorflow",
+                                             syntax="proto3")
+    for name, kind in (("BytesList", F.TYPE_BYTES), ("FloatList", F.TYPE_FLOAT),
+                       ("Int64List", F.TYPE_INT64)):
+        m = fdp.message_type.add(name=name)
+        f = m.field.add(name="value", number=1, type=kind, label=F.LABEL_REPEATED)
+        if kind != F.TYPE_BYTES:
+            f.options.packed = True
+    feature = fdp.message_type.add(name="Feature")
+    feature.oneof_decl.add(name="kind")
+    for name, number, msg in (("bytes_list", 1, "BytesList"), ("float_list", 2, "FloatList"),
+                              ("int64_list", 3, "Int64List")):
+        feature.field.add(name=name, number=number, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                          type_name=".tensorflow." + msg, oneof_index=0)
+    features = fdp.message_type.add(name="Features")
+    entry = features.nested_type.add(name="FeatureEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    entry.field.add(name="value", number=2, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                    type_name=".tensorflow.Feature")
+    features.field.add(name="feature", number=1, type=F.TYPE_MESSAGE, label=F.LABEL_REPEATED,
+                       type_name=".tensorflow.Features.FeatureEntry")
+    example = fdp.message_type.add(name="Example")
+    example.field.add(name="features", number=1, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                      type_name=".tensorflow.Features")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    desc = pool.FindMessageTypeByName("tensorflow.Example")
+    if hasattr(message_factory, "GetMessageClass"):
+        return message_factory.GetMessageClass(desc)
+    return message_factory.MessageFactory(pool).GetPrototype(desc)
+
+
+def mask(crc):
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame(data):
+    length = struct.pack("<Q", len(data))
+    return (length + struct.pack("<I", mask(crc32c(length))) + data +
+            struct.pack("<I", mask(crc32c(data))))
+
+
+def main():
+    out, files, per_file, width, classes = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
+                                            int(sys.argv[4]), int(sys.argv[5]))
+    gz = len(sys.argv) > 6 and sys.argv[6] == "gzip"
+    rng = random.Random(5)
+    prototypes = [[rng.uniform(-1, 1) for _ in range(width)] for _ in range(classes)]
+    Example = example_class()
+    names = []
+    for k in range(files):
+        raw = []
+        for _ in range(per_file):
+            y = rng.randrange(classes)
+            e = Example()
+            e.features.feature["x"].float_list.value.extend(
+                [p + rng.gauss(0, 0.5) for p in prototypes[y]])
+            e.features.feature["y"].int64_list.value.append(y)
+            raw.append(frame(e.SerializeToString()))
+        name = "%s/part-%05d-of-%05d.tfrecord%s" % (out, k, files, ".gz" if gz else "")
+        data = b"".join(raw)
+        with open(name, "wb") as f:
+            f.write(gzip.compress(data) if gz else data)
+        names.append(name)
+    print(json.dumps({"files": names, "examples": files * per_file}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+#include "trainer/data/tfrecord_dataset.h"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "trainer/data/tfrecord.h"
+#include "trainer/proto/example.pb.h"
+
+namespace lockstep::trainer {
+namespace {
+
+// Where a record is, for messages.
+struct At {
+  const std::string& file;
+  int64_t record;
+  int64_t offset;
+  std::string str() const {
+    return absl::StrCat(file, ": record ", record, " (offset ", offset, ")");
+  }
+};
+
+const char* TypeName(const tfexample::Feature& f) {
+  switch (f.kind_case()) {
+    case tfexample::Feature::kBytesList:
+      return "bytes_list";
+    case tfexample::Feature::kFloatList:
+      return "float_list";
+    case tfexample::Feature::kInt64List:
+      return "int64_list";
+    default:
+      return "empty feature";
+  }
+}
+
+// Appends the feature's values (as floats) to `out`, shaped as the spec says.
+absl::Status Extract(const tfexample::Example& e, const FeatureSpec& spec, const At& at,
+                     float* out) {
+  const int64_t n = spec.size();
+  const auto& map = e.features().feature();
+  auto it = map.find(spec.name);
+  if (it == map.end()) {
+    if (!spec.default_value && !spec.var_len) {
+      return absl::DataLossError(at.str() + ": feature '" + spec.name + "' is missing");
+    }
+    std::fill_n(out, n, spec.default_value.value_or(0.0f));
+    return absl::OkStatus();
+  }
+  const tfexample::Feature& f = it->second;
+  const bool want_float = spec.type == FeatureType::kFloat32;
+  if ((want_float && !f.has_float_list()) || (!want_float && !f.has_int64_list())) {
+    return absl::DataLossError(at.str() + ": feature '" + spec.name + "' is a " + TypeName(f) +
+                               "; the spec says " + (want_float ? "float32" : "int64"));
+  }
+  const int64_t have = want_float ? f.float_list().value_size() : f.int64_list().value_size();
+  if (!spec.var_len && have != n) {
+    return absl::DataLossError(absl::StrCat(at.str(), ": feature '", spec.name, "' has ", have,
+                                            " values; its shape ", ShapeString(spec.shape),
+                                            " takes ", n));
+  }
+  const int64_t take = std::min(have, n);
+  for (int64_t i = 0; i < take; ++i) {
+    out[i] = want_float ? f.float_list().value(static_cast<int>(i))
+                        : static_cast<float>(f.int64_list().value(static_cast<int>(i)));
+  }
+  std::fill(out + take, out + n, spec.default_value.value_or(0.0f));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> MatchFiles(const std::string& pattern) {
+  glob_t g{};
+  const int rc = glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
+  std::vector<std::string> out;
+  if (rc == 0) {
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  }
+  globfree(&g);
+  if (rc == GLOB_ABORTED) return absl::DataLossError("cannot read the directories of " + pattern);
+  if (out.empty()) return absl::NotFoundError("no file matches " + pattern);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+absl::StatusOr<Dataset> LoadTfRecords(const std::string& glob, const DataSpec& spec,
+                                      TfRecordReport* report) {
+  absl::StatusOr<std::vector<std::string>> files = MatchFiles(glob);
+  if (!files.ok()) return files.status();
+  TfRecordReport local;
+  TfRecordReport& r = report != nullptr ? *report : local;
+  r.files = *files;
+  const int64_t width = spec.input.size();
+  std::vector<float> values;
+  std::vector<int32_t> labels;
+  std::string record;
+  tfexample::Example e;
+  for (const std::string& file : *files) {
+    absl::StatusOr<std::unique_ptr<RecordReader>> reader = RecordReader::Open(file);
+    if (!reader.ok()) return reader.status();
+    for (int64_t index = 0;; ++index) {
+      const int64_t offset = (*reader)->offset();
+      absl::StatusOr<bool> more = (*reader)->Next(&record);
+      if (!more.ok()) {
+        if (!spec.skip_corrupt || !absl::IsDataLoss(more.status())) return more.status();
+        ++r.skipped;
+        continue;  // past a bad data CRC the next record follows; else Next ends the file
+      }
+      if (!*more) break;
+      const At at{file, index, offset};
+      if (!e.ParseFromString(record)) {
+        return absl::DataLossError(at.str() + ": not a tf.train.Example");
+      }
+      values.resize(values.size() + static_cast<size_t>(width));
+      if (absl::Status s = Extract(e, spec.input, at, values.data() + values.size() - width);
+          !s.ok()) {
+        return s;
+      }
+      float label = 0;
+      if (absl::Status s = Extract(e, spec.label, at, &label); !s.ok()) return s;
+      if (!(label >= 0) || label > 2147483647.0f || label != std::floor(label)) {
+        return absl::DataLossError(at.str() + ": label '" + spec.label.name + "' is " +
+                                   std::to_string(label) + ", not a class id (0, 1, 2...)");
+      }
+      labels.push_back(static_cast<int32_t>(label));
+    }
+  }
+  r.records = static_cast<int64_t>(labels.size());
+  Shape shape{r.records};
+  shape.insert(shape.end(), spec.input.shape.begin(), spec.input.shape.end());
+  Dataset d;
+  d.images = Tensor(shape, std::move(values));
+  d.labels = std::move(labels);
+  return d;
+}
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,33 @@
+#pragma once
+// A dataset of tf.train.Example records in TFRecord files (data_spec.h says which features are
+// the input and the label), read into memory: the files a glob matches, in name order, each
+// record in file order.
+// Thread-safety: plain functions.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainer/data/data_spec.h"
+#include "trainer/data/dataset.h"
+
+namespace lockstep::trainer {
+
+struct TfRecordReport {
+  std::vector<std::string> files;
+  int64_t records = 0;  // read into the dataset
+  int64_t skipped = 0;  // corrupt, skipped (skip_corrupt)
+};
+
+// The files `glob` matches, sorted; NotFound "no file matches GLOB" when there are none.
+absl::StatusOr<std::vector<std::string>> MatchFiles(const std::string& glob);
+
+// Every record of the files `glob` matches. DataLoss names the file, the record and its
+// offset: a corrupt record (unless spec.skip_corrupt), a record that is not a tf.train.Example,
+// a feature that is missing (without a default), of the other type, or of the wrong length, a
+// label that is not a class id.
+absl::StatusOr<Dataset> LoadTfRecords(const std::string& glob, const DataSpec& spec,
+                                      TfRecordReport* report = nullptr);
+
+}  // namespace lockstep::trainer

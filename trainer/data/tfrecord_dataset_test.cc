@@ -1,0 +1,217 @@
+// TFRecord datasets: the data spec's checks, records of tf.train.Example read into a dataset
+// (fixed-length, var_len with padding, defaults, gzip files, a glob over several files in name
+// order), files written by an independent writer (TensorFlow's Example declared in Python from
+// its field numbers), and every bad input named with the file, the record and the feature.
+#include "trainer/data/tfrecord_dataset.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "trainer/data/tfrecord.h"
+#include "trainer/proto/example.pb.h"
+#include "trainer/testing/python_peer.h"
+
+namespace lockstep::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+absl::StatusOr<DataSpec> Spec(json j) { return ParseDataSpec(j); }
+
+json BaseSpec() {
+  return json{
+      {"format", "tfrecord"},
+      {"files", "/data/*.tfrecord"},
+      {"features", {{"x", {{"dtype", "float32"}, {"shape", {2, 2}}}}, {"y", {{"dtype", "int64"}}}}},
+      {"input", "x"},
+      {"label", "y"}};
+}
+
+TEST(DataSpecTest, ParsesAndNamesEveryMistake) {
+  absl::StatusOr<DataSpec> s = Spec(BaseSpec());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->input.name, "x");
+  EXPECT_EQ(s->input.shape, (Shape{2, 2}));
+  EXPECT_EQ(s->label.name, "y");
+  EXPECT_EQ(s->label.size(), 1);
+  auto refused = [](json j, const std::string& want) {
+    absl::StatusOr<DataSpec> r = ParseDataSpec(j);
+    ASSERT_FALSE(r.ok()) << j.dump();
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status();
+  };
+  json j = BaseSpec();
+  j["format"] = "parquet";
+  refused(j, "format: \"parquet\" is not \"tfrecord\"");
+  j = BaseSpec();
+  j.erase("files");
+  refused(j, "files: is required");
+  j = BaseSpec();
+  j["input"] = "z";
+  refused(j, "input: \"z\" is not one of the features");
+  j = BaseSpec();
+  j["features"]["x"]["shape"] = {2, 0};
+  refused(j, "features.x.shape: [2,0] is not a list of positive sizes");
+  j = BaseSpec();
+  j["features"]["x"]["dtype"] = "string";
+  refused(j, "features.x.dtype: string features");
+  j = BaseSpec();
+  j["features"]["y"]["dtype"] = "float32";
+  refused(j, "features.y: the label is one int64 class id");
+  j = BaseSpec();
+  j["features"]["x"]["var_len"] = true;
+  refused(j, "features.x.shape: a var_len feature has a one-axis shape");
+  j = BaseSpec();
+  j["validation_split"] = 1.5;
+  refused(j, "validation_split: must be a fraction in [0, 1)");
+  j = BaseSpec();
+  j["validation_files"] = "/v/*";
+  j["validation_split"] = 0.1;
+  refused(j, "give validation_files or validation_split, not both");
+  j = BaseSpec();
+  j["shuffle"] = true;
+  refused(j, "shuffle: unknown field");
+  EXPECT_EQ(LoadDataSpec("/no/such/spec.json").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+class TfRecordDatasetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tfrecord_dataset_test." + std::to_string(getpid()) + "." +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+
+  static std::string Example(const std::vector<float>& x, std::optional<int64_t> y,
+                             const std::string& x_name = "x") {
+    tfexample::Example e;
+    auto& f = *e.mutable_features()->mutable_feature();
+    for (float v : x) f[x_name].mutable_float_list()->add_value(v);
+    if (y) f["y"].mutable_int64_list()->add_value(*y);
+    return e.SerializeAsString();
+  }
+  static void Write(const std::string& path, const std::vector<std::string>& records,
+                    Compression c = Compression::kNone) {
+    auto w = RecordWriter::Create(path, c);
+    ASSERT_TRUE(w.ok());
+    for (const std::string& r : records) ASSERT_TRUE((*w)->Write(r).ok());
+    ASSERT_TRUE((*w)->Close().ok());
+  }
+  DataSpec TheSpec(json changes = json::object()) const {
+    json j = BaseSpec();
+    j["files"] = Path("*.tfrecord*");
+    j.merge_patch(changes);
+    absl::StatusOr<DataSpec> s = ParseDataSpec(j);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return *s;
+  }
+  fs::path dir_;
+};
+
+TEST_F(TfRecordDatasetTest, ReadsRecordsAcrossFilesInNameOrder) {
+  Write(Path("b.tfrecord.gz"), {Example({5, 6, 7, 8}, 1)}, Compression::kGzip);
+  Write(Path("a.tfrecord"), {Example({1, 2, 3, 4}, 0), Example({-1, -2, -3, -4}, 2)});
+  TfRecordReport report;
+  absl::StatusOr<Dataset> d = LoadTfRecords(Path("*.tfrecord*"), TheSpec(), &report);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(report.files, (std::vector<std::string>{Path("a.tfrecord"), Path("b.tfrecord.gz")}));
+  EXPECT_EQ(report.records, 3);
+  EXPECT_EQ(d->images, Tensor({3, 2, 2}, {1, 2, 3, 4, -1, -2, -3, -4, 5, 6, 7, 8}));
+  EXPECT_EQ(d->labels, (std::vector<int32_t>{0, 2, 1}));
+  EXPECT_EQ(LoadTfRecords(Path("*.nothing"), TheSpec()).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(TfRecordDatasetTest, VarLenFeaturesArePaddedOrCutAndDefaultsFillMissingOnes) {
+  tfexample::Example e;
+  auto& f = *e.mutable_features()->mutable_feature();
+  for (int64_t id : {7, 8}) f["tokens"].mutable_int64_list()->add_value(id);
+  f["y"].mutable_int64_list()->add_value(1);
+  tfexample::Example longer = e;
+  for (int64_t id : {9, 10, 11}) {
+    (*longer.mutable_features()->mutable_feature())["tokens"].mutable_int64_list()->add_value(id);
+  }
+  tfexample::Example none;
+  (*none.mutable_features()->mutable_feature())["y"].mutable_int64_list()->add_value(0);
+  Write(Path("t.tfrecord"),
+        {e.SerializeAsString(), longer.SerializeAsString(), none.SerializeAsString()});
+  const DataSpec spec =
+      TheSpec({{"features", {{"tokens", {{"dtype", "int64"}, {"shape", {4}}, {"var_len", true}}}}},
+               {"input", "tokens"}});
+  absl::StatusOr<Dataset> d = LoadTfRecords(Path("t.tfrecord"), spec);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->images, Tensor({3, 4}, {7, 8, 0, 0, 7, 8, 9, 10, 0, 0, 0, 0}));
+  // A fixed-length feature's default fills a missing one.
+  Write(Path("t.tfrecord"), {Example({}, 1, "other")});
+  absl::StatusOr<Dataset> dd =
+      LoadTfRecords(Path("t.tfrecord"), TheSpec({{"features", {{"x", {{"default", -1}}}}}}));
+  ASSERT_TRUE(dd.ok()) << dd.status();
+  EXPECT_EQ(dd->images, Tensor({1, 2, 2}, -1.0f));
+}
+
+TEST_F(TfRecordDatasetTest, BadRecordsAreNamedWithFileRecordAndFeature) {
+  auto refused = [&](const std::vector<std::string>& records, const std::string& want,
+                     DataSpec spec) {
+    Write(Path("bad.tfrecord"), records);
+    absl::StatusOr<Dataset> d = LoadTfRecords(Path("bad.tfrecord"), spec);
+    ASSERT_FALSE(d.ok()) << want;
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(d.status().message().find(Path("bad.tfrecord")), std::string::npos) << d.status();
+    EXPECT_NE(d.status().message().find(want), std::string::npos) << d.status();
+  };
+  const std::string good = Example({1, 2, 3, 4}, 0);
+  refused({good, Example({1, 2, 3}, 0)},
+          "record 1 (offset " + std::to_string(16 + good.size()) +
+              "): feature 'x' has 3 values; its shape [2, 2] takes 4",
+          TheSpec());
+  refused({Example({1, 2, 3, 4}, std::nullopt)}, "record 0 (offset 0): feature 'y' is missing",
+          TheSpec());
+  refused({Example({1, 2, 3, 4}, -1)}, "label 'y' is -1", TheSpec());
+  refused({"\xff\xff not a proto"}, "not a tf.train.Example", TheSpec());
+  {
+    tfexample::Example e;
+    auto& f = *e.mutable_features()->mutable_feature();
+    for (int64_t v : {1, 2, 3, 4}) f["x"].mutable_int64_list()->add_value(v);
+    f["y"].mutable_int64_list()->add_value(0);
+    refused({e.SerializeAsString()}, "feature 'x' is a int64_list; the spec says float32",
+            TheSpec());
+  }
+  // A corrupt record fails the load, or is skipped and counted when the spec says so.
+  Write(Path("c.tfrecord"), {good, good, Example({5, 6, 7, 8}, 1)});
+  std::string bytes;
+  {
+    std::ifstream in(Path("c.tfrecord"), std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  bytes[16 + good.size() + 12 + 2] ^= 0x40;  // inside the second record's data
+  std::ofstream(Path("c.tfrecord"), std::ios::binary | std::ios::trunc) << bytes;
+  EXPECT_EQ(LoadTfRecords(Path("c.tfrecord"), TheSpec()).status().code(),
+            absl::StatusCode::kDataLoss);
+  TfRecordReport report;
+  absl::StatusOr<Dataset> d =
+      LoadTfRecords(Path("c.tfrecord"), TheSpec({{"skip_corrupt", true}}), &report);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(report.skipped, 1);
+  EXPECT_EQ(d->labels, (std::vector<int32_t>{0, 1}));
+}
+
+TEST_F(TfRecordDatasetTest, FilesFromAnIndependentWriterAreRead) {
+  absl::StatusOr<json> wrote = testing::RunPythonPeer("trainer/data/testdata/write_examples.py",
+                                                      {dir_.string(), "3", "5", "4", "3", "gzip"});
+  if (absl::IsUnavailable(wrote.status())) GTEST_SKIP() << wrote.status();
+  ASSERT_TRUE(wrote.ok()) << wrote.status();
+  absl::StatusOr<Dataset> d = LoadTfRecords(Path("part-*.tfrecord.gz"), TheSpec());
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->size(), 15);
+  EXPECT_EQ(d->images.shape(), (Shape{15, 2, 2}));
+  for (int32_t y : d->labels) EXPECT_TRUE(y >= 0 && y < 3) << y;
+}
+
+}  // namespace
+}  // namespace lockstep::trainer
