@@ -77,7 +77,7 @@ fi
 # The user's TFRecord files: tf.train.Example records written by an independent writer (no
 # TensorFlow: the Example message declared from its field numbers), four gzip files, a data spec
 # holding out a tenth for validation; then a glob that matches nothing (bad data, exit 3).
-if /usr/bin/python3 -c 'import crcmod, google.protobuf' 2>/dev/null; then
+if /usr/bin/python3 -c 'import crcmod, google.protobuf, numpy' 2>/dev/null; then
   mkdir -p "$work/records"
   /usr/bin/python3 "$src/trainer/data/testdata/write_examples.py" "$work/records" 4 400 784 10 \
     gzip >/dev/null || fail "write_examples.py failed"
@@ -94,8 +94,28 @@ EOF
   sed -e 's/part-\*/nothing-*/' "$work/spec.json" >"$work/empty.json"
   run 3 --data-spec="$work/empty.json" --metrics-port=0
   term_has '"reason":"BadData"'; term_has 'no file matches'
+  # NumPy arrays as keras.datasets ships them (uint8 images, an .npz), scaled by the spec.
+  /usr/bin/python3 - "$work/arrays.npz" <<'EOF'
+import sys
+import numpy as np
+rng = np.random.default_rng(4)
+proto = rng.integers(0, 256, (10, 28, 28))
+def split(n):
+    y = rng.integers(0, 10, n)
+    x = np.clip(proto[y] + rng.normal(0, 40, (n, 28, 28)), 0, 255).astype(np.uint8)
+    return x, y.astype(np.uint8)
+(xt, yt), (xv, yv) = split(1200), split(300)
+np.savez_compressed(sys.argv[1], x_train=xt, y_train=yt, x_test=xv, y_test=yv)
+EOF
+  a=$work/arrays.npz
+  printf '{"format": "numpy", "x": "%s:x_train", "y": "%s:y_train", "validation_x": "%s:x_test", "validation_y": "%s:y_test", "input_scale": 0.00392156862745098}' \
+    "$a" "$a" "$a" "$a" >"$work/numpy.json"
+  run 0 --data-spec="$work/numpy.json" --epochs=2 --batch-size=48 --metrics-port=0
+  grep -q "1200 examples from $a:x_train" "$work/out" || fail "arrays not read: $(cat "$work/out")"
+  acc=$(sed -n 's/^final test accuracy: \([0-9.]*\).*/\1/p' "$work/out")
+  awk -v a="$acc" 'BEGIN { exit !(a >= 0.9) }' || fail "NumPy run: validation accuracy $acc < 0.9"
 else
-  echo "skip: the TFRecord writer needs python3-crcmod and python3-protobuf"
+  echo "skip: the TFRecord and NumPy writers need python3-crcmod, python3-protobuf and numpy"
 fi
 
 # SIGTERM mid-run: a checkpoint, exit 143, a retryable termination message.

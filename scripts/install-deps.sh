@@ -23,7 +23,7 @@ packages=(
   # the numerical oracle of the layer tests, and the peer of the benchmarks: PyTorch
   python3-torch
   # independent readers of the files the trainer writes (TFRecord CRCs, TensorBoard events)
-  python3-crcmod python3-protobuf
+  python3-crcmod python3-protobuf python3-numpy
 )
 
 # kubectl for the end-to-end tests: Debian's kubernetes-client, unless a kubectl is already here

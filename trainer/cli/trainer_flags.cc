@@ -97,9 +97,9 @@ Trains a model with a tf.distribute strategy and serves GET /progress and /metri
                                   (Keras 2 or 3), a .keras archive's config.json, or a
                                   TensorFlow.js model.json (default mlp); a file runs on the
                                   GPUs when each of its layers has a GPU op, else on the CPU
-  --dataset=fashion-mnist|synthetic|tfrecord   (default fashion-mnist)
-  --data-spec=FILE                TFRecord files of tf.train.Example and their features (a JSON
-                                  data spec; implies --dataset=tfrecord)
+  --dataset=fashion-mnist|synthetic   (default fashion-mnist)
+  --data-spec=FILE                the user's data instead: TFRecord files of tf.train.Example
+                                  or NumPy arrays, described in a JSON data spec
   --data-dir=DIR                  Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)
   --synthetic-size=N              examples in the synthetic dataset (default 10000)
   --epochs=N | --steps=N          how long to train (default 5 epochs)
@@ -155,7 +155,7 @@ std::string TerminationLogPath(const std::map<std::string, std::string>& env) {
 absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>& args,
                                                  const std::map<std::string, std::string>& env) {
   TrainerConfig c;
-  bool lr_set = false;
+  bool lr_set = false, dataset_set = false;
   std::optional<std::string> strategy;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
@@ -193,10 +193,10 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
     } else if (name == "data-spec") {
       if (value.empty()) return Bad(name, value, "a data-spec file");
       c.data_spec = value;
-      c.dataset = "tfrecord";
     } else if (name == "dataset") {
-      if (value != "fashion-mnist" && value != "synthetic" && value != "tfrecord") {
-        return Bad(name, value, "fashion-mnist, synthetic or tfrecord");
+      dataset_set = true;
+      if (value != "fashion-mnist" && value != "synthetic") {
+        return Bad(name, value, "fashion-mnist or synthetic (or give --data-spec)");
       }
       c.dataset = value;
     } else if (name == "data-dir") {
@@ -291,11 +291,12 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
     if (!s.ok()) return s;
   }
   if (!lr_set && c.optimizer == "sgd") c.learning_rate = 0.01f;
-  if ((c.dataset == "tfrecord") != !c.data_spec.empty()) {
-    return absl::InvalidArgumentError(
-        c.data_spec.empty()
-            ? "--dataset tfrecord needs --data-spec (the files and features)"
-            : "--data-spec reads TFRecord files; --dataset " + c.dataset + " says otherwise");
+  if (!c.data_spec.empty()) {
+    if (dataset_set) {
+      return absl::InvalidArgumentError(
+          "--data-spec and --dataset are alternatives: the spec says where the data is");
+    }
+    c.dataset = "spec";
   }
   if (c.device == Device::kCpu && c.precision != Precision::kFloat32) {
     return absl::InvalidArgumentError("--precision " + PrecisionName(c.precision) +

@@ -53,8 +53,8 @@ inline bool VariablesOnHost(Strategy s) {
 
 struct TrainerConfig {
   std::string model = "mlp";
-  std::string dataset = "fashion-mnist";  // or "synthetic", "tfrecord"
-  std::string data_spec;                  // --data-spec: the records' files and features
+  std::string dataset = "fashion-mnist";  // or "synthetic", or "spec" (from --data-spec)
+  std::string data_spec;                  // --data-spec: where the user's data is, and its form
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int64_t synthetic_size = 10000;
   int64_t epochs = 5;

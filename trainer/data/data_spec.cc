@@ -60,12 +60,30 @@ absl::StatusOr<FeatureSpec> ParseFeature(const std::string& name, const json& j)
 absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
   if (!j.is_object()) return Bad("(top)", "must be a JSON object");
   DataSpec s;
+  if (!j.contains("format")) return Bad("format", "is required (\"tfrecord\" or \"numpy\")");
+  if (j["format"] == "tfrecord") {
+    s.format = DataFormat::kTfRecord;
+  } else if (j["format"] == "numpy") {
+    s.format = DataFormat::kNumpy;
+  } else {
+    return Bad("format", j["format"].dump() + " is not \"tfrecord\" or \"numpy\"");
+  }
+  const bool tfrecord = s.format == DataFormat::kTfRecord;
   std::string input, label;
   std::map<std::string, FeatureSpec> features;
   for (const auto& [key, value] : j.items()) {
-    if (key == "format") {
-      if (value != "tfrecord") return Bad("format", value.dump() + " is not \"tfrecord\"");
-    } else if (key == "files" || key == "validation_files" || key == "input" || key == "label") {
+    const bool path = key == "files" || key == "validation_files" || key == "input" ||
+                      key == "label" || key == "x" || key == "y" || key == "validation_x" ||
+                      key == "validation_y";
+    const bool tfrecord_key = key == "files" || key == "validation_files" || key == "input" ||
+                              key == "label" || key == "features" || key == "skip_corrupt";
+    const bool numpy_key =
+        key == "x" || key == "y" || key == "validation_x" || key == "validation_y";
+    if ((tfrecord_key && !tfrecord) || (numpy_key && tfrecord)) {
+      return Bad(key, "is not a field of the " + j["format"].get<std::string>() + " format");
+    }
+    if (key == "format") continue;
+    if (path) {
       if (!value.is_string() || value.get<std::string>().empty()) {
         return Bad(key, "must be a non-empty string");
       }
@@ -74,11 +92,20 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
       if (key == "validation_files") s.validation_files = v;
       if (key == "input") input = v;
       if (key == "label") label = v;
+      if (key == "x") s.x = v;
+      if (key == "y") s.y = v;
+      if (key == "validation_x") s.validation_x = v;
+      if (key == "validation_y") s.validation_y = v;
     } else if (key == "validation_split") {
       if (!value.is_number() || value.get<double>() < 0 || value.get<double>() >= 1) {
         return Bad(key, "must be a fraction in [0, 1)");
       }
       s.validation_split = value.get<double>();
+    } else if (key == "input_scale") {
+      if (!value.is_number() || !(value.get<double>() > 0)) {
+        return Bad(key, "must be a positive number (1/255 for uint8 pixels)");
+      }
+      s.input_scale = value.get<float>();
     } else if (key == "skip_corrupt") {
       if (!value.is_boolean()) return Bad(key, "must be true or false");
       s.skip_corrupt = value.get<bool>();
@@ -92,16 +119,29 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
         features[name] = *parsed;
       }
     } else {
-      return Bad(key,
-                 "unknown field (format, files, validation_files, validation_split, features, "
-                 "input, label, skip_corrupt)");
+      return Bad(key, tfrecord ? "unknown field (format, files, validation_files, "
+                                 "validation_split, features, input, label, skip_corrupt, "
+                                 "input_scale)"
+                               : "unknown field (format, x, y, validation_x, validation_y, "
+                                 "validation_split, input_scale)");
     }
   }
-  if (!j.contains("format")) return Bad("format", "is required (\"tfrecord\")");
-  if (s.files.empty()) return Bad("files", "is required: a glob of the training records");
-  if (!s.validation_files.empty() && s.validation_split > 0) {
-    return Bad("validation_split", "give validation_files or validation_split, not both");
+  const bool validation_files = !s.validation_files.empty() || !s.validation_x.empty();
+  if (validation_files && s.validation_split > 0) {
+    return Bad("validation_split", "give validation files or validation_split, not both");
   }
+  if (!tfrecord) {
+    if (s.x.empty() || s.y.empty()) {
+      return Bad(s.x.empty() ? "x" : "y",
+                 "is required: a .npy file, or FILE.npz:KEY, of the training inputs and labels");
+    }
+    if (s.validation_x.empty() != s.validation_y.empty()) {
+      return Bad(s.validation_x.empty() ? "validation_x" : "validation_y",
+                 "validation_x and validation_y come together");
+    }
+    return s;
+  }
+  if (s.files.empty()) return Bad("files", "is required: a glob of the training records");
   for (const auto& [field, name] : {std::pair{"input", &input}, std::pair{"label", &label}}) {
     if (name->empty()) return Bad(field, "is required: the name of a feature");
     if (!features.count(*name)) {

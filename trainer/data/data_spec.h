@@ -1,10 +1,10 @@
 #pragma once
-// A data-spec file: where the user's records are and what is in them, as tf.io.parse_example
-// is told. JSON:
+// A data-spec file: where the user's data is and what is in it. JSON, one of:
+//
+// TFRecord files of tf.train.Example, described as tf.io.parse_example is told:
 //   {"format": "tfrecord",
 //    "files": "/data/train-*.tfrecord.gz",           a glob (gzip files are recognised)
 //    "validation_files": "/data/val-*.tfrecord",     optional: evaluated each epoch
-//    "validation_split": 0.1,                        or: the last fraction of the records
 //    "features": {"image": {"dtype": "float32", "shape": [28, 28, 1]},
 //                 "tokens": {"dtype": "int64", "shape": [100], "var_len": true, "default": 0},
 //                 "label": {"dtype": "int64"}},
@@ -13,6 +13,15 @@
 // A fixed-length feature must hold exactly its shape's number of values (a missing one takes
 // "default" when given); a var_len feature is padded with "default" (else 0) or cut to its
 // shape's first axis. The input is float32 or int64 (token ids); the label an int64 class id.
+//
+// NumPy arrays (np.save's .npy, or a member of np.savez's .npz as FILE.npz:KEY):
+//   {"format": "numpy", "x": "/data/mnist.npz:x_train", "y": "/data/mnist.npz:y_train",
+//    "validation_x": "/data/mnist.npz:x_test", "validation_y": "/data/mnist.npz:y_test"}
+// x is [N, ...] of any numeric dtype, y [N] (or [N, 1]) of class ids.
+//
+// Every format also takes "validation_split" (the last fraction of the training examples held
+// out, as Keras's validation_split; not with validation files) and "input_scale" (the input
+// multiplied by it as it is read: 1/255 for uint8 pixels).
 // Thread-safety: plain values.
 
 #include <cstdint>
@@ -25,6 +34,7 @@
 
 namespace lockstep::trainer {
 
+enum class DataFormat { kTfRecord, kNumpy };
 enum class FeatureType { kFloat32, kInt64 };
 
 struct FeatureSpec {
@@ -37,12 +47,17 @@ struct FeatureSpec {
 };
 
 struct DataSpec {
+  DataFormat format = DataFormat::kTfRecord;
+  double validation_split = 0;
+  float input_scale = 1;
+  // tfrecord
   std::string files;
   std::string validation_files;
-  double validation_split = 0;
   FeatureSpec input;
   FeatureSpec label;
   bool skip_corrupt = false;
+  // numpy
+  std::string x, y, validation_x, validation_y;
 };
 
 // InvalidArgument naming the field (as "data spec: features.image.shape: ...").

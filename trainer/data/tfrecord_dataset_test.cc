@@ -70,7 +70,7 @@ TEST(DataSpecTest, ParsesAndNamesEveryMistake) {
   j = BaseSpec();
   j["validation_files"] = "/v/*";
   j["validation_split"] = 0.1;
-  refused(j, "give validation_files or validation_split, not both");
+  refused(j, "give validation files or validation_split, not both");
   j = BaseSpec();
   j["shuffle"] = true;
   refused(j, "shuffle: unknown field");

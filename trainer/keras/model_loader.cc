@@ -1,7 +1,5 @@
 #include "trainer/keras/model_loader.h"
 
-#include <zip.h>
-
 #include <fstream>
 #include <functional>
 #include <map>
@@ -11,6 +9,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "trainer/data/zip_archive.h"
 #include "trainer/graph/layers/attention.h"
 #include "trainer/graph/layers/core.h"
 #include "trainer/keras/layer_factory.h"
@@ -641,32 +640,17 @@ json TrainingConfigOf(const json& doc) {
 
 namespace {
 
-// The config.json of a .keras archive (a zip file), through libzip.
+// The config.json of a .keras archive (a zip file).
 absl::StatusOr<std::string> ReadKerasArchiveConfig(const std::string& path) {
-  int err = 0;
-  zip_t* z = zip_open(path.c_str(), ZIP_RDONLY, &err);
-  if (z == nullptr) {
-    zip_error_t e;
-    zip_error_init_with_code(&e, err);
-    std::string why = zip_error_strerror(&e);
-    zip_error_fini(&e);
-    return absl::InvalidArgumentError(path + ": not a readable .keras archive (" + why + ")");
-  }
-  zip_stat_t st;
-  zip_file_t* f = nullptr;
-  std::string out;
-  if (zip_stat(z, "config.json", 0, &st) == 0 && (st.valid & ZIP_STAT_SIZE) != 0 &&
-      st.size < (256u << 20) && (f = zip_fopen(z, "config.json", 0)) != nullptr) {
-    out.resize(static_cast<size_t>(st.size));
-    const zip_int64_t n = zip_fread(f, out.data(), st.size);
-    zip_fclose(f);
-    if (n < 0 || static_cast<zip_uint64_t>(n) != st.size) out.clear();
-  }
-  zip_close(z);
-  if (out.empty()) {
+  absl::StatusOr<std::string> config = ReadZipMember(path, "config.json", 256u << 20);
+  if (absl::IsNotFound(config.status()) || (config.ok() && config->empty())) {
     return absl::InvalidArgumentError(path + ": a .keras archive without a readable config.json");
   }
-  return out;
+  if (!config.ok()) {
+    return absl::InvalidArgumentError(path + ": not a readable .keras archive (" +
+                                      std::string(config.status().message()) + ")");
+  }
+  return config;
 }
 
 }  // namespace

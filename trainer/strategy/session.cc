@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "common/log.h"
+#include "trainer/data/numpy.h"
 #include "trainer/data/tfrecord_dataset.h"
 
 namespace lockstep::trainer {
@@ -35,46 +36,78 @@ absl::Status PeerLost(const absl::Status& s) {
 
 namespace {
 
-// The data spec's records: the training files, and the validation files or the last fraction
-// of the training records held out.
-absl::StatusOr<Datasets> LoadTfRecordDatasets(const TrainerConfig& c, const Shape& example,
-                                              int64_t classes) {
+// The data spec's examples: the training data, and the validation data or the last fraction
+// of the training examples held out; each shaped as the model's input, its labels checked
+// against the model's classes, its inputs scaled.
+absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& example,
+                                          int64_t classes) {
   absl::StatusOr<DataSpec> spec = LoadDataSpec(c.data_spec);
   if (!spec.ok()) return spec.status();
-  if (spec->input.size() != NumElements(example)) {
+  if (spec->format == DataFormat::kTfRecord && spec->input.size() != NumElements(example)) {
     return absl::InvalidArgumentError(
         "data spec " + c.data_spec + ": feature '" + spec->input.name + "' of shape " +
         ShapeString(spec->input.shape) + " has " + std::to_string(spec->input.size()) +
         " values per example; --model " + c.model + " takes " + ShapeString(example) + " (" +
         std::to_string(NumElements(example)) + ")");
   }
-  Datasets d;
-  auto load = [&](const std::string& glob, Dataset* out) -> absl::Status {
+  // Shapes the examples as the model's input and checks the labels; `what` names the source.
+  auto fit = [&](Dataset& d, const std::string& what) -> absl::Status {
+    if (d.size() > 0 && d.example_size() != NumElements(example)) {
+      Shape per(d.images.shape().begin() + 1, d.images.shape().end());
+      return absl::InvalidArgumentError(what + ": examples of shape " + ShapeString(per) + " (" +
+                                        std::to_string(d.example_size()) + " values); --model " +
+                                        c.model + " takes " + ShapeString(example) + " (" +
+                                        std::to_string(NumElements(example)) + ")");
+    }
+    Shape shape{d.size()};
+    shape.insert(shape.end(), example.begin(), example.end());
+    d.images = d.images.Reshaped(std::move(shape));
+    for (size_t i = 0; i < d.labels.size(); ++i) {
+      if (d.labels[i] >= classes) {
+        return absl::DataLossError(what + ": example " + std::to_string(i) + " has label " +
+                                   std::to_string(d.labels[i]) + "; --model " + c.model + " has " +
+                                   std::to_string(classes) + " classes");
+      }
+    }
+    if (spec->input_scale != 1.0f) {
+      for (float& v : d.images.values()) v *= spec->input_scale;
+    }
+    return absl::OkStatus();
+  };
+  auto records = [&](const std::string& glob, Dataset* out) -> absl::Status {
     TfRecordReport report;
     absl::StatusOr<Dataset> loaded = LoadTfRecords(glob, *spec, &report);
     if (!loaded.ok()) return loaded.status();
-    Shape shape{loaded->size()};  // the model's example shape (the counts agree)
-    shape.insert(shape.end(), example.begin(), example.end());
-    loaded->images = loaded->images.Reshaped(std::move(shape));
-    for (size_t i = 0; i < loaded->labels.size(); ++i) {
-      if (loaded->labels[i] >= classes) {
-        return absl::DataLossError(glob + ": record " + std::to_string(i) + " has label " +
-                                   std::to_string(loaded->labels[i]) + "; --model " + c.model +
-                                   " has " + std::to_string(classes) + " classes");
-      }
-    }
     common::LogInfo(
         "data", report.records, " records from ", report.files.size(), " file(s) of ", glob,
         report.skipped > 0 ? ", " + std::to_string(report.skipped) + " corrupt record(s) skipped"
                            : "");
     *out = std::move(*loaded);
-    return absl::OkStatus();
+    return fit(*out, glob);
   };
-  if (absl::Status s = load(spec->files, &d.train); !s.ok()) return s;
-  if (!spec->validation_files.empty()) {
-    if (absl::Status s = load(spec->validation_files, &d.test); !s.ok()) return s;
-  } else if (spec->validation_split > 0) {
-    // The last fraction of the records, as Keras's validation_split takes it.
+  auto arrays = [&](const std::string& x, const std::string& y, Dataset* out) -> absl::Status {
+    absl::StatusOr<Dataset> loaded = LoadNumpyDataset(x, y);
+    if (!loaded.ok()) return loaded.status();
+    common::LogInfo("data", loaded->size(), " examples from ", x, " and ", y);
+    *out = std::move(*loaded);
+    return fit(*out, x);
+  };
+  Datasets d;
+  if (spec->format == DataFormat::kTfRecord) {
+    if (absl::Status s = records(spec->files, &d.train); !s.ok()) return s;
+    if (!spec->validation_files.empty()) {
+      if (absl::Status s = records(spec->validation_files, &d.test); !s.ok()) return s;
+    }
+  } else {
+    if (absl::Status s = arrays(spec->x, spec->y, &d.train); !s.ok()) return s;
+    if (!spec->validation_x.empty()) {
+      if (absl::Status s = arrays(spec->validation_x, spec->validation_y, &d.test); !s.ok()) {
+        return s;
+      }
+    }
+  }
+  if (spec->validation_split > 0) {
+    // The last fraction of the examples, as Keras's validation_split takes it.
     const int64_t n = d.train.size();
     const auto held = static_cast<int64_t>(static_cast<double>(n) * spec->validation_split);
     const int64_t keep = n - held, width = d.train.example_size();
@@ -105,8 +138,8 @@ absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c) {
     classes = (*m)->classes();
     vocabulary = (*m)->vocabulary();
   }
-  if (c.dataset == "tfrecord") {
-    absl::StatusOr<Datasets> loaded = LoadTfRecordDatasets(c, example, classes);
+  if (c.dataset == "spec") {
+    absl::StatusOr<Datasets> loaded = LoadSpecDatasets(c, example, classes);
     if (!loaded.ok()) return loaded.status();
     d = std::move(*loaded);
   } else if (c.dataset == "synthetic") {
