@@ -114,6 +114,33 @@ EOF
   grep -q "1200 examples from $a:x_train" "$work/out" || fail "arrays not read: $(cat "$work/out")"
   acc=$(sed -n 's/^final test accuracy: \([0-9.]*\).*/\1/p' "$work/out")
   awk -v a="$acc" 'BEGIN { exit !(a >= 0.9) }' || fail "NumPy run: validation accuracy $acc < 0.9"
+  # CSV: a table with string labels (through a vocabulary) for a small Keras model file.
+  /usr/bin/python3 - "$work" <<'EOF'
+import csv, random, sys
+rng = random.Random(6)
+proto = {"setosa": [5.0, 3.4, 1.5, 0.2], "versicolor": [5.9, 2.8, 4.3, 1.3],
+         "virginica": [6.6, 3.0, 5.6, 2.0]}
+for name, n in (("train", 300), ("val", 60)):
+    with open(sys.argv[1] + "/" + name + ".csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["sepal_length", "sepal_width", "petal_length", "petal_width", "species"])
+        for _ in range(n):
+            s = rng.choice(sorted(proto))
+            w.writerow(["%.2f" % (v + rng.gauss(0, 0.2)) for v in proto[s]] + [s])
+EOF
+  cat >"$work/iris.json" <<'EOF'
+{"class_name": "Sequential", "config": {"name": "iris", "layers": [
+  {"class_name": "InputLayer", "config": {"name": "in", "batch_input_shape": [null, 4]}},
+  {"class_name": "Dense", "config": {"name": "hidden", "units": 16, "activation": "relu"}},
+  {"class_name": "Dense", "config": {"name": "out", "units": 3, "activation": "softmax"}}]}}
+EOF
+  printf '{"format": "csv", "files": "%s/train.csv", "validation_files": "%s/val.csv", "label": "species", "label_vocabulary": ["setosa", "versicolor", "virginica"]}' \
+    "$work" "$work" >"$work/csv.json"
+  run 0 --data-spec="$work/csv.json" --model="$work/iris.json" --epochs=20 --batch-size=30 \
+    --learning-rate=0.01 --metrics-port=0
+  grep -q "300 rows from 1 file(s)" "$work/out" || fail "CSV not read: $(cat "$work/out")"
+  acc=$(sed -n 's/^final test accuracy: \([0-9.]*\).*/\1/p' "$work/out")
+  awk -v a="$acc" 'BEGIN { exit !(a >= 0.85) }' || fail "CSV run: validation accuracy $acc < 0.85"
 else
   echo "skip: the TFRecord and NumPy writers need python3-crcmod, python3-protobuf and numpy"
 fi

@@ -1,7 +1,9 @@
 #include "trainer/data/data_spec.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 
 namespace lockstep::trainer {
 namespace {
@@ -60,30 +62,56 @@ absl::StatusOr<FeatureSpec> ParseFeature(const std::string& name, const json& j)
 absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
   if (!j.is_object()) return Bad("(top)", "must be a JSON object");
   DataSpec s;
-  if (!j.contains("format")) return Bad("format", "is required (\"tfrecord\" or \"numpy\")");
-  if (j["format"] == "tfrecord") {
-    s.format = DataFormat::kTfRecord;
-  } else if (j["format"] == "numpy") {
-    s.format = DataFormat::kNumpy;
-  } else {
-    return Bad("format", j["format"].dump() + " is not \"tfrecord\" or \"numpy\"");
+  const std::map<std::string, std::pair<DataFormat, std::set<std::string>>> formats = {
+      {"tfrecord",
+       {DataFormat::kTfRecord,
+        {"files", "validation_files", "features", "input", "label", "skip_corrupt"}}},
+      {"numpy", {DataFormat::kNumpy, {"x", "y", "validation_x", "validation_y"}}},
+      {"csv",
+       {DataFormat::kCsv,
+        {"files", "validation_files", "header", "columns", "delimiter", "input", "label",
+         "label_vocabulary", "missing"}}}};
+  if (!j.contains("format") || !j["format"].is_string() ||
+      !formats.count(j["format"].get<std::string>())) {
+    return Bad("format",
+               (j.contains("format") ? j["format"].dump() + " is not " : "is required: ") +
+                   std::string("\"tfrecord\", \"numpy\" or \"csv\""));
   }
-  const bool tfrecord = s.format == DataFormat::kTfRecord;
+  const std::string format = j["format"].get<std::string>();
+  const auto& [kind, own] = formats.at(format);
+  s.format = kind;
   std::string input, label;
   std::map<std::string, FeatureSpec> features;
-  for (const auto& [key, value] : j.items()) {
-    const bool path = key == "files" || key == "validation_files" || key == "input" ||
-                      key == "label" || key == "x" || key == "y" || key == "validation_x" ||
-                      key == "validation_y";
-    const bool tfrecord_key = key == "files" || key == "validation_files" || key == "input" ||
-                              key == "label" || key == "features" || key == "skip_corrupt";
-    const bool numpy_key =
-        key == "x" || key == "y" || key == "validation_x" || key == "validation_y";
-    if ((tfrecord_key && !tfrecord) || (numpy_key && tfrecord)) {
-      return Bad(key, "is not a field of the " + j["format"].get<std::string>() + " format");
+  auto strings = [&](const std::string& key, const json& v,
+                     std::vector<std::string>* out) -> absl::Status {
+    if (!v.is_array() || v.empty()) return Bad(key, "must be a list of names");
+    for (const json& e : v) {
+      if (!e.is_string() || e.get<std::string>().empty())
+        return Bad(key, "must be a list of names");
+      out->push_back(e.get<std::string>());
     }
+    return absl::OkStatus();
+  };
+  for (const auto& [key, value] : j.items()) {
     if (key == "format") continue;
-    if (path) {
+    const bool common = key == "validation_split" || key == "input_scale";
+    if (!common && !own.count(key)) {
+      std::string known = "format, validation_split, input_scale";
+      for (const std::string& k : own) known += ", " + k;
+      bool elsewhere = false;
+      for (const auto& [name, f] : formats) elsewhere = elsewhere || f.second.count(key) > 0;
+      return Bad(key, elsewhere ? "is not a field of the " + format + " format (" + known + ")"
+                                : "unknown field (" + known + ")");
+    }
+    absl::Status st;
+    if (key == "input" && kind == DataFormat::kCsv) {
+      st = strings(key, value, &s.inputs);
+    } else if (key == "columns") {
+      st = strings(key, value, &s.columns);
+    } else if (key == "label_vocabulary") {
+      st = strings(key, value, &s.label_vocabulary);
+    } else if (key == "files" || key == "validation_files" || key == "input" || key == "label" ||
+               key == "x" || key == "y" || key == "validation_x" || key == "validation_y") {
       if (!value.is_string() || value.get<std::string>().empty()) {
         return Bad(key, "must be a non-empty string");
       }
@@ -106,9 +134,18 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
         return Bad(key, "must be a positive number (1/255 for uint8 pixels)");
       }
       s.input_scale = value.get<float>();
-    } else if (key == "skip_corrupt") {
+    } else if (key == "skip_corrupt" || key == "header") {
       if (!value.is_boolean()) return Bad(key, "must be true or false");
-      s.skip_corrupt = value.get<bool>();
+      (key == "header" ? s.header : s.skip_corrupt) = value.get<bool>();
+    } else if (key == "delimiter") {
+      if (!value.is_string() || value.get<std::string>().size() != 1 || value == "\"" ||
+          value == "\n") {
+        return Bad(key, "must be one character (not a quote or a newline)");
+      }
+      s.delimiter = value.get<std::string>()[0];
+    } else if (key == "missing") {
+      if (!value.is_number()) return Bad(key, "must be a number (what an empty field holds)");
+      s.missing = value.get<float>();
     } else if (key == "features") {
       if (!value.is_object() || value.empty()) {
         return Bad(key, "must map feature names to {\"dtype\", \"shape\"}");
@@ -118,19 +155,14 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
         if (!parsed.ok()) return parsed.status();
         features[name] = *parsed;
       }
-    } else {
-      return Bad(key, tfrecord ? "unknown field (format, files, validation_files, "
-                                 "validation_split, features, input, label, skip_corrupt, "
-                                 "input_scale)"
-                               : "unknown field (format, x, y, validation_x, validation_y, "
-                                 "validation_split, input_scale)");
     }
+    if (!st.ok()) return st;
   }
   const bool validation_files = !s.validation_files.empty() || !s.validation_x.empty();
   if (validation_files && s.validation_split > 0) {
     return Bad("validation_split", "give validation files or validation_split, not both");
   }
-  if (!tfrecord) {
+  if (kind == DataFormat::kNumpy) {
     if (s.x.empty() || s.y.empty()) {
       return Bad(s.x.empty() ? "x" : "y",
                  "is required: a .npy file, or FILE.npz:KEY, of the training inputs and labels");
@@ -141,7 +173,18 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
     }
     return s;
   }
-  if (s.files.empty()) return Bad("files", "is required: a glob of the training records");
+  if (s.files.empty()) return Bad("files", "is required: a glob of the training files");
+  if (kind == DataFormat::kCsv) {
+    if (label.empty()) return Bad("label", "is required: the label's column");
+    s.label_column = label;
+    if (!s.header && s.columns.empty()) {
+      return Bad("columns", "is required when the files have no header line");
+    }
+    if (std::find(s.inputs.begin(), s.inputs.end(), label) != s.inputs.end()) {
+      return Bad("input", "holds the label's column \"" + label + "\"");
+    }
+    return s;
+  }
   for (const auto& [field, name] : {std::pair{"input", &input}, std::pair{"label", &label}}) {
     if (name->empty()) return Bad(field, "is required: the name of a feature");
     if (!features.count(*name)) {

@@ -19,6 +19,13 @@
 //    "validation_x": "/data/mnist.npz:x_test", "validation_y": "/data/mnist.npz:y_test"}
 // x is [N, ...] of any numeric dtype, y [N] (or [N, 1]) of class ids.
 //
+// CSV files with a header line (or "columns"), numeric input columns and a label column:
+//   {"format": "csv", "files": "/data/train-*.csv", "validation_files": "/data/val.csv",
+//    "label": "species", "label_vocabulary": ["setosa", "versicolor", "virginica"],
+//    "input": ["sepal_length", "sepal_width"],       optional: every other column
+//    "header": true, "delimiter": ",", "missing": 0}  an empty field's value (else an error)
+// The label is a class id, or one of label_vocabulary (its index).
+//
 // Every format also takes "validation_split" (the last fraction of the training examples held
 // out, as Keras's validation_split; not with validation files) and "input_scale" (the input
 // multiplied by it as it is read: 1/255 for uint8 pixels).
@@ -27,6 +34,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
@@ -34,7 +42,7 @@
 
 namespace lockstep::trainer {
 
-enum class DataFormat { kTfRecord, kNumpy };
+enum class DataFormat { kTfRecord, kNumpy, kCsv };
 enum class FeatureType { kFloat32, kInt64 };
 
 struct FeatureSpec {
@@ -58,6 +66,14 @@ struct DataSpec {
   bool skip_corrupt = false;
   // numpy
   std::string x, y, validation_x, validation_y;
+  // csv (files and validation_files too)
+  bool header = true;
+  char delimiter = ',';
+  std::vector<std::string> columns;  // the files' columns (from the header line when empty)
+  std::vector<std::string> inputs;   // the input's columns, in order (all but the label when empty)
+  std::string label_column;
+  std::vector<std::string> label_vocabulary;  // string labels: each one's class is its index
+  std::optional<float> missing;               // what an empty field holds (else an error)
 };
 
 // InvalidArgument naming the field (as "data spec: features.image.shape: ...").

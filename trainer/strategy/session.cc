@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "common/log.h"
+#include "trainer/data/csv.h"
 #include "trainer/data/numpy.h"
 #include "trainer/data/tfrecord_dataset.h"
 
@@ -92,8 +93,21 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& e
     *out = std::move(*loaded);
     return fit(*out, x);
   };
+  auto rows = [&](const std::string& glob, Dataset* out) -> absl::Status {
+    std::vector<std::string> files;
+    absl::StatusOr<Dataset> loaded = LoadCsv(glob, *spec, &files);
+    if (!loaded.ok()) return loaded.status();
+    common::LogInfo("data", loaded->size(), " rows from ", files.size(), " file(s) of ", glob);
+    *out = std::move(*loaded);
+    return fit(*out, glob);
+  };
   Datasets d;
-  if (spec->format == DataFormat::kTfRecord) {
+  if (spec->format == DataFormat::kCsv) {
+    if (absl::Status s = rows(spec->files, &d.train); !s.ok()) return s;
+    if (!spec->validation_files.empty()) {
+      if (absl::Status s = rows(spec->validation_files, &d.test); !s.ok()) return s;
+    }
+  } else if (spec->format == DataFormat::kTfRecord) {
     if (absl::Status s = records(spec->files, &d.train); !s.ok()) return s;
     if (!spec->validation_files.empty()) {
       if (absl::Status s = records(spec->validation_files, &d.test); !s.ok()) return s;

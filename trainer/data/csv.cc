@@ -1,0 +1,179 @@
+#include "trainer/data/csv.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "trainer/data/tfrecord_dataset.h"
+
+namespace lockstep::trainer {
+namespace {
+
+// A number filling the whole field (spaces around it allowed).
+bool ParseNumber(const std::string& field, float* out) {
+  const char* begin = field.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const float v = std::strtof(begin, &end);
+  if (end == begin || errno == ERANGE) return false;
+  while (*end == ' ' || *end == '\t') ++end;
+  if (*end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> SplitCsvLine(const std::string& line, char delimiter) {
+  std::vector<std::string> out;
+  std::string field;
+  size_t i = 0;
+  for (;;) {
+    field.clear();
+    if (i < line.size() && line[i] == '"') {
+      ++i;
+      for (;;) {
+        if (i >= line.size()) return absl::InvalidArgumentError("a quote left open");
+        if (line[i] == '"') {
+          if (i + 1 < line.size() && line[i + 1] == '"') {
+            field += '"';
+            i += 2;
+            continue;
+          }
+          ++i;
+          break;
+        }
+        field += line[i++];
+      }
+      if (i < line.size() && line[i] != delimiter) {
+        return absl::InvalidArgumentError("text after a closing quote");
+      }
+    } else {
+      const size_t end = line.find(delimiter, i);
+      field = line.substr(i, end == std::string::npos ? std::string::npos : end - i);
+      i = end == std::string::npos ? line.size() : end;
+    }
+    out.push_back(field);
+    if (i >= line.size()) break;
+    ++i;                     // the delimiter
+    if (i == line.size()) {  // a trailing delimiter: one more, empty, field
+      out.emplace_back();
+      break;
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<Dataset> LoadCsv(const std::string& glob, const DataSpec& spec,
+                                std::vector<std::string>* files_out) {
+  absl::StatusOr<std::vector<std::string>> files = MatchFiles(glob);
+  if (!files.ok()) return files.status();
+  if (files_out != nullptr) *files_out = *files;
+  std::vector<std::string> columns = spec.columns;  // fixed by the first file's header
+  std::vector<size_t> inputs;
+  size_t label = 0;
+  std::vector<float> values;
+  std::vector<int32_t> labels;
+  auto index = [&](const std::string& file, const std::string& name) -> absl::StatusOr<size_t> {
+    auto it = std::find(columns.begin(), columns.end(), name);
+    if (it == columns.end()) {
+      return absl::DataLossError(file + ": no column \"" + name + "\" (the columns are " +
+                                 absl::StrJoin(columns, ", ") + ")");
+    }
+    return static_cast<size_t>(it - columns.begin());
+  };
+  // Which columns are the label and the inputs, once the columns are known.
+  auto layout = [&](const std::string& file) -> absl::Status {
+    absl::StatusOr<size_t> l = index(file, spec.label_column);
+    if (!l.ok()) return l.status();
+    label = *l;
+    for (size_t c = 0; spec.inputs.empty() && c < columns.size(); ++c) {
+      if (c != label) inputs.push_back(c);
+    }
+    for (const std::string& name : spec.inputs) {
+      absl::StatusOr<size_t> c = index(file, name);
+      if (!c.ok()) return c.status();
+      inputs.push_back(*c);
+    }
+    if (inputs.empty()) return absl::InvalidArgumentError("data spec: no input columns");
+    return absl::OkStatus();
+  };
+  for (const std::string& file : *files) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) return absl::PermissionDeniedError("cannot read " + file);
+    std::string line;
+    int64_t number = 0;
+    bool first = true;
+    while (std::getline(in, line)) {
+      ++number;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank
+      const std::string at = absl::StrCat(file, ":", number);
+      absl::StatusOr<std::vector<std::string>> fields = SplitCsvLine(line, spec.delimiter);
+      if (!fields.ok())
+        return absl::DataLossError(at + ": " + std::string(fields.status().message()));
+      if (first && spec.header) {
+        first = false;
+        if (columns.empty()) columns = *fields;
+        if (*fields != columns) {
+          return absl::DataLossError(at + ": the header (" + absl::StrJoin(*fields, ", ") +
+                                     ") is not the columns (" + absl::StrJoin(columns, ", ") + ")");
+        }
+        if (inputs.empty()) {
+          if (absl::Status s = layout(file); !s.ok()) return s;
+        }
+        continue;
+      }
+      first = false;
+      if (inputs.empty()) {  // no header: the spec's columns
+        if (absl::Status s = layout(file); !s.ok()) return s;
+      }
+      if (fields->size() != columns.size()) {
+        return absl::DataLossError(absl::StrCat(at, ": ", fields->size(),
+                                                " fields; the columns are ", columns.size(), " (",
+                                                absl::StrJoin(columns, ", "), ")"));
+      }
+      for (size_t c : inputs) {
+        const std::string& f = (*fields)[c];
+        float v = 0;
+        if (f.find_first_not_of(" \t") == std::string::npos) {
+          if (!spec.missing) {
+            return absl::DataLossError(at + ": column \"" + columns[c] +
+                                       "\" is empty (give the spec a \"missing\" value)");
+          }
+          v = *spec.missing;
+        } else if (!ParseNumber(f, &v)) {
+          return absl::DataLossError(at + ": column \"" + columns[c] + "\" is \"" + f +
+                                     "\", not a number");
+        }
+        values.push_back(v);
+      }
+      const std::string& lf = (*fields)[label];
+      float lv = 0;
+      if (!spec.label_vocabulary.empty()) {
+        auto it = std::find(spec.label_vocabulary.begin(), spec.label_vocabulary.end(), lf);
+        if (it == spec.label_vocabulary.end()) {
+          return absl::DataLossError(at + ": label \"" + lf + "\" is not in label_vocabulary");
+        }
+        lv = static_cast<float>(it - spec.label_vocabulary.begin());
+      } else if (!ParseNumber(lf, &lv) || !(lv >= 0) || lv != std::floor(lv) ||
+                 lv > 2147483647.0f) {
+        return absl::DataLossError(at + ": label \"" + lf +
+                                   "\" is not a class id (0, 1, 2...; or give label_vocabulary)");
+      }
+      labels.push_back(static_cast<int32_t>(lv));
+    }
+    if (in.bad()) return absl::DataLossError("reading " + file + " failed");
+  }
+  Dataset d;
+  const auto rows = static_cast<int64_t>(labels.size());
+  d.images = Tensor({rows, static_cast<int64_t>(inputs.size())}, std::move(values));
+  d.labels = std::move(labels);
+  return d;
+}
+
+}  // namespace lockstep::trainer

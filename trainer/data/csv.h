@@ -1,0 +1,26 @@
+#pragma once
+// CSV files as a dataset (data_spec.h's "csv" format): numeric input columns and a label column,
+// the files a glob matches in name order, RFC 4180 quoting ("a, b" and "" inside quotes), CRLF
+// or LF line ends, blank lines skipped.
+// Thread-safety: plain functions.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainer/data/data_spec.h"
+#include "trainer/data/dataset.h"
+
+namespace lockstep::trainer {
+
+// The fields of one line; InvalidArgument for a quote left open or text after a closing quote.
+absl::StatusOr<std::vector<std::string>> SplitCsvLine(const std::string& line, char delimiter);
+
+// Every row of the files `glob` matches, as examples [rows, inputs] and labels. DataLoss names
+// the file and line: a row with the wrong number of fields, a field that is not a number (or
+// empty without "missing"), a label that is not a class id or not in label_vocabulary, a header
+// that differs from the first file's or lacks a named column.
+absl::StatusOr<Dataset> LoadCsv(const std::string& glob, const DataSpec& spec,
+                                std::vector<std::string>* files = nullptr);
+
+}  // namespace lockstep::trainer
