@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "trainer/testing/temp_dir.h"
+
 namespace lockstep::trainer {
 namespace {
 
@@ -25,13 +27,6 @@ TEST(CsvLineTest, SplitsQuotedAndEmptyFields) {
 
 class CsvTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("csv_test." + std::to_string(getpid()) + "." +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string Put(const std::string& name, const std::string& text) const {
     const std::string p = (dir_ / name).string();
     std::ofstream(p, std::ios::binary) << text;
@@ -44,7 +39,8 @@ class CsvTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.status();
     return *s;
   }
-  fs::path dir_;
+  testing::TempDir tmp_{"csv_test"};
+  const fs::path& dir_ = tmp_.path();
 };
 
 TEST_F(CsvTest, ReadsRowsAcrossFilesWithVocabularyAndMissingValues) {

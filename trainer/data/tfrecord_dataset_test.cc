@@ -12,6 +12,7 @@
 #include "trainer/data/tfrecord.h"
 #include "trainer/proto/example.pb.h"
 #include "trainer/testing/python_peer.h"
+#include "trainer/testing/temp_dir.h"
 
 namespace lockstep::trainer {
 namespace {
@@ -79,14 +80,7 @@ TEST(DataSpecTest, ParsesAndNamesEveryMistake) {
 
 class TfRecordDatasetTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tfrecord_dataset_test." + std::to_string(getpid()) + "." +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string Path(const std::string& name) const { return tmp_.Path(name); }
 
   static std::string Example(const std::vector<float>& x, std::optional<int64_t> y,
                              const std::string& x_name = "x") {
@@ -111,7 +105,8 @@ class TfRecordDatasetTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.status();
     return *s;
   }
-  fs::path dir_;
+  testing::TempDir tmp_{"tfrecord_dataset_test"};
+  const fs::path& dir_ = tmp_.path();
 };
 
 TEST_F(TfRecordDatasetTest, ReadsRecordsAcrossFilesInNameOrder) {

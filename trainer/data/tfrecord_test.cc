@@ -13,6 +13,7 @@
 #include "absl/strings/escaping.h"
 #include "trainer/data/crc32c.h"
 #include "trainer/testing/python_peer.h"
+#include "trainer/testing/temp_dir.h"
 
 namespace lockstep::trainer {
 namespace {
@@ -21,14 +22,7 @@ namespace fs = std::filesystem;
 
 class TfRecordTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tfrecord_test." + std::to_string(getpid()) + "." +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string Path(const std::string& name) const { return tmp_.Path(name); }
 
   static std::vector<std::string> Records() {
     std::mt19937_64 rng(7);
@@ -68,7 +62,8 @@ class TfRecordTest : public ::testing::Test {
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
   }
 
-  fs::path dir_;
+  testing::TempDir tmp_{"tfrecord_test"};
+  const fs::path& dir_ = tmp_.path();
 };
 
 TEST(Crc32cTest, MatchesPublishedCheckValues) {

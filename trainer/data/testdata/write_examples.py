@@ -12,24 +12,19 @@ and "y" (int64_list, one class id), and prints {"files": [...], "examples": N}.
 """
 import gzip
 import json
+import os
 import random
-import struct
 import sys
 
-try:
-    import crcmod.predefined
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-except ImportError as e:  # the C++ test skips, naming the package
-    print("python3-crcmod or python3-protobuf is not installed: %s" % e)
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testing"))
+import tf_formats  # noqa: E402
 
-F = descriptor_pb2.FieldDescriptorProto
-crc32c = crcmod.predefined.mkCrcFun("crc-32c")
+F = tf_formats.FIELD
 
 
 def example_class():
-    fdp = descriptor_pb2.FileDescriptorProto(name="tf_example.proto", package="tensorflow",
-                                             syntax="proto3")
+    fdp = tf_formats.descriptor_pb2.FileDescriptorProto(name="tf_example.proto",
+                                                        package="tensorflow", syntax="proto3")
     for name, kind in (("BytesList", F.TYPE_BYTES), ("FloatList", F.TYPE_FLOAT),
                        ("Int64List", F.TYPE_INT64)):
         m = fdp.message_type.add(name=name)
@@ -53,22 +48,7 @@ def example_class():
     example = fdp.message_type.add(name="Example")
     example.field.add(name="features", number=1, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
                       type_name=".tensorflow.Features")
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
-    desc = pool.FindMessageTypeByName("tensorflow.Example")
-    if hasattr(message_factory, "GetMessageClass"):
-        return message_factory.GetMessageClass(desc)
-    return message_factory.MessageFactory(pool).GetPrototype(desc)
-
-
-def mask(crc):
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def frame(data):
-    length = struct.pack("<Q", len(data))
-    return (length + struct.pack("<I", mask(crc32c(length))) + data +
-            struct.pack("<I", mask(crc32c(data))))
+    return tf_formats.message_class(fdp, "tensorflow.Example")
 
 
 def main():
@@ -87,7 +67,7 @@ def main():
             e.features.feature["x"].float_list.value.extend(
                 [p + rng.gauss(0, 0.5) for p in prototypes[y]])
             e.features.feature["y"].int64_list.value.append(y)
-            raw.append(frame(e.SerializeToString()))
+            raw.append(tf_formats.frame(e.SerializeToString()))
         name = "%s/part-%05d-of-%05d.tfrecord%s" % (out, k, files, ".gz" if gz else "")
         data = b"".join(raw)
         with open(name, "wb") as f:

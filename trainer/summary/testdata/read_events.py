@@ -8,27 +8,18 @@ summary.proto) rather than from the trainer's .proto. Prints a JSON list of even
   read_events.py FILE
 """
 import json
-import struct
+import os
 import sys
 
-try:
-    import crcmod.predefined
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-except ImportError as e:  # the C++ test skips, naming the package
-    print("python3-crcmod or python3-protobuf is not installed: %s" % e)
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testing"))
+import tf_formats  # noqa: E402
 
-F = descriptor_pb2.FieldDescriptorProto
-crc32c = crcmod.predefined.mkCrcFun("crc-32c")
-
-
-def mask(crc):
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+F = tf_formats.FIELD
 
 
 def event_class():
-    fdp = descriptor_pb2.FileDescriptorProto(name="tb_event.proto", package="tensorflow",
-                                             syntax="proto3")
+    fdp = tf_formats.descriptor_pb2.FileDescriptorProto(name="tb_event.proto",
+                                                        package="tensorflow", syntax="proto3")
     summary = fdp.message_type.add(name="Summary")
     value = summary.nested_type.add(name="Value")
     for name, number, kind in (("tag", 1, F.TYPE_STRING), ("simple_value", 2, F.TYPE_FLOAT),
@@ -42,28 +33,13 @@ def event_class():
         event.field.add(name=name, number=number, type=kind, label=F.LABEL_OPTIONAL)
     event.field.add(name="summary", number=5, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
                     type_name=".tensorflow.Summary")
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
-    desc = pool.FindMessageTypeByName("tensorflow.Event")
-    if hasattr(message_factory, "GetMessageClass"):
-        return message_factory.GetMessageClass(desc)
-    return message_factory.MessageFactory(pool).GetPrototype(desc)
+    return tf_formats.message_class(fdp, "tensorflow.Event")
 
 
 def main(path):
     Event = event_class()
-    with open(path, "rb") as f:
-        raw = f.read()
-    out, i = [], 0
-    while i < len(raw):
-        (n,) = struct.unpack_from("<Q", raw, i)
-        (length_crc,) = struct.unpack_from("<I", raw, i + 8)
-        if length_crc != mask(crc32c(raw[i:i + 8])):
-            raise SystemExit("length CRC mismatch at offset %d" % i)
-        data = raw[i + 12:i + 12 + n]
-        (data_crc,) = struct.unpack_from("<I", raw, i + 12 + n)
-        if data_crc != mask(crc32c(data)):
-            raise SystemExit("data CRC mismatch at offset %d" % i)
+    out = []
+    for data in tf_formats.read_records(path):
         e = Event()
         e.ParseFromString(data)
         item = {"wall_time": e.wall_time, "step": e.step,
@@ -71,7 +47,6 @@ def main(path):
         if e.file_version:
             item["file_version"] = e.file_version
         out.append(item)
-        i += 16 + n
     print(json.dumps(out))
 
 
