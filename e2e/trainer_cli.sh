@@ -141,6 +141,32 @@ EOF
   grep -q "300 rows from 1 file(s)" "$work/out" || fail "CSV not read: $(cat "$work/out")"
   acc=$(sed -n 's/^final test accuracy: \([0-9.]*\).*/\1/p' "$work/out")
   awk -v a="$acc" 'BEGIN { exit !(a >= 0.85) }' || fail "CSV run: validation accuracy $acc < 0.85"
+  # Images by class folder: 28x28 PNGs of three patterns, some as JPEG, for the built-in mlp.
+  if /usr/bin/python3 -c 'import PIL' 2>/dev/null; then
+    /usr/bin/python3 - "$work/images" <<'EOF'
+import os, sys
+import numpy as np
+from PIL import Image
+rng = np.random.default_rng(8)
+proto = {name: rng.integers(0, 256, (28, 28)) for name in ("circle", "square", "triangle")}
+for split, n in (("train", 120), ("val", 30)):
+    for name, p in proto.items():
+        os.makedirs("%s/%s/%s" % (sys.argv[1], split, name), exist_ok=True)
+        for i in range(n):
+            img = Image.fromarray(np.clip(p + rng.normal(0, 30, (28, 28)), 0, 255).astype(np.uint8))
+            ext = "jpg" if i % 4 == 0 else "png"
+            img.save("%s/%s/%s/%03d.%s" % (sys.argv[1], split, name, i, ext), quality=95)
+EOF
+    printf '{"format": "images", "directory": "%s/train", "validation_directory": "%s/val", "input_scale": 0.00392156862745098}' \
+      "$work/images" "$work/images" >"$work/images.json"
+    run 0 --data-spec="$work/images.json" --epochs=3 --batch-size=30 --metrics-port=0
+    grep -q "360 images of 3 classes (circle, square, triangle)" "$work/out" ||
+      fail "images not read: $(cat "$work/out")"
+    acc=$(sed -n 's/^final test accuracy: \([0-9.]*\).*/\1/p' "$work/out")
+    awk -v a="$acc" 'BEGIN { exit !(a >= 0.9) }' || fail "images run: validation accuracy $acc < 0.9"
+  else
+    echo "skip: the image writer needs python3-pil"
+  fi
 else
   echo "skip: the TFRecord and NumPy writers need python3-crcmod, python3-protobuf and numpy"
 fi

@@ -10,7 +10,8 @@ packages=(
   # libraries
   libabsl-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libcpprest-dev libboost-dev
   libboost-system-dev libssl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler
-  protobuf-compiler-grpc libopenblas-dev libopenblas0-openmp libzip-dev libdnnl-dev
+  protobuf-compiler-grpc libopenblas-dev libopenblas0-openmp libzip-dev libdnnl-dev libpng-dev
+  libjpeg-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # data
@@ -23,7 +24,7 @@ packages=(
   # the numerical oracle of the layer tests, and the peer of the benchmarks: PyTorch
   python3-torch
   # independent readers of the files the trainer writes (TFRecord CRCs, TensorBoard events)
-  python3-crcmod python3-protobuf python3-numpy
+  python3-crcmod python3-protobuf python3-numpy python3-pil
 )
 
 # kubectl for the end-to-end tests: Debian's kubernetes-client, unless a kubectl is already here

@@ -70,12 +70,13 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
       {"csv",
        {DataFormat::kCsv,
         {"files", "validation_files", "header", "columns", "delimiter", "input", "label",
-         "label_vocabulary", "missing"}}}};
+         "label_vocabulary", "missing"}}},
+      {"images", {DataFormat::kImages, {"directory", "validation_directory"}}}};
   if (!j.contains("format") || !j["format"].is_string() ||
       !formats.count(j["format"].get<std::string>())) {
     return Bad("format",
                (j.contains("format") ? j["format"].dump() + " is not " : "is required: ") +
-                   std::string("\"tfrecord\", \"numpy\" or \"csv\""));
+                   std::string("\"tfrecord\", \"numpy\", \"csv\" or \"images\""));
   }
   const std::string format = j["format"].get<std::string>();
   const auto& [kind, own] = formats.at(format);
@@ -111,7 +112,8 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
     } else if (key == "label_vocabulary") {
       st = strings(key, value, &s.label_vocabulary);
     } else if (key == "files" || key == "validation_files" || key == "input" || key == "label" ||
-               key == "x" || key == "y" || key == "validation_x" || key == "validation_y") {
+               key == "x" || key == "y" || key == "validation_x" || key == "validation_y" ||
+               key == "directory" || key == "validation_directory") {
       if (!value.is_string() || value.get<std::string>().empty()) {
         return Bad(key, "must be a non-empty string");
       }
@@ -124,6 +126,8 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
       if (key == "y") s.y = v;
       if (key == "validation_x") s.validation_x = v;
       if (key == "validation_y") s.validation_y = v;
+      if (key == "directory") s.directory = v;
+      if (key == "validation_directory") s.validation_directory = v;
     } else if (key == "validation_split") {
       if (!value.is_number() || value.get<double>() < 0 || value.get<double>() >= 1) {
         return Bad(key, "must be a fraction in [0, 1)");
@@ -158,9 +162,14 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
     }
     if (!st.ok()) return st;
   }
-  const bool validation_files = !s.validation_files.empty() || !s.validation_x.empty();
+  const bool validation_files =
+      !s.validation_files.empty() || !s.validation_x.empty() || !s.validation_directory.empty();
   if (validation_files && s.validation_split > 0) {
     return Bad("validation_split", "give validation files or validation_split, not both");
+  }
+  if (kind == DataFormat::kImages) {
+    if (s.directory.empty()) return Bad("directory", "is required: DIR/<class>/*.png|jpg");
+    return s;
   }
   if (kind == DataFormat::kNumpy) {
     if (s.x.empty() || s.y.empty()) {

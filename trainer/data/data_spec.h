@@ -26,6 +26,11 @@
 //    "header": true, "delimiter": ",", "missing": 0}  an empty field's value (else an error)
 // The label is a class id, or one of label_vocabulary (its index).
 //
+// A directory of images by class folder, as image_dataset_from_directory reads one (images.h):
+//   {"format": "images", "directory": "/data/train", "validation_directory": "/data/val",
+//    "input_scale": 0.00392156862745098}
+// The images are resized to the model's input height and width, in its channels (1 or 3).
+//
 // Every format also takes "validation_split" (the last fraction of the training examples held
 // out, as Keras's validation_split; not with validation files) and "input_scale" (the input
 // multiplied by it as it is read: 1/255 for uint8 pixels).
@@ -42,7 +47,7 @@
 
 namespace lockstep::trainer {
 
-enum class DataFormat { kTfRecord, kNumpy, kCsv };
+enum class DataFormat { kTfRecord, kNumpy, kCsv, kImages };
 enum class FeatureType { kFloat32, kInt64 };
 
 struct FeatureSpec {
@@ -74,6 +79,8 @@ struct DataSpec {
   std::string label_column;
   std::vector<std::string> label_vocabulary;  // string labels: each one's class is its index
   std::optional<float> missing;               // what an empty field holds (else an error)
+  // images
+  std::string directory, validation_directory;
 };
 
 // InvalidArgument naming the field (as "data spec: features.image.shape: ...").

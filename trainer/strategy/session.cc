@@ -2,8 +2,10 @@
 
 #include <chrono>
 
+#include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "trainer/data/csv.h"
+#include "trainer/data/images.h"
 #include "trainer/data/numpy.h"
 #include "trainer/data/tfrecord_dataset.h"
 
@@ -101,8 +103,39 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& e
     *out = std::move(*loaded);
     return fit(*out, glob);
   };
+  auto images = [&](const std::string& dir, Dataset* out,
+                    std::vector<std::string>* names) -> absl::Status {
+    // [height, width, channels], or a built-in model's [1, height, width].
+    const bool hwc = example.size() == 3 && (example[2] == 1 || example[2] == 3);
+    const bool chw = example.size() == 3 && example[0] == 1;
+    if (!hwc && !chw) {
+      return absl::InvalidArgumentError("--model " + c.model + " takes " + ShapeString(example) +
+                                        "; images need [height, width, 1 or 3 channels]");
+    }
+    const int64_t h = hwc ? example[0] : example[1], w = hwc ? example[1] : example[2];
+    absl::StatusOr<Dataset> loaded = LoadImageFolder(dir, h, w, hwc ? example[2] : 1, names);
+    if (!loaded.ok()) return loaded.status();
+    common::LogInfo("data", loaded->size(), " images of ", names->size(), " classes (",
+                    absl::StrJoin(*names, ", "), ") from ", dir);
+    *out = std::move(*loaded);
+    return fit(*out, dir);
+  };
   Datasets d;
-  if (spec->format == DataFormat::kCsv) {
+  if (spec->format == DataFormat::kImages) {
+    std::vector<std::string> class_names, validation_names;
+    if (absl::Status s = images(spec->directory, &d.train, &class_names); !s.ok()) return s;
+    if (!spec->validation_directory.empty()) {
+      if (absl::Status s = images(spec->validation_directory, &d.test, &validation_names);
+          !s.ok()) {
+        return s;
+      }
+      if (validation_names != class_names) {
+        return absl::DataLossError(spec->validation_directory + " has the classes " +
+                                   absl::StrJoin(validation_names, ", ") + "; " + spec->directory +
+                                   " has " + absl::StrJoin(class_names, ", "));
+      }
+    }
+  } else if (spec->format == DataFormat::kCsv) {
     if (absl::Status s = rows(spec->files, &d.train); !s.ok()) return s;
     if (!spec->validation_files.empty()) {
       if (absl::Status s = rows(spec->validation_files, &d.test); !s.ok()) return s;
