@@ -167,15 +167,38 @@ class CpprestBody final : public BodyStream {
   std::shared_ptr<Pending<size_t>> current_;
 };
 
+// The requests whose last continuation has not run yet. A request given up on (a timeout)
+// is cancelled, and its continuation runs on cpprestsdk's thread pool a moment later; the
+// transport waits for those (boundedly) before it goes, so nothing of theirs outlives it.
+struct InFlight {
+  std::mutex mu;
+  std::condition_variable cv;
+  int count = 0;
+  void Add() {
+    std::lock_guard lock(mu);
+    ++count;
+  }
+  void Done() {
+    std::lock_guard lock(mu);
+    if (--count == 0) cv.notify_all();
+  }
+  void Drain(std::chrono::milliseconds limit) {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, limit, [&] { return count == 0; });
+  }
+};
+
 class CpprestTransport final : public Transport {
  public:
   CpprestTransport(std::unique_ptr<http_client> client, std::unique_ptr<http_client> streams)
       : client_(std::move(client)), streams_(std::move(streams)) {}
+  ~CpprestTransport() override { in_flight_->Drain(std::chrono::seconds(5)); }
 
   absl::StatusOr<HttpResponse> Send(const HttpRequest& request) override {
     std::string doing = absl::StrCat(request.method, " ", request.target);
     pplx::cancellation_token_source cts;
     auto pending = std::make_shared<Pending<HttpResponse>>();
+    in_flight_->Add();
     try {
       client_->request(ToCpprest(request), cts.get_token())
           .then([](http::http_response r) {
@@ -187,8 +210,12 @@ class CpprestTransport final : public Transport {
               return out;
             });
           })
-          .then([pending](pplx::task<HttpResponse> t) { pending->Set(std::move(t)); });
+          .then([pending, in_flight = in_flight_](pplx::task<HttpResponse> t) {
+            pending->Set(std::move(t));
+            in_flight->Done();
+          });
     } catch (...) {
+      in_flight_->Done();
       return FromException(std::current_exception(), doing);
     }
     absl::StatusOr<HttpResponse> result = pending->Wait(request.timeout, doing);
@@ -200,10 +227,15 @@ class CpprestTransport final : public Transport {
     std::string doing = absl::StrCat(request.method, " ", request.target);
     pplx::cancellation_token_source cts;
     auto pending = std::make_shared<Pending<http::http_response>>();
+    in_flight_->Add();
     try {
       streams_->request(ToCpprest(request), cts.get_token())
-          .then([pending](pplx::task<http::http_response> t) { pending->Set(std::move(t)); });
+          .then([pending, in_flight = in_flight_](pplx::task<http::http_response> t) {
+            pending->Set(std::move(t));
+            in_flight->Done();
+          });
     } catch (...) {
+      in_flight_->Done();
       return FromException(std::current_exception(), doing);
     }
     absl::StatusOr<http::http_response> result = pending->Wait(request.timeout, doing);
@@ -236,6 +268,7 @@ class CpprestTransport final : public Transport {
 
   std::unique_ptr<http_client> client_;
   std::unique_ptr<http_client> streams_;
+  std::shared_ptr<InFlight> in_flight_ = std::make_shared<InFlight>();
 };
 
 }  // namespace
