@@ -98,8 +98,9 @@ Trains a model with a tf.distribute strategy and serves GET /progress and /metri
                                   TensorFlow.js model.json (default mlp); a file runs on the
                                   GPUs when each of its layers has a GPU op, else on the CPU
   --dataset=fashion-mnist|synthetic   (default fashion-mnist)
-  --data-spec=FILE                the user's data instead: TFRecord files of tf.train.Example
-                                  or NumPy arrays, described in a JSON data spec
+  --data-spec=FILE                the user's data instead: TFRecord files of tf.train.Example,
+                                  NumPy arrays, CSV files or image folders, described in a JSON
+                                  data spec
   --data-dir=DIR                  Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)
   --synthetic-size=N              examples in the synthetic dataset (default 10000)
   --epochs=N | --steps=N          how long to train (default 5 epochs)
