@@ -2,7 +2,8 @@
 # lockstep-trainer as the operator sees it: exit codes and termination messages for bad
 # configuration and bad data, /progress while it trains, SIGTERM -> checkpoint -> exit 143,
 # resume from that checkpoint (not from step 0), TensorBoard event files that an independent
-# reader decodes, and a real Fashion-MNIST run that reaches a sane accuracy.
+# reader decodes, the user's data formats, the trained model exported for Keras and loaded back
+# (--initial-weights), and a real Fashion-MNIST run that reaches a sane accuracy.
 # Usage: trainer_cli.sh TRAINER_BINARY
 set -euo pipefail
 trainer=$1
@@ -169,6 +170,54 @@ EOF
   fi
 else
   echo "skip: the TFRecord and NumPy writers need python3-crcmod, python3-protobuf and numpy"
+fi
+
+# The trained model out, under AIP_MODEL_DIR (as Vertex AI sets it): the chief writes
+# model.keras and model.h5 for the mlp's Keras config, which h5py reads back; a run started
+# from either (--initial-weights, one step at a vanishing learning rate) has the trained
+# model's accuracy, where the same step from the seed's weights is at chance.
+mlp_json=$src/examples/models/mlp.json
+final_accuracy() { sed -n 's/^final test accuracy: \([0-9.]*\).*/\1/p' "$work/out"; }
+AIP_MODEL_DIR=$work/model run 0 --model="$mlp_json" --dataset=synthetic --synthetic-size=2000 \
+  --batch-size=50 --epochs=2 --metrics-port=0
+[[ -f $work/model/model.keras && -f $work/model/model.h5 ]] || fail "no export: $(cat "$work/out")"
+if ls -a "$work/model" | grep -q tmp; then fail "temporary export files left: $(ls -a "$work/model")"; fi
+trained=$(final_accuracy)
+for weights in "$work/model/model.keras" "$work/model/model.h5" ""; do
+  run 0 --model="$mlp_json" --dataset=synthetic --synthetic-size=2000 --batch-size=50 --steps=1 \
+    --learning-rate=1e-9 --metrics-port=0 ${weights:+--initial-weights="$weights"}
+  acc=$(final_accuracy)
+  if [[ -n $weights ]]; then
+    awk -v a="$acc" -v t="$trained" 'BEGIN { exit !(a >= t - 0.01) }' ||
+      fail "started from $weights: accuracy $acc, the trained model's $trained"
+  else
+    awk -v a="$acc" 'BEGIN { exit !(a < 0.5) }' || fail "from the seed: accuracy $acc, not chance"
+  fi
+done
+run 2 --model="$mlp_json" --initial-weights="$work/model/nothing.h5" --metrics-port=0
+term_has '"reason":"BadConfig"'; term_has 'nothing.h5'
+run 2 --initial-weights="$work/model/model.h5" --metrics-port=0
+term_has 'needs a Keras model file'
+if /usr/bin/python3 -c 'import h5py' 2>/dev/null; then
+  /usr/bin/python3 - "$work/model" <<'EOF' || fail "h5py could not read the export"
+import io, json, sys, zipfile
+import h5py
+d = sys.argv[1]
+with zipfile.ZipFile(d + "/model.keras") as z:
+    assert sorted(z.namelist()) == ["config.json", "metadata.json", "model.weights.h5"], z.namelist()
+    assert json.loads(z.read("config.json"))["class_name"] in ("Sequential", "Functional")
+    with h5py.File(io.BytesIO(z.read("model.weights.h5")), "r") as f:
+        layers = f["layers"]
+        kernels = sorted(k for k in layers if "vars" in layers[k] and "0" in layers[k]["vars"])
+        assert kernels == ["dense", "dense_1", "dense_2"], kernels
+        assert f["layers/dense/vars/0"].shape == (784, 256), f["layers/dense/vars/0"].shape
+with h5py.File(d + "/model.h5", "r") as f:
+    names = [n.decode() for n in f.attrs["layer_names"]]
+    with_weights = [n for n in names if len(f[n].attrs["weight_names"])]
+    assert len(with_weights) == 3, names
+EOF
+else
+  echo "skip: reading the export needs python3-h5py"
 fi
 
 # SIGTERM mid-run: a checkpoint, exit 143, a retryable termination message.

@@ -11,7 +11,7 @@ packages=(
   libabsl-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libcpprest-dev libboost-dev
   libboost-system-dev libssl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler
   protobuf-compiler-grpc libopenblas-dev libopenblas0-openmp libzip-dev libdnnl-dev libpng-dev
-  libjpeg-dev
+  libjpeg-dev libhdf5-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # data
@@ -23,8 +23,9 @@ packages=(
   python3-kubernetes
   # the numerical oracle of the layer tests, and the peer of the benchmarks: PyTorch
   python3-torch
-  # independent readers of the files the trainer writes (TFRecord CRCs, TensorBoard events)
-  python3-crcmod python3-protobuf python3-numpy python3-pil
+  # independent readers of the files the trainer writes (TFRecord CRCs, TensorBoard events,
+  # Keras weights, ONNX)
+  python3-crcmod python3-protobuf python3-numpy python3-pil python3-h5py python3-onnx
 )
 
 # kubectl for the end-to-end tests: Debian's kubernetes-client, unless a kubectl is already here

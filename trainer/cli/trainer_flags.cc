@@ -117,6 +117,11 @@ Trains a model with a tf.distribute strategy and serves GET /progress and /metri
                                   DIR/validation (each epoch's test-set evaluation), written by
                                   the chief (default: AIP_TENSORBOARD_LOG_DIR, else none)
   --tensorboard-every=N           steps between the training steps recorded (default 100)
+  --model-dir=DIR                 the chief writes the trained model there: model.keras (Keras 3)
+                                  and model.h5 (Keras 2 weights) (default: AIP_MODEL_DIR, else
+                                  none; needs a Keras model file)
+  --initial-weights=FILE          start from Keras weights: a .keras archive, a .weights.h5 or a
+                                  Keras 2 .h5 (a checkpoint to resume from still wins)
   --threads=N                     GEMM threads (default 1)
   --metrics-port=PORT             /progress and /metrics (default 9464; 0 turns it off)
   --log-format=text|json          log lines as text (default) or JSON objects
@@ -143,7 +148,8 @@ Strategies (LOCKSTEP_STRATEGY, or --strategy):
 Environment: TF_CONFIG, LOCKSTEP_STRATEGY, LOCKSTEP_POD_IP (address to bind),
 LOCKSTEP_JOB_TOKEN (presented to and required of peers), LOCKSTEP_TERMINATION_LOG
 (default /dev/termination-log), LOCKSTEP_LOG=debug (debug log lines too),
-AIP_TENSORBOARD_LOG_DIR (the default --tensorboard-dir).
+AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR (the defaults of --model-dir,
+--checkpoint-dir and --tensorboard-dir).
 Exit codes: 0 done; 2 bad flags or configuration; 3 bad data; 128+ retryable; 143 SIGTERM.
 )";
 }
@@ -241,6 +247,12 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
     } else if (name == "tensorboard-dir") {
       if (value.empty()) return Bad(name, value, "a directory");
       c.tensorboard_dir = value;
+    } else if (name == "model-dir") {
+      if (value.empty()) return Bad(name, value, "a directory");
+      c.model_dir = value;
+    } else if (name == "initial-weights") {
+      if (value.empty()) return Bad(name, value, "a weights file");
+      c.initial_weights = value;
     } else if (name == "tensorboard-every") {
       s = positive(&c.tensorboard_every);
     } else if (name == "keep-checkpoints") {
@@ -331,6 +343,13 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
   }
   c.job_token = get("LOCKSTEP_JOB_TOKEN");
   if (c.tensorboard_dir.empty()) c.tensorboard_dir = get("AIP_TENSORBOARD_LOG_DIR");
+  if (c.model_dir.empty()) c.model_dir = get("AIP_MODEL_DIR");
+  if (c.checkpoint_dir.empty()) c.checkpoint_dir = get("AIP_CHECKPOINT_DIR");
+  if (!c.initial_weights.empty() && IsBuiltinModel(c.model)) {
+    return absl::InvalidArgumentError(
+        "--initial-weights needs a Keras model file (--model=FILE); the built-in model '" +
+        c.model + "' has none (examples/models/ holds their Keras configs)");
+  }
   if (std::string ip = get("LOCKSTEP_POD_IP"); !ip.empty()) c.bind_address = ip;
   c.termination_log = TerminationLogPath(env);
   return c;

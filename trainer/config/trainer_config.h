@@ -76,6 +76,12 @@ struct TrainerConfig {
   // a training step recorded every `tensorboard_every` steps.
   std::string tensorboard_dir;
   int64_t tensorboard_every = 100;
+  // The trained model's export (--model-dir, else AIP_MODEL_DIR; empty: none): the chief writes
+  // model.keras and model.h5 there when the run ends (model/keras_io.h).
+  std::string model_dir;
+  // Keras weights a run starts from (--initial-weights): a .keras archive, a Keras 3
+  // .weights.h5 or a Keras 2 .h5.
+  std::string initial_weights;
   int threads = 1;
   int metrics_port = 9464;  // 0: no progress server
   bool json_logs = false;   // --log-format=json, as lockstep-operator's

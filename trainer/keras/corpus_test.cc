@@ -2,7 +2,8 @@
 // repositories (../shared/testdata/keras-configs, see its README). Every file loads, or is
 // refused naming the layer that holds Python code or a user-defined class; every loaded model
 // trains 20 steps on synthetic data of its input and output shapes with a finite loss, and its
-// gradients match finite differences on a small batch.
+// gradients match finite differences on a small batch; its weights round-trip through Keras 3's
+// and Keras 2's weights files.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,8 @@
 #include "trainer/graph/loss.h"
 #include "trainer/graph/testing/gradcheck.h"
 #include "trainer/keras/model_loader.h"
+#include "trainer/keras/weights_file.h"
+#include "trainer/testing/temp_dir.h"
 
 namespace lockstep::trainer::keras {
 namespace {
@@ -176,6 +179,42 @@ TEST_P(CorpusTest, LoadsOrIsRefusedByNameAndTrains) {
   o.tolerance = 5e-2;
   std::vector<Tensor> small = Inputs(g, 1, 3);
   EXPECT_EQ(graph::testing::CheckGraphGradients(g, small, o), "");
+}
+
+TEST_P(CorpusTest, WeightsRoundTripThroughKerasFiles) {
+  if (GetParam() == "absent") {
+    GTEST_SKIP() << "no Keras config corpus at " << CorpusDir() << " (it lives in ../shared)";
+  }
+  if (ExpectedRefusals().count(GetParam())) GTEST_SKIP() << "refused at load";
+  const std::string path = (CorpusDir() / GetParam()).string();
+  absl::StatusOr<KerasModel> trained = LoadKerasModelFile(path, {.seed = 1});
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<float> d(-1, 1);
+  std::vector<std::vector<float>> want;
+  for (auto& [layer, w] : trained->graph->AllWeights()) {
+    for (float& v : w->value.values()) v = w->name == "count" ? 3.0f : d(rng);
+    want.push_back(w->value.values());
+  }
+  testing::TempDir dir("corpus_weights");
+  for (const char* file : {"m.weights.h5", "m.h5"}) {
+    SCOPED_TRACE(file);
+    const bool keras3 = std::string(file) == "m.weights.h5";
+    absl::Status w = keras3 ? WriteKeras3Weights(*trained, dir.Path(file))
+                            : WriteKeras2Weights(*trained, dir.Path(file));
+    ASSERT_TRUE(w.ok()) << w;
+    absl::StatusOr<KerasModel> fresh = LoadKerasModelFile(path, {.seed = 2});
+    ASSERT_TRUE(fresh.ok());
+    absl::Status r = ReadKerasWeights(dir.Path(file), &*fresh);
+    ASSERT_TRUE(r.ok()) << r;
+    size_t i = 0;
+    for (auto& [layer, w2] : fresh->graph->AllWeights()) {
+      if (!(keras3 && w2->name == "count")) {
+        EXPECT_EQ(w2->value.values(), want[i]) << w2->name;
+      }
+      ++i;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Corpus, CorpusTest, ::testing::ValuesIn(CorpusFiles()),

@@ -21,6 +21,8 @@ using graph::Graph;
 using graph::Layer;
 using nlohmann::json;
 
+}  // namespace
+
 bool IsModelClass(const std::string& c) {
   return c == "Sequential" || c == "Functional" || c == "Model";
 }
@@ -39,6 +41,8 @@ std::string NameOf(const json& entry) {
   if (entry.contains("name") && entry["name"].is_string()) return entry["name"].get<std::string>();
   return ClassOf(entry);
 }
+
+namespace {
 
 absl::Status Bad(const std::string& what) {
   return absl::InvalidArgumentError("model config: " + what);
@@ -136,6 +140,8 @@ bool IsFalsy(const json& v) {
   return v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_array() && v.empty());
 }
 
+}  // namespace
+
 const json& LayersOf(const json& model) {
   static const json kNone = json::array();
   if (!model.contains("config")) return kNone;
@@ -149,6 +155,8 @@ bool IsOpClass(const std::string& c) {
   return c == "Equal" || c == "NotEqual" || c == "Greater" || c == "GreaterEqual" || c == "Less" ||
          c == "LessEqual";
 }
+
+namespace {
 
 // Before any wiring: the first layer, in file order and inside nested models, whose class the
 // engine cannot build (Python code, a user-defined class, an unknown class), so the refusal
@@ -204,6 +212,7 @@ class Builder {
   }
 
   std::vector<std::string> output_names;
+  const std::map<const json*, Layer*>& layers() const { return layers_; }
 
  private:
   absl::StatusOr<Layer*> LayerFor(const json& entry) {
@@ -693,12 +702,16 @@ absl::StatusOr<KerasModel> LoadKerasModel(const json& doc, const LoadOptions& o)
   }
   out.name = NameOf(*model);
   if (absl::Status s = CheckClasses(*model, out.keras3); !s.ok()) return s;
+  // Built from the kept copy: the entry -> layer map holds addresses into it.
+  auto config = std::make_shared<const json>(*model);
   out.graph = std::make_unique<Graph>();
   Builder b(out.graph.get(), out.keras3, o.seed);
-  absl::StatusOr<std::vector<int>> outs = b.Model(*model, nullptr);
+  absl::StatusOr<std::vector<int>> outs = b.Model(*config, nullptr);
   if (!outs.ok()) return outs.status();
   out.graph->SetOutputs(*outs);
   out.output_names = b.output_names;
+  out.layer_of = b.layers();
+  out.config = std::move(config);
   return out;
 }
 

@@ -20,6 +20,7 @@
 // Thread-safety: pure functions.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,7 +40,21 @@ struct KerasModel {
   // Keras 2's training_config in an .h5's attributes), or null.
   nlohmann::json training_config;
   std::vector<std::string> output_names;  // the layers that make the outputs
+  // The model document the graph was built from (a TF.js file's model_config), and the layer
+  // each of its layer entries became, by the entry's address: Keras's weights files name
+  // weights by the document's nesting (trainer/keras/weights_file.h walks it).
+  std::shared_ptr<const nlohmann::json> config;
+  std::map<const nlohmann::json*, graph::Layer*> layer_of;
 };
+// Keras's model classes (a nested model is one of these used as a layer).
+bool IsModelClass(const std::string& class_name);
+// A layer entry's class_name and name ("" / its class when absent).
+std::string ClassOf(const nlohmann::json& entry);
+std::string NameOf(const nlohmann::json& entry);
+// The layer entries of a model entry (Sequential's list or a model config's "layers").
+const nlohmann::json& LayersOf(const nlohmann::json& model);
+// The functional operations Keras 3 writes among layers (NotEqual...): not layers, no weights.
+bool IsOpClass(const std::string& class_name);
 
 struct LoadOptions {
   uint64_t seed = 1;  // initial weights (initializers without a seed of their own)

@@ -42,6 +42,7 @@ class GraphModel final : public Model {
   graph::Graph& graph() { return *m_.graph; }
   const graph::Loss& loss() const { return loss_; }
   const keras::KerasModel& keras() const { return m_; }
+  keras::KerasModel& keras() { return m_; }
 
  private:
   GraphModel(keras::KerasModel m, graph::Loss loss, uint64_t seed);

@@ -212,7 +212,11 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
                     " step(s) skipped on fp16 overflow; loss scale now ", engine.loss_scale());
   }
 
-  // 4. The test set.
+  // 4. The chief's export of the trained model, then the test set.
+  if (rank == 0 && !c.model_dir.empty()) {
+    if (absl::Status s = engine.Store(); !s.ok()) return s;
+    if (absl::Status s = ExportTrainedModel(c, engine.model()); !s.ok()) return s;
+  }
   if (r.evaluate && data.test.size() > 0) {  // no validation data: nothing to evaluate
     absl::StatusOr<Evaluation> e = engine.Evaluate(data.test);
     if (!e.ok()) return e.status();

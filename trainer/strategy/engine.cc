@@ -8,6 +8,7 @@
 #include "trainer/model/gpu_support.h"
 #include "trainer/model/graph_model.h"
 #include "trainer/strategy/buckets.h"
+#include "trainer/strategy/session.h"
 
 namespace lockstep::trainer {
 namespace {
@@ -112,7 +113,7 @@ absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(const TrainerConfig& c,
     gc.precision = *placement.precision;
     return MakeGpuEngine(gc, device, comm);
   }
-  absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(c.model, c.seed);
+  absl::StatusOr<std::unique_ptr<Model>> model = MakeModel(c);
   if (!model.ok()) return model.status();
   absl::StatusOr<std::unique_ptr<Optimizer>> opt =
       MakeOptimizer(c.optimizer, c.learning_rate, c.momentum, c.keras_optimizer);

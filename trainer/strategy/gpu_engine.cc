@@ -14,6 +14,7 @@
 #include "trainer/optim/loss_scale.h"
 #include "trainer/strategy/buckets.h"
 #include "trainer/strategy/engine.h"
+#include "trainer/strategy/session.h"
 
 namespace lockstep::trainer {
 namespace {
@@ -35,7 +36,7 @@ class GpuEngine final : public Engine {
         cuda::GpuContext::Create(device, {.tf32 = c.tf32});
     if (!ctx.ok()) return ctx.status();
     e->ctx_ = std::move(*ctx);
-    absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(c.model, c.seed);
+    absl::StatusOr<std::unique_ptr<Model>> model = MakeModel(c);
     if (!model.ok()) return model.status();
     e->model_ = std::move(*model);
     absl::StatusOr<std::unique_ptr<Optimizer>> opt =

@@ -87,7 +87,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
   if (c.batch_size * trainers > data->train.size()) {
     return absl::InvalidArgumentError("--batch-size times the training tasks exceeds the data");
   }
-  absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(c.model, c.seed);
+  absl::StatusOr<std::unique_ptr<Model>> model = MakeModel(c);
   if (!model.ok()) return model.status();
   std::vector<Tensor*> params = (*model)->Params();
   std::vector<Shape> shapes;
@@ -285,6 +285,16 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
   if (progress) result.samples_per_second = progress->SteadySamplesPerSecond();
   if (coordinator) {
     if (absl::Status s = save(version); !s.ok()) return s;
+    if (!c.model_dir.empty() || data->test.size() > 0) {
+      // The final variables from the parameter servers, for the export and the evaluation.
+      ShardValues values, state;
+      int64_t v = 0;
+      for (int t = 0; t < nps; ++t) {
+        if (absl::Status s = client.Save(t, &values, &state, &v); !s.ok()) return PeerLost(s);
+      }
+      Scatter(specs, values, params);
+    }
+    if (absl::Status s = ExportTrainedModel(c, **model); !s.ok()) return s;
     if (data->test.size() > 0) {  // no validation data: nothing to evaluate
       Evaluation e = Evaluate(model->get(), data->test);
       result.evaluated = true;

@@ -1,11 +1,14 @@
 // ParameterServer training as whole runs, PS servers and trainers as threads: training
-// converges and checkpoints, and a worker that stops does not stop the others.
+// converges and checkpoints, exports the final variables, and a worker that stops does not stop
+// the others.
 #include "trainer/strategy/parameter_server.h"
 
 #include <filesystem>
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "trainer/model/graph_model.h"
+#include "trainer/model/keras_io.h"
 #include "trainer/ps/ps_service.h"
 
 namespace lockstep::trainer {
@@ -67,6 +70,42 @@ TEST(PsTrainingTest, TwoWorkersOverTwoParameterServersTrainAndCheckpoint) {
   auto ck = LoadLatestCheckpoint(dir, &skipped);
   ASSERT_TRUE(ck.ok() && ck->has_value());
   EXPECT_EQ((*ck)->step, total);
+  std::filesystem::remove_all(dir);
+}
+
+// Worker 0 exports the parameter servers' final variables: the same as the final checkpoint's.
+TEST(PsTrainingTest, TheExportHoldsTheFinalVariables) {
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("lockstep-ps-export-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const std::string model = std::string(LOCKSTEP_SOURCE_DIR) + "/examples/models/mlp.json";
+  Cluster cl = MakeCluster(2, 2);
+  std::atomic<bool> no_stop{false};
+  std::vector<absl::StatusOr<TrainResult>> out(2, absl::UnknownError("not run"));
+  std::vector<std::thread> t;
+  for (int i = 0; i < 2; ++i) {
+    t.emplace_back([&, i] {
+      TrainerConfig c = PsConfig(cl, i, dir + "/ckpt");
+      c.model = model;
+      c.epochs = 1;
+      c.model_dir = dir + "/model";
+      out[i] = RunPsTrainer(c, nullptr, &no_stop);
+    });
+  }
+  for (auto& x : t) x.join();
+  for (auto& r : out) ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<std::string> skipped;
+  auto ck = LoadLatestCheckpoint(dir + "/ckpt", &skipped);
+  ASSERT_TRUE(ck.ok() && ck->has_value());
+  absl::StatusOr<std::unique_ptr<GraphModel>> exported = GraphModel::Load(model, 99);
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  absl::Status s = LoadInitialWeights(**exported, dir + "/model/model.keras");
+  ASSERT_TRUE(s.ok()) << s;
+  std::vector<Tensor*> params = (*exported)->Params();
+  ASSERT_GE((*ck)->params.size(), params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(params[i]->values(), (*ck)->params[i].values()) << "parameter " << i;
+  }
   std::filesystem::remove_all(dir);
 }
 

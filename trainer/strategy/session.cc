@@ -8,6 +8,7 @@
 #include "trainer/data/images.h"
 #include "trainer/data/numpy.h"
 #include "trainer/data/tfrecord_dataset.h"
+#include "trainer/model/keras_io.h"
 
 namespace lockstep::trainer {
 
@@ -171,6 +172,28 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& e
 }
 
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(const TrainerConfig& c) {
+  absl::StatusOr<std::unique_ptr<Model>> m = BuildModel(c.model, c.seed);
+  if (!m.ok() || c.initial_weights.empty()) return m;
+  if (absl::Status s = LoadInitialWeights(**m, c.initial_weights); !s.ok()) {
+    return absl::InvalidArgumentError("--initial-weights: " + std::string(s.message()));
+  }
+  return m;
+}
+
+absl::Status ExportTrainedModel(const TrainerConfig& c, Model& model) {
+  if (c.model_dir.empty()) return absl::OkStatus();
+  absl::StatusOr<std::vector<std::string>> files = ExportModel(model, c.model_dir);
+  if (absl::IsFailedPrecondition(files.status())) {
+    common::LogWarning("export", "nothing written to ", c.model_dir, ": ",
+                       files.status().message());
+    return absl::OkStatus();
+  }
+  if (!files.ok()) return files.status();
+  common::LogInfo("export", "the trained model: ", absl::StrJoin(*files, ", "));
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c) {
   Datasets d;

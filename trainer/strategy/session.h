@@ -3,6 +3,7 @@
 // model and optimizer, and the test-set evaluation.
 // Thread-safety: plain functions; one model per thread.
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -21,6 +22,13 @@ struct Datasets {
 };
 // Fashion-MNIST from --data-dir, or the synthetic set; checks --batch-size against it.
 absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c);
+
+// The model a replica trains: --model with the seed's weights, then --initial-weights' when
+// given (a checkpoint to resume from still wins: it is restored over them).
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(const TrainerConfig& c);
+// The chief's export of the trained model to --model-dir (nothing without one). A built-in
+// model, which has no Keras form, is a warning; a failed write is the run's error.
+absl::Status ExportTrainedModel(const TrainerConfig& c, Model& model);
 
 // The data position and step a run starts or resumes at.
 struct Position {
