@@ -256,5 +256,12 @@ TEST(ProgressTrackerTest, ReportsStepLossRateCheckpointAndEta) {
   EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_last_checkpoint_step 10\n"));
 }
 
+TEST(ProgressTrackerTest, CountsTheCorruptRecordsSkipped) {
+  ProgressTracker p(100);
+  EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_corrupt_records_skipped 0\n"));
+  p.SetCorruptRecordsSkipped(3);
+  EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_corrupt_records_skipped 3\n"));
+}
+
 }  // namespace
 }  // namespace lockstep::trainer

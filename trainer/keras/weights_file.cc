@@ -3,12 +3,12 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <functional>
 #include <map>
-#include <regex>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -23,17 +23,6 @@ using graph::Weight;
 using nlohmann::json;
 
 // ---- The layout ----------------------------------------------------------------------------
-
-// Keras's naming.to_snake_case: "MultiHeadAttention" -> "multi_head_attention", "Conv2D" ->
-// "conv2d", "LSTMCell" -> "lstm_cell".
-std::string Snake(const std::string& name) {
-  static const std::regex kNonWord("\\W+"), kWord("(.)([A-Z][a-z]+)"), kLower("([a-z])([A-Z])");
-  std::string s = std::regex_replace(name, kNonWord, "");
-  s = std::regex_replace(s, kWord, "$1_$2");
-  s = std::regex_replace(s, kLower, "$1_$2");
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
 
 bool IsRecurrentClass(const std::string& c) {
   return c == "LSTM" || c == "GRU" || c == "SimpleRNN" || c == "RNN";
@@ -81,7 +70,8 @@ class LayoutBuilder {
       const std::string cls = ClassOf(e);
       if (IsOpClass(cls) || (sequential && cls == "InputLayer")) continue;
       const bool nested = IsModelClass(cls);
-      std::string key = Snake(nested ? (cls == "Sequential" ? "Sequential" : "Functional") : cls);
+      std::string key =
+          KerasSnakeCase(nested ? (cls == "Sequential" ? "Sequential" : "Functional") : cls);
       if (auto [it, fresh] = used.emplace(key, 0); !fresh)
         key += "_" + std::to_string(++it->second);
       const std::string path = prefix + "layers/" + key;
@@ -133,8 +123,9 @@ class LayoutBuilder {
     }
     if (IsRecurrentClass(cls)) {
       const json& cfg = ConfigOf(e);
-      const std::string cell =
-          cls == "RNN" && cfg.contains("cell") ? Snake(ClassOf(cfg["cell"])) : Snake(cls + "Cell");
+      const std::string cell = cls == "RNN" && cfg.contains("cell")
+                                   ? KerasSnakeCase(ClassOf(cfg["cell"]))
+                                   : KerasSnakeCase(cls + "Cell");
       out_.keras3_objects.emplace_back(path + "/cell", cell);
       Vars(ws, path + "/cell", group, k2prefix + cell + "/");
       return absl::OkStatus();
@@ -581,6 +572,45 @@ std::string Slurp(const std::string& path) {
 }
 
 }  // namespace
+
+// Keras's three regular expressions, applied as Python's re.sub applies them (left to right,
+// matches not overlapping):
+//   \W+ -> ""; (.)([A-Z][a-z]+) -> \1_\2; ([a-z])([A-Z]) -> \1_\2; then lower case.
+std::string KerasSnakeCase(const std::string& name) {
+  auto upper = [](char c) { return c >= 'A' && c <= 'Z'; };
+  auto lower = [](char c) { return c >= 'a' && c <= 'z'; };
+  std::string s;
+  for (char c : name) {
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') s += c;
+  }
+  std::string a;
+  for (size_t i = 0; i < s.size();) {
+    if (i + 2 < s.size() && upper(s[i + 1]) && lower(s[i + 2])) {
+      size_t end = i + 3;
+      while (end < s.size() && lower(s[end])) ++end;
+      a += s[i];
+      a += '_';
+      a.append(s, i + 1, end - i - 1);
+      i = end;
+    } else {
+      a += s[i++];
+    }
+  }
+  std::string b;
+  for (size_t i = 0; i < a.size();) {
+    if (i + 1 < a.size() && lower(a[i]) && upper(a[i + 1])) {
+      b += a[i];
+      b += '_';
+      b += a[i + 1];
+      i += 2;
+    } else {
+      b += a[i++];
+    }
+  }
+  std::transform(b.begin(), b.end(), b.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return b;
+}
 
 absl::StatusOr<WeightLayout> LayoutOf(const KerasModel& m) {
   if (m.config == nullptr) {

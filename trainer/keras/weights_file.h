@@ -54,6 +54,10 @@ struct WeightLayout {
 // was not loaded from a file) or a layer's weights cannot be placed.
 absl::StatusOr<WeightLayout> LayoutOf(const KerasModel& m);
 
+// Keras's naming.to_snake_case, which names Keras 3's groups: "MultiHeadAttention" ->
+// "multi_head_attention", "Conv2D" -> "conv2d", "LSTMCell" -> "lstm_cell", "ReLU" -> "re_lu".
+std::string KerasSnakeCase(const std::string& class_name);
+
 // Keras 3's model.weights.h5, Keras 2's weights .h5, and the .keras archive (config.json, the
 // model document as loaded; metadata.json; model.weights.h5). Each replaces the file at `path`.
 absl::Status WriteKeras3Weights(const KerasModel& m, const std::string& path);

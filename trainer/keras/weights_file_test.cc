@@ -344,7 +344,28 @@ TEST_F(KerasWeightsFileTest, MismatchesNameTheFileLayerAndWeightAndLoadNothing) 
   EXPECT_EQ(ReadKerasWeights(Path("absent.h5"), &small).code(), absl::StatusCode::kNotFound);
 }
 
-TEST(KerasWeightsLayoutTest, KerasSnakeCase) {
+TEST(KerasWeightsLayoutTest, SnakeCaseIsKeras) {
+  // Each pair as Python's re.sub gives it for Keras's naming.to_snake_case.
+  const std::pair<const char*, const char*> cases[] = {
+      {"MultiHeadAttention", "multi_head_attention"},
+      {"Conv2D", "conv2d"},
+      {"LSTMCell", "lstm_cell"},
+      {"ReLU", "re_lu"},
+      {"GlobalAveragePooling2D", "global_average_pooling2d"},
+      {"SimpleRNNCell", "simple_rnn_cell"},
+      {"Conv2DTranspose", "conv2d_transpose"},
+      {"UpSampling2D", "up_sampling2d"},
+      {"PReLU", "p_re_lu"},
+      {"LeakyReLU", "leaky_re_lu"},
+      {"ELU", "elu"},
+      {"AAaBbCc", "a_aa_bb_cc"},
+      {"aBCdEf", "a_b_cd_ef"},
+      {"Odd-Name!", "odd_name"},
+  };
+  for (const auto& [in, want] : cases) EXPECT_EQ(KerasSnakeCase(in), want) << in;
+}
+
+TEST(KerasWeightsLayoutTest, LayerGroupsAreNamedInSnakeCase) {
   // Through the paths it makes: class names as Keras's to_snake_case writes them.
   KerasModel m = Load(json::parse(R"({"class_name": "Sequential", "config": {"name": "s",
     "layers": [{"class_name": "Conv2D", "config": {"name": "c", "filters": 2, "kernel_size": 3,

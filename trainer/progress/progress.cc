@@ -14,6 +14,11 @@ void ProgressTracker::SetTotalSteps(int64_t total) {
   total_ = total;
 }
 
+void ProgressTracker::SetCorruptRecordsSkipped(int64_t n) {
+  std::lock_guard lock(mu_);
+  corrupt_records_skipped_ = n;
+}
+
 void ProgressTracker::Step(int64_t step, int64_t epoch, double loss, double accuracy,
                            int64_t samples, double seconds) {
   std::lock_guard lock(mu_);
@@ -73,6 +78,8 @@ std::string ProgressTracker::MetricsText() const {
   m.AddGauge("lockstep_trainer_accuracy", "Training accuracy (moving average).");
   m.AddGauge("lockstep_trainer_samples_per_second", "Training throughput (moving average).");
   m.AddGauge("lockstep_trainer_last_checkpoint_step", "Step of the last checkpoint written.");
+  m.AddGauge("lockstep_trainer_corrupt_records_skipped",
+             "Corrupt TFRecord records skipped while reading the data (skip_corrupt).");
   {
     std::lock_guard lock(mu_);
     m.Set("lockstep_trainer_step", {}, static_cast<double>(step_));
@@ -81,6 +88,8 @@ std::string ProgressTracker::MetricsText() const {
     if (loss_) m.Set("lockstep_trainer_loss", {}, *loss_);
     if (accuracy_) m.Set("lockstep_trainer_accuracy", {}, *accuracy_);
     m.Set("lockstep_trainer_samples_per_second", {}, recent_rate_);
+    m.Set("lockstep_trainer_corrupt_records_skipped", {},
+          static_cast<double>(corrupt_records_skipped_));
     if (last_checkpoint_) {
       m.Set("lockstep_trainer_last_checkpoint_step", {}, static_cast<double>(*last_checkpoint_));
     }

@@ -27,6 +27,8 @@ class ProgressTracker {
             double seconds);
   void Checkpointed(int64_t step);
   void SetTotalSteps(int64_t total);
+  // Corrupt records the data loading skipped (a data spec's skip_corrupt).
+  void SetCorruptRecordsSkipped(int64_t n);
 
   nlohmann::json ProgressJson() const;
   std::string MetricsText() const;
@@ -42,6 +44,7 @@ class ProgressTracker {
   std::optional<double> loss_;      // moving average
   std::optional<double> accuracy_;  // moving average
   std::optional<int64_t> last_checkpoint_;
+  int64_t corrupt_records_skipped_ = 0;
   int64_t steps_seen_ = 0;
   double steady_start_ = 0;
   int64_t steady_samples_ = 0;

@@ -234,6 +234,7 @@ absl::StatusOr<TrainResult> RunOneDevice(const TrainerConfig& c, ProgressTracker
   if (!place.ok()) return place.status();
   absl::StatusOr<Datasets> data = LoadDatasets(c);
   if (!data.ok()) return data.status();
+  if (progress != nullptr) progress->SetCorruptRecordsSkipped(data->corrupt_records_skipped);
   return RunReplica(c, *data,
                     {.placement = *place,
                      .stop_requested = [stop] { return stop->load(); },
@@ -245,6 +246,7 @@ absl::StatusOr<TrainResult> RunMirrored(const TrainerConfig& c, ProgressTracker*
   cpu::SetCpuThreads(c.threads);
   absl::StatusOr<Datasets> data = LoadDatasets(c);
   if (!data.ok()) return data.status();
+  if (progress != nullptr) progress->SetCorruptRecordsSkipped(data->corrupt_records_skipped);
   const bool central = c.strategy == Strategy::kCentralStorage;
   comm::ReduceAlgorithm algo = comm::ReduceAlgorithm::kAllReduce;
   if (central || c.cross_device_ops == CrossDeviceOps::kReduceToOneDevice) {

@@ -49,6 +49,7 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
   cpu::SetCpuThreads(c.threads);
   absl::StatusOr<Datasets> data = LoadDatasets(c);
   if (!data.ok()) return data.status();
+  if (progress != nullptr) progress->SetCorruptRecordsSkipped(data->corrupt_records_skipped);
 
   // Tasks start at different times (scheduling, image pulls): setup waits ten peer timeouts.
   const absl::Duration setup = absl::Seconds(c.peer_timeout_seconds * 10);

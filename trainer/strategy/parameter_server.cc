@@ -84,6 +84,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
   cpu::SetCpuThreads(c.threads);
   absl::StatusOr<Datasets> data = LoadDatasets(c);
   if (!data.ok()) return data.status();
+  if (progress != nullptr) progress->SetCorruptRecordsSkipped(data->corrupt_records_skipped);
   if (c.batch_size * trainers > data->train.size()) {
     return absl::InvalidArgumentError("--batch-size times the training tasks exceeds the data");
   }

@@ -54,6 +54,7 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& e
         " values per example; --model " + c.model + " takes " + ShapeString(example) + " (" +
         std::to_string(NumElements(example)) + ")");
   }
+  int64_t skipped = 0;  // corrupt TFRecord records (skip_corrupt)
   // Shapes the examples as the model's input and checks the labels; `what` names the source.
   auto fit = [&](Dataset& d, const std::string& what) -> absl::Status {
     if (d.size() > 0 && d.example_size() != NumElements(example)) {
@@ -82,6 +83,7 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& e
     TfRecordReport report;
     absl::StatusOr<Dataset> loaded = LoadTfRecords(glob, *spec, &report);
     if (!loaded.ok()) return loaded.status();
+    skipped += report.skipped;
     common::LogInfo(
         "data", report.records, " records from ", report.files.size(), " file(s) of ", glob,
         report.skipped > 0 ? ", " + std::to_string(report.skipped) + " corrupt record(s) skipped"
@@ -168,6 +170,7 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& e
     d.train.images = Tensor(ts, std::vector<float>(p, p + keep * width));
     d.train.labels.resize(static_cast<size_t>(keep));
   }
+  d.corrupt_records_skipped = skipped;
   return d;
 }
 

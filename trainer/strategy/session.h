@@ -19,6 +19,7 @@ namespace lockstep::trainer {
 struct Datasets {
   Dataset train;
   Dataset test;
+  int64_t corrupt_records_skipped = 0;  // TFRecord records skipped under skip_corrupt
 };
 // Fashion-MNIST from --data-dir, or the synthetic set; checks --batch-size against it.
 absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c);

@@ -57,3 +57,34 @@ def message_class(fdp, full_name):
     if hasattr(message_factory, "GetMessageClass"):
         return message_factory.GetMessageClass(desc)
     return message_factory.MessageFactory(pool).GetPrototype(desc)
+
+
+def example_class():
+    """tf.train.Example, declared from TensorFlow's feature.proto and example.proto."""
+    F = FIELD
+    fdp = descriptor_pb2.FileDescriptorProto(name="tf_example.proto", package="tensorflow",
+                                             syntax="proto3")
+    for name, kind in (("BytesList", F.TYPE_BYTES), ("FloatList", F.TYPE_FLOAT),
+                       ("Int64List", F.TYPE_INT64)):
+        m = fdp.message_type.add(name=name)
+        f = m.field.add(name="value", number=1, type=kind, label=F.LABEL_REPEATED)
+        if kind != F.TYPE_BYTES:
+            f.options.packed = True
+    feature = fdp.message_type.add(name="Feature")
+    feature.oneof_decl.add(name="kind")
+    for name, number, msg in (("bytes_list", 1, "BytesList"), ("float_list", 2, "FloatList"),
+                              ("int64_list", 3, "Int64List")):
+        feature.field.add(name=name, number=number, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                          type_name=".tensorflow." + msg, oneof_index=0)
+    features = fdp.message_type.add(name="Features")
+    entry = features.nested_type.add(name="FeatureEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    entry.field.add(name="value", number=2, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                    type_name=".tensorflow.Feature")
+    features.field.add(name="feature", number=1, type=F.TYPE_MESSAGE, label=F.LABEL_REPEATED,
+                       type_name=".tensorflow.Features.FeatureEntry")
+    example = fdp.message_type.add(name="Example")
+    example.field.add(name="features", number=1, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                      type_name=".tensorflow.Features")
+    return message_class(fdp, "tensorflow.Example")
