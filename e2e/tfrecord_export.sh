@@ -3,7 +3,7 @@
 # from a ConfigMap, trained with MultiWorkerMirrored (chief + worker) on Fashion-MNIST written
 # as TFRecord files of tf.train.Example on a hostPath volume, reaches Succeeded with a sane
 # accuracy; the chief writes TensorBoard runs (read back by an independent reader),
-# checkpoints, and model.keras and model.h5 (read back by h5py).
+# checkpoints, and model.keras, model.h5 and model.onnx (read back by h5py and the onnx checker).
 # Usage: tfrecord_export.sh LOCKSTEP_BINARY SOURCE_DIR
 set -euo pipefail
 lockstep=$1
@@ -32,7 +32,8 @@ awk -v a="$acc" 'BEGIN { exit !(a >= 0.80) }' || fail "accuracy '$acc' < 0.80"
 
 # 3. What the chief wrote, and only the chief.
 out=$fashion/output
-[[ -f $out/model/model.keras && -f $out/model/model.h5 ]] || fail "no model: $(ls -R "$out")"
+[[ -f $out/model/model.keras && -f $out/model/model.h5 && -f $out/model/model.onnx ]] ||
+  fail "no model: $(ls -R "$out")"
 [[ $chief == *"the trained model: /srv/fashion/output/model/model.keras"* ]] || fail "chief: $chief"
 ls "$out/checkpoints"/ckpt-*.lsc >/dev/null || fail "no checkpoints: $(ls -R "$out")"
 for run in train validation; do
@@ -66,5 +67,9 @@ with h5py.File(d + "/model.h5", "r") as f:
 PY
 else
   echo "skip: reading the model needs python3-h5py"
+fi
+if /usr/bin/python3 -c 'import onnx, torch' 2>/dev/null; then
+  /usr/bin/python3 "$src/trainer/model/testdata/onnx_peer.py" check "$out/model/model.onnx" \
+    >"$work/onnx.json" || fail "model.onnx does not pass the onnx checker"
 fi
 echo "tfrecord-export example: accuracy $acc"

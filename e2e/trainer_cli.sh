@@ -173,14 +173,16 @@ else
 fi
 
 # The trained model out, under AIP_MODEL_DIR (as Vertex AI sets it): the chief writes
-# model.keras and model.h5 for the mlp's Keras config, which h5py reads back; a run started
+# model.keras, model.h5 and model.onnx for the mlp's Keras config, which h5py and the onnx
+# checker read back; a run started
 # from either (--initial-weights, one step at a vanishing learning rate) has the trained
 # model's accuracy, where the same step from the seed's weights is at chance.
 mlp_json=$src/examples/models/mlp.json
 final_accuracy() { sed -n 's/^final test accuracy: \([0-9.]*\).*/\1/p' "$work/out"; }
 AIP_MODEL_DIR=$work/model run 0 --model="$mlp_json" --dataset=synthetic --synthetic-size=2000 \
   --batch-size=50 --epochs=2 --metrics-port=0
-[[ -f $work/model/model.keras && -f $work/model/model.h5 ]] || fail "no export: $(cat "$work/out")"
+[[ -f $work/model/model.keras && -f $work/model/model.h5 && -f $work/model/model.onnx ]] ||
+  fail "no export: $(cat "$work/out")"
 if ls -a "$work/model" | grep -q tmp; then fail "temporary export files left: $(ls -a "$work/model")"; fi
 trained=$(final_accuracy)
 for weights in "$work/model/model.keras" "$work/model/model.h5" ""; do
@@ -218,6 +220,13 @@ with h5py.File(d + "/model.h5", "r") as f:
 EOF
 else
   echo "skip: reading the export needs python3-h5py"
+fi
+if /usr/bin/python3 -c 'import onnx, torch' 2>/dev/null; then
+  /usr/bin/python3 "$src/trainer/model/testdata/onnx_peer.py" check "$work/model/model.onnx" \
+    >"$work/onnx.json" || fail "model.onnx does not pass the onnx checker"
+  grep -q '"output_shapes": \[\["batch", 10\]\]' "$work/onnx.json" || fail "model.onnx: $(cat "$work/onnx.json")"
+else
+  echo "skip: checking model.onnx needs python3-onnx"
 fi
 
 # SIGTERM mid-run: a checkpoint, exit 143, a retryable termination message.

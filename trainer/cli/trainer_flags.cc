@@ -117,9 +117,9 @@ Trains a model with a tf.distribute strategy and serves GET /progress and /metri
                                   DIR/validation (each epoch's test-set evaluation), written by
                                   the chief (default: AIP_TENSORBOARD_LOG_DIR, else none)
   --tensorboard-every=N           steps between the training steps recorded (default 100)
-  --model-dir=DIR                 the chief writes the trained model there: model.keras (Keras 3)
-                                  and model.h5 (Keras 2 weights) (default: AIP_MODEL_DIR, else
-                                  none; needs a Keras model file)
+  --model-dir=DIR                 the chief writes the trained model there: model.keras (Keras 3),
+                                  model.h5 (Keras 2 weights) and model.onnx (default:
+                                  AIP_MODEL_DIR, else none; needs a Keras model file)
   --initial-weights=FILE          start from Keras weights: a .keras archive, a .weights.h5 or a
                                   Keras 2 .h5 (a checkpoint to resume from still wins)
   --threads=N                     GEMM threads (default 1)

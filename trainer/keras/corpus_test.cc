@@ -3,7 +3,8 @@
 // refused naming the layer that holds Python code or a user-defined class; every loaded model
 // trains 20 steps on synthetic data of its input and output shapes with a finite loss, and its
 // gradients match finite differences on a small batch; its weights round-trip through Keras 3's
-// and Keras 2's weights files.
+// and Keras 2's weights files; and its ONNX export passes the onnx checker and matches the
+// engine's inference under an independent evaluator (or is refused for a mask, by layer).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "trainer/graph/testing/gradcheck.h"
 #include "trainer/keras/model_loader.h"
 #include "trainer/keras/weights_file.h"
+#include "trainer/testing/onnx_check.h"
 #include "trainer/testing/temp_dir.h"
 
 namespace lockstep::trainer::keras {
@@ -215,6 +217,35 @@ TEST_P(CorpusTest, WeightsRoundTripThroughKerasFiles) {
       ++i;
     }
   }
+}
+
+// The models whose ONNX export is refused, and what the refusal must name.
+const std::map<std::string, std::string>& OnnxRefusals() {
+  static const auto* m = new std::map<std::string, std::string>{
+      {"049-k3-captioning-functional.json",
+       "layer 'embedding' (Embedding) has no ONNX export: "
+       "mask_zero"},
+  };
+  return *m;
+}
+
+TEST_P(CorpusTest, ExportsToOnnx) {
+  if (GetParam() == "absent") {
+    GTEST_SKIP() << "no Keras config corpus at " << CorpusDir() << " (it lives in ../shared)";
+  }
+  if (ExpectedRefusals().count(GetParam())) GTEST_SKIP() << "refused at load";
+  absl::StatusOr<KerasModel> m = LoadKerasModelFile((CorpusDir() / GetParam()).string());
+  ASSERT_TRUE(m.ok()) << m.status();
+  testing::TempDir dir("corpus_onnx");
+  const std::string r = testing::CheckOnnxExport(*m->graph, dir.Path("m.onnx"), 8);
+  auto refusal = OnnxRefusals().find(GetParam());
+  if (refusal != OnnxRefusals().end()) {
+    EXPECT_NE(r.find("skip: refused: "), std::string::npos) << r;
+    EXPECT_NE(r.find(refusal->second), std::string::npos) << r;
+    return;
+  }
+  if (r.rfind("skip: ", 0) == 0 && r.find("refused") == std::string::npos) GTEST_SKIP() << r;
+  EXPECT_EQ(r, "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Corpus, CorpusTest, ::testing::ValuesIn(CorpusFiles()),

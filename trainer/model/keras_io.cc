@@ -4,9 +4,11 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 
 #include "trainer/keras/weights_file.h"
 #include "trainer/model/graph_model.h"
+#include "trainer/model/onnx_export.h"
 
 namespace lockstep::trainer {
 namespace {
@@ -24,10 +26,9 @@ absl::StatusOr<GraphModel*> KerasForm(Model& model, const std::string& what) {
 
 // Writes through `write` to DIR/.NAME.tmp.PID, then renames it to DIR/NAME.
 absl::Status WriteAtomically(const std::filesystem::path& dir, const std::string& name,
-                             absl::Status (*write)(const keras::KerasModel&, const std::string&),
-                             const keras::KerasModel& m) {
+                             const std::function<absl::Status(const std::string&)>& write) {
   const std::string tmp = (dir / ("." + name + ".tmp." + std::to_string(getpid()))).string();
-  if (absl::Status s = write(m, tmp); !s.ok()) {
+  if (absl::Status s = write(tmp); !s.ok()) {
     std::remove(tmp.c_str());
     return s;
   }
@@ -43,7 +44,7 @@ absl::Status WriteAtomically(const std::filesystem::path& dir, const std::string
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> ExportModel(Model& model, const std::string& dir) {
+absl::StatusOr<ExportedModel> ExportModel(Model& model, const std::string& dir) {
   absl::StatusOr<GraphModel*> g = KerasForm(model, "the model export (--model-dir)");
   if (!g.ok()) return g.status();
   std::error_code ec;
@@ -52,13 +53,28 @@ absl::StatusOr<std::vector<std::string>> ExportModel(Model& model, const std::st
     return absl::InternalError("cannot create the model directory " + dir + ": " + ec.message());
   const std::filesystem::path d(dir);
   const keras::KerasModel& m = (*g)->keras();
-  if (absl::Status s = WriteAtomically(d, "model.keras", keras::WriteKerasArchive, m); !s.ok()) {
-    return s;
+  ExportedModel out;
+  auto keras_file = [&](const std::string& name, auto write) -> absl::Status {
+    if (absl::Status s =
+            WriteAtomically(d, name, [&](const std::string& p) { return write(m, p); });
+        !s.ok()) {
+      return s;
+    }
+    out.files.push_back((d / name).string());
+    return absl::OkStatus();
+  };
+  if (absl::Status s = keras_file("model.keras", keras::WriteKerasArchive); !s.ok()) return s;
+  if (absl::Status s = keras_file("model.h5", keras::WriteKeras2Weights); !s.ok()) return s;
+  absl::Status onnx = WriteAtomically(
+      d, "model.onnx", [&](const std::string& p) { return WriteOnnx(*m.graph, m.name, p); });
+  if (absl::IsUnimplemented(onnx)) {
+    out.onnx_skipped = std::string(onnx.message());
+  } else if (!onnx.ok()) {
+    return onnx;
+  } else {
+    out.files.push_back((d / "model.onnx").string());
   }
-  if (absl::Status s = WriteAtomically(d, "model.h5", keras::WriteKeras2Weights, m); !s.ok()) {
-    return s;
-  }
-  return std::vector<std::string>{(d / "model.keras").string(), (d / "model.h5").string()};
+  return out;
 }
 
 absl::Status LoadInitialWeights(Model& model, const std::string& path) {

@@ -187,14 +187,16 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const TrainerConfig& c) {
 
 absl::Status ExportTrainedModel(const TrainerConfig& c, Model& model) {
   if (c.model_dir.empty()) return absl::OkStatus();
-  absl::StatusOr<std::vector<std::string>> files = ExportModel(model, c.model_dir);
-  if (absl::IsFailedPrecondition(files.status())) {
-    common::LogWarning("export", "nothing written to ", c.model_dir, ": ",
-                       files.status().message());
+  absl::StatusOr<ExportedModel> out = ExportModel(model, c.model_dir);
+  if (absl::IsFailedPrecondition(out.status())) {
+    common::LogWarning("export", "nothing written to ", c.model_dir, ": ", out.status().message());
     return absl::OkStatus();
   }
-  if (!files.ok()) return files.status();
-  common::LogInfo("export", "the trained model: ", absl::StrJoin(*files, ", "));
+  if (!out.ok()) return out.status();
+  common::LogInfo("export", "the trained model: ", absl::StrJoin(out->files, ", "));
+  if (!out->onnx_skipped.empty()) {
+    common::LogWarning("export", "no model.onnx: ", out->onnx_skipped);
+  }
   return absl::OkStatus();
 }
 
