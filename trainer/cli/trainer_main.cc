@@ -146,5 +146,9 @@ int main(int argc, char** argv) {
   if (r->samples_per_second > 0) {
     std::printf("steady training samples/s: %.0f\n", r->samples_per_second);
   }
+  if (r->data_wait_share >= 0) {
+    std::printf("input pipeline: %.2f%% of the training time waiting for data\n",
+                100.0 * r->data_wait_share);
+  }
   return kExitOk;
 }

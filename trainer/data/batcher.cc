@@ -1,6 +1,7 @@
 #include "trainer/data/batcher.h"
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 #include <random>
 
@@ -10,7 +11,9 @@ Batcher::Batcher(const Dataset* data, BatcherOptions options, int64_t epoch, int
     : data_(data),
       o_(options),
       local_(options.global_batch / options.shard_count),
-      steps_per_epoch_(data->size() / options.global_batch),
+      steps_per_epoch_(options.steps_per_epoch > 0
+                           ? std::min(options.steps_per_epoch, data->size() / options.global_batch)
+                           : data->size() / options.global_batch),
       epoch_(epoch),
       step_(step) {
   if (o_.prefetch) producer_ = std::thread([this] { Produce(); });
@@ -76,16 +79,23 @@ void Batcher::Produce() {
 }
 
 Batch Batcher::Next() {
+  const auto start = std::chrono::steady_clock::now();
+  auto waited = [&] {
+    wait_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
   if (!o_.prefetch) {
     Batch b = Make(epoch_, step_);
     if (++step_ == steps_per_epoch_) {
       step_ = 0;
       ++epoch_;
     }
+    waited();
     return b;
   }
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return ready_.has_value(); });
+  waited();
   Batch b = std::move(*ready_);
   ready_.reset();
   lock.unlock();

@@ -35,6 +35,9 @@ struct BatcherOptions {
   uint64_t seed = 1;
   bool shuffle = true;
   bool prefetch = true;
+  // Steps per epoch when the workers agreed on fewer than this data gives (each reading its own
+  // files); 0: floor(size / global_batch).
+  int64_t steps_per_epoch = 0;
 };
 
 class Batcher {
@@ -47,6 +50,9 @@ class Batcher {
   int64_t local_batch() const { return local_; }
   // The next batch; epochs follow each other without end.
   Batch Next();
+  // Seconds Next() has spent waiting for a batch (with prefetch: the batch not yet made; without
+  // it: making the batch), the training loop's time lost to the input pipeline.
+  double wait_seconds() const { return wait_seconds_; }
 
  private:
   Batch Make(int64_t epoch, int64_t step);
@@ -57,6 +63,7 @@ class Batcher {
   int64_t local_;
   int64_t steps_per_epoch_;
   int64_t epoch_, step_;  // the next batch to make
+  double wait_seconds_ = 0;
   std::vector<int64_t> order_;
   int64_t order_epoch_ = -1;
   std::mutex mu_;

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "trainer/data/parallel_for.h"
+
 namespace lockstep::trainer {
 namespace {
 
@@ -146,7 +148,8 @@ Image Resize(const Image& in, int64_t height, int64_t width) {
 }
 
 absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, int64_t height, int64_t width,
-                                        int64_t channels, std::vector<std::string>* classes) {
+                                        int64_t channels, std::vector<std::string>* classes,
+                                        int threads) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return absl::NotFoundError(dir + ": not a directory");
   std::vector<std::string> names;
@@ -158,22 +161,32 @@ absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, int64_t height, 
     return absl::NotFoundError(dir + ": no class folders (images go in DIR/<class>/)");
   }
   Dataset d;
-  std::vector<float> values;
+  std::vector<fs::path> files;
   for (size_t k = 0; k < names.size(); ++k) {
-    std::vector<fs::path> files;
+    std::vector<fs::path> mine;
     for (const auto& e : fs::recursive_directory_iterator(fs::path(dir) / names[k], ec)) {
-      if (e.is_regular_file() && IsImage(e.path())) files.push_back(e.path());
+      if (e.is_regular_file() && IsImage(e.path())) mine.push_back(e.path());
     }
-    std::sort(files.begin(), files.end());
-    for (const fs::path& f : files) {
-      absl::StatusOr<Image> img = DecodeImage(f.string(), channels);
-      if (!img.ok()) return img.status();
-      const Image sized = Resize(*img, height, width);
-      values.insert(values.end(), sized.pixels.begin(), sized.pixels.end());
-      d.labels.push_back(static_cast<int32_t>(k));
-    }
+    std::sort(mine.begin(), mine.end());
+    files.insert(files.end(), mine.begin(), mine.end());
+    d.labels.insert(d.labels.end(), mine.size(), static_cast<int32_t>(k));
   }
   if (d.labels.empty()) return absl::NotFoundError(dir + ": no .png, .jpg or .jpeg images");
+  // Decoded and resized across threads, each image into its own row.
+  const int64_t row = height * width * channels;
+  std::vector<float> values(files.size() * static_cast<size_t>(row));
+  absl::Status decoded = ParallelFor(
+      static_cast<int64_t>(files.size()), threads > 0 ? threads : DecodeThreads(),
+      [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          absl::StatusOr<Image> img = DecodeImage(files[static_cast<size_t>(i)].string(), channels);
+          if (!img.ok()) return img.status();
+          const Image sized = Resize(*img, height, width);
+          std::copy(sized.pixels.begin(), sized.pixels.end(), values.begin() + i * row);
+        }
+        return absl::OkStatus();
+      });
+  if (!decoded.ok()) return decoded;
   d.images = Tensor({d.size(), height, width, channels}, std::move(values));
   if (classes != nullptr) *classes = names;
   return d;

@@ -29,8 +29,10 @@ absl::StatusOr<Image> DecodeImage(const std::string& path, int64_t channels);
 Image Resize(const Image& image, int64_t height, int64_t width);
 
 // Every image under `dir`'s class folders as [N, height, width, channels]; `classes` gets the
-// class names. NotFound when `dir` has no class folder or no image.
+// class names. NotFound when `dir` has no class folder or no image. Decoded on `threads`
+// threads (0: the machine's, data/parallel_for.h).
 absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, int64_t height, int64_t width,
-                                        int64_t channels, std::vector<std::string>* classes);
+                                        int64_t channels, std::vector<std::string>* classes,
+                                        int threads = 0);
 
 }  // namespace lockstep::trainer

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "trainer/data/parallel_for.h"
 #include "trainer/data/tfrecord.h"
 #include "trainer/proto/example.pb.h"
 
@@ -85,37 +86,48 @@ absl::StatusOr<std::vector<std::string>> MatchFiles(const std::string& pattern) 
   return out;
 }
 
-absl::StatusOr<Dataset> LoadTfRecords(const std::string& glob, const DataSpec& spec,
-                                      TfRecordReport* report) {
-  absl::StatusOr<std::vector<std::string>> files = MatchFiles(glob);
-  if (!files.ok()) return files.status();
-  TfRecordReport local;
-  TfRecordReport& r = report != nullptr ? *report : local;
-  r.files = *files;
-  const int64_t width = spec.input.size();
+namespace {
+
+// One file's examples: its rows and labels, and the corrupt records skipped.
+struct FileRows {
   std::vector<float> values;
   std::vector<int32_t> labels;
-  std::string record;
-  tfexample::Example e;
-  for (const std::string& file : *files) {
-    absl::StatusOr<std::unique_ptr<RecordReader>> reader = RecordReader::Open(file);
-    if (!reader.ok()) return reader.status();
-    for (int64_t index = 0;; ++index) {
-      const int64_t offset = (*reader)->offset();
-      absl::StatusOr<bool> more = (*reader)->Next(&record);
-      if (!more.ok()) {
-        if (!spec.skip_corrupt || !absl::IsDataLoss(more.status())) return more.status();
-        ++r.skipped;
-        continue;  // past a bad data CRC the next record follows; else Next ends the file
-      }
-      if (!*more) break;
-      const At at{file, index, offset};
-      if (!e.ParseFromString(record)) {
+  int64_t skipped = 0;
+};
+
+// The records of `file` read in order (the framing and its CRCs are sequential), then parsed and
+// converted on `threads` threads, each into its own rows.
+absl::Status ReadFile(const std::string& file, const DataSpec& spec, int threads, FileRows* out) {
+  struct Raw {
+    std::string record;
+    At at;
+  };
+  std::vector<Raw> raw;
+  absl::StatusOr<std::unique_ptr<RecordReader>> reader = RecordReader::Open(file);
+  if (!reader.ok()) return reader.status();
+  for (int64_t index = 0;; ++index) {
+    const int64_t offset = (*reader)->offset();
+    std::string record;
+    absl::StatusOr<bool> more = (*reader)->Next(&record);
+    if (!more.ok()) {
+      if (!spec.skip_corrupt || !absl::IsDataLoss(more.status())) return more.status();
+      ++out->skipped;
+      continue;  // past a bad data CRC the next record follows; else Next ends the file
+    }
+    if (!*more) break;
+    raw.push_back({std::move(record), At{file, index, offset}});
+  }
+  const int64_t width = spec.input.size();
+  out->values.resize(raw.size() * static_cast<size_t>(width));
+  out->labels.resize(raw.size());
+  return ParallelFor(static_cast<int64_t>(raw.size()), threads, [&](int64_t begin, int64_t end) {
+    tfexample::Example e;
+    for (int64_t i = begin; i < end; ++i) {
+      const At& at = raw[static_cast<size_t>(i)].at;
+      if (!e.ParseFromString(raw[static_cast<size_t>(i)].record)) {
         return absl::DataLossError(at.str() + ": not a tf.train.Example");
       }
-      values.resize(values.size() + static_cast<size_t>(width));
-      if (absl::Status s = Extract(e, spec.input, at, values.data() + values.size() - width);
-          !s.ok()) {
+      if (absl::Status s = Extract(e, spec.input, at, out->values.data() + i * width); !s.ok()) {
         return s;
       }
       float label = 0;
@@ -124,8 +136,60 @@ absl::StatusOr<Dataset> LoadTfRecords(const std::string& glob, const DataSpec& s
         return absl::DataLossError(at.str() + ": label '" + spec.label.name + "' is " +
                                    std::to_string(label) + ", not a class id (0, 1, 2...)");
       }
-      labels.push_back(static_cast<int32_t>(label));
+      out->labels[static_cast<size_t>(i)] = static_cast<int32_t>(label);
     }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<Dataset> LoadTfRecords(const std::string& glob, const DataSpec& spec,
+                                      TfRecordReport* report, int threads, FileShard shard) {
+  absl::StatusOr<std::vector<std::string>> files = MatchFiles(glob);
+  if (!files.ok()) return files.status();
+  TfRecordReport local;
+  TfRecordReport& r = report != nullptr ? *report : local;
+  r.matched = static_cast<int64_t>(files->size());
+  if (shard.count > 1 && files->size() >= static_cast<size_t>(shard.count)) {
+    std::vector<std::string> mine;
+    for (size_t k = static_cast<size_t>(shard.index); k < files->size();
+         k += static_cast<size_t>(shard.count)) {
+      mine.push_back((*files)[k]);
+    }
+    *files = std::move(mine);
+    r.sharded = true;
+  }
+  r.files = *files;
+  if (threads <= 0) threads = DecodeThreads();
+  // Files read side by side (each file's reading is sequential), the threads left over decoding
+  // within each; the rows then joined in file order.
+  const int per_file_threads =
+      std::max(1, threads / static_cast<int>(std::min<size_t>(files->size(), threads)));
+  std::vector<FileRows> rows(files->size());
+  absl::Status read =
+      ParallelFor(static_cast<int64_t>(files->size()), threads, [&](int64_t begin, int64_t end) {
+        for (int64_t f = begin; f < end; ++f) {
+          const auto k = static_cast<size_t>(f);
+          if (absl::Status s = ReadFile((*files)[k], spec, per_file_threads, &rows[k]); !s.ok()) {
+            return s;
+          }
+        }
+        return absl::OkStatus();
+      });
+  if (!read.ok()) return read;
+  size_t n = 0;
+  for (const FileRows& f : rows) n += f.labels.size();
+  std::vector<float> values;
+  std::vector<int32_t> labels;
+  values.reserve(n * static_cast<size_t>(spec.input.size()));
+  labels.reserve(n);
+  r.skipped = 0;
+  for (FileRows& f : rows) {
+    values.insert(values.end(), f.values.begin(), f.values.end());
+    labels.insert(labels.end(), f.labels.begin(), f.labels.end());
+    r.skipped += f.skipped;
+    f = FileRows();
   }
   r.records = static_cast<int64_t>(labels.size());
   Shape shape{r.records};

@@ -14,10 +14,21 @@
 
 namespace lockstep::trainer {
 
+// This worker's part of the files, as tf.data's AutoShardPolicy.FILE gives it: with at least
+// as many files as workers, worker `index` of `count` reads files index, index + count, ... of
+// the sorted list; with fewer files, every worker reads every file (and the batcher splits the
+// records).
+struct FileShard {
+  int index = 0;
+  int count = 1;
+};
+
 struct TfRecordReport {
-  std::vector<std::string> files;
-  int64_t records = 0;  // read into the dataset
-  int64_t skipped = 0;  // corrupt, skipped (skip_corrupt)
+  std::vector<std::string> files;  // the files read
+  int64_t matched = 0;             // the files the glob matched
+  bool sharded = false;            // by file: `files` is this worker's part
+  int64_t records = 0;             // read into the dataset
+  int64_t skipped = 0;             // corrupt, skipped (skip_corrupt)
 };
 
 // The files `glob` matches, sorted; NotFound "no file matches GLOB" when there are none.
@@ -27,7 +38,10 @@ absl::StatusOr<std::vector<std::string>> MatchFiles(const std::string& glob);
 // offset: a corrupt record (unless spec.skip_corrupt), a record that is not a tf.train.Example,
 // a feature that is missing (without a default), of the other type, or of the wrong length, a
 // label that is not a class id.
+// Records are read in order and decoded (parsed, converted) on `threads` threads (0: the
+// machine's, data/parallel_for.h).
 absl::StatusOr<Dataset> LoadTfRecords(const std::string& glob, const DataSpec& spec,
-                                      TfRecordReport* report = nullptr);
+                                      TfRecordReport* report = nullptr, int threads = 0,
+                                      FileShard shard = {});
 
 }  // namespace lockstep::trainer

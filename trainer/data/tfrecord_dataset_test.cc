@@ -196,6 +196,51 @@ TEST_F(TfRecordDatasetTest, BadRecordsAreNamedWithFileRecordAndFeature) {
   EXPECT_EQ(d->labels, (std::vector<int32_t>{0, 1}));
 }
 
+// Decoding on several threads gives the dataset one thread gives, and reports the same first
+// bad record however the records are split.
+TEST_F(TfRecordDatasetTest, ThreadsChangeNeitherTheDataNorTheError) {
+  std::vector<std::string> records;
+  for (int i = 0; i < 101; ++i) {
+    records.push_back(Example({static_cast<float>(i), 1, 2, static_cast<float>(-i)}, i % 7));
+  }
+  Write(Path("many.tfrecord"), records);
+  absl::StatusOr<Dataset> one = LoadTfRecords(Path("many.tfrecord"), TheSpec(), nullptr, 1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  for (int threads : {2, 3, 8}) {
+    absl::StatusOr<Dataset> many =
+        LoadTfRecords(Path("many.tfrecord"), TheSpec(), nullptr, threads);
+    ASSERT_TRUE(many.ok()) << many.status();
+    EXPECT_EQ(many->images, one->images) << threads;
+    EXPECT_EQ(many->labels, one->labels) << threads;
+  }
+  // The same records over three files (read side by side): the same rows, in file order.
+  for (int f = 0; f < 3; ++f) {
+    Write(Path("part-" + std::to_string(f) + ".tfrecord"),
+          std::vector<std::string>(records.begin() + f * 34,
+                                   records.begin() + std::min(101, (f + 1) * 34)));
+  }
+  for (int threads : {1, 2, 3, 8}) {
+    absl::StatusOr<Dataset> parts =
+        LoadTfRecords(Path("part-*.tfrecord"), TheSpec(), nullptr, threads);
+    ASSERT_TRUE(parts.ok()) << parts.status();
+    EXPECT_EQ(parts->images, one->images) << threads;
+    EXPECT_EQ(parts->labels, one->labels) << threads;
+  }
+  records[40] = Example({1, 2, 3}, 0);
+  records[90] = Example({1, 2, 3, 4}, -1);
+  Write(Path("many.tfrecord"), records);
+  Write(Path("part-1.tfrecord"),
+        std::vector<std::string>(records.begin() + 34, records.begin() + 68));
+  Write(Path("part-2.tfrecord"), std::vector<std::string>(records.begin() + 68, records.end()));
+  for (int threads : {1, 2, 3, 8}) {
+    absl::Status s = LoadTfRecords(Path("many.tfrecord"), TheSpec(), nullptr, threads).status();
+    EXPECT_NE(s.message().find("record 40 "), std::string::npos) << threads << ": " << s;
+    s = LoadTfRecords(Path("part-*.tfrecord"), TheSpec(), nullptr, threads).status();
+    EXPECT_NE(s.message().find("part-1.tfrecord: record 6 "), std::string::npos)
+        << threads << ": " << s;
+  }
+}
+
 TEST_F(TfRecordDatasetTest, FilesFromAnIndependentWriterAreRead) {
   absl::StatusOr<json> wrote = testing::RunPythonPeer("trainer/data/testdata/write_examples.py",
                                                       {dir_.string(), "3", "5", "4", "3", "gzip"});

@@ -570,17 +570,11 @@ class Exporter {
       const auto u = static_cast<size_t>(i);
       const int64_t len = in[u], k = o.kernel_size[u], s = o.strides[u];
       if (len < 0) return Refuse(l, "an input of open length");
-      // The lengths and padding the engine uses (Keras's deconv_output_length and
-      // TensorFlow's split of the padding, half before).
-      int64_t out;
-      if (!o.output_padding) {
-        out = o.padding == Padding::kSame ? len * s : len * s + std::max<int64_t>(k - s, 0);
-      } else {
-        const int64_t pad = o.padding == Padding::kSame ? k / 2 : 0;
-        out = (len - 1) * s + k - 2 * pad + (*o.output_padding)[u];
-      }
-      const int64_t b =
-          o.padding == Padding::kSame ? std::max<int64_t>((len - 1) * s + k - out, 0) / 2 : 0;
+      // The lengths and padding the engine uses.
+      const graph::AxisGeometry geo = graph::TransposeAxis(
+          len, k, s, o.padding,
+          o.output_padding ? std::optional<int64_t>((*o.output_padding)[u]) : std::nullopt);
+      const int64_t out = geo.out, b = geo.pad_before;
       const int64_t full = (len - 1) * s + k;
       const int64_t cut = full - b - out;  // what ONNX must remove after (or add, if < 0)
       before.push_back(b);

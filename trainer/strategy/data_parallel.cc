@@ -160,11 +160,30 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
     }
   }
 
-  // 2. This replica's shard of every global batch, and how long the run is.
-  Batcher batches(
-      &data.train,
-      {.global_batch = c.batch_size, .shard_index = rank, .shard_count = size, .seed = c.seed},
-      pos.epoch, pos.epoch_step);
+  // 2. This replica's shard of every global batch, and how long the run is. A replica reading
+  // its own files (Datasets::train_sharded) batches them alone; the replicas take the fewest
+  // steps per epoch any of them can.
+  BatcherOptions bo{
+      .global_batch = c.batch_size, .shard_index = rank, .shard_count = size, .seed = c.seed};
+  if (data.train_sharded && r.comm != nullptr) {
+    const int64_t local = c.batch_size / size;
+    std::vector<float> steps(static_cast<size_t>(size), 0.0f);
+    steps[static_cast<size_t>(rank)] = static_cast<float>(data.train.size() / local);
+    comm::WorkPtr w = r.comm->AllReduce(steps.data(), size);
+    if (absl::Status s = w->Wait(r.collective_timeout); !s.ok()) return PeerLost(s);
+    const auto fewest = static_cast<int64_t>(*std::min_element(steps.begin(), steps.end()));
+    if (fewest == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a worker's share of the training files holds fewer than a batch of ", local,
+          " examples (files are split between workers; use fewer workers or a smaller batch)"));
+    }
+    bo = {.global_batch = local,
+          .shard_index = 0,
+          .shard_count = 1,
+          .seed = c.seed + static_cast<uint64_t>(rank),
+          .steps_per_epoch = fewest};
+  }
+  Batcher batches(&data.train, bo, pos.epoch, pos.epoch_step);
   const int64_t per_epoch = batches.steps_per_epoch();
   const int64_t total = c.steps ? *c.steps : c.epochs * per_epoch;
   const int64_t every = c.checkpoint_every ? *c.checkpoint_every : per_epoch;
@@ -198,7 +217,9 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
           .size = size,
           .summaries = summaries.get(),
           .validation = &data.test};
+  const double loop_start = MonotonicSeconds();
   absl::Status trained = RunSteps(run, batches, total, every, pos);
+  const double loop_seconds = MonotonicSeconds() - loop_start;
   if (summaries != nullptr) {
     if (absl::Status s = summaries->Close(); !s.ok()) {
       common::LogWarning("tensorboard", s.message());
@@ -206,6 +227,7 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   }
   if (!trained.ok()) return trained;
   result.steps = pos.step;
+  if (loop_seconds > 0) result.data_wait_share = batches.wait_seconds() / loop_seconds;
   if (r.progress) result.samples_per_second = r.progress->SteadySamplesPerSecond();
   if (engine.skipped_steps() > 0 && rank == 0) {
     common::LogInfo("strategy", engine.skipped_steps(),

@@ -41,6 +41,9 @@ struct TrainResult {
   double test_accuracy = 0;
   double test_loss = 0;
   double samples_per_second = 0;  // steady, after warm-up (the chief's, for the whole group)
+  // The share of the training loop's time this task spent waiting for its next batch (the
+  // input pipeline's cost to training); negative when not measured.
+  double data_wait_share = -1;
 };
 
 struct Replica {

@@ -47,7 +47,7 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
   const int rank = world->rank;
   if (n == 1) return RunOneDevice(c, progress, stop);
   cpu::SetCpuThreads(c.threads);
-  absl::StatusOr<Datasets> data = LoadDatasets(c);
+  absl::StatusOr<Datasets> data = LoadDatasets(c, {.index = rank, .count = n});
   if (!data.ok()) return data.status();
   if (progress != nullptr) progress->SetCorruptRecordsSkipped(data->corrupt_records_skipped);
 

@@ -44,7 +44,7 @@ namespace {
 // of the training examples held out; each shaped as the model's input, its labels checked
 // against the model's classes, its inputs scaled.
 absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& example,
-                                          int64_t classes) {
+                                          int64_t classes, FileShard shard) {
   absl::StatusOr<DataSpec> spec = LoadDataSpec(c.data_spec);
   if (!spec.ok()) return spec.status();
   if (spec->format == DataFormat::kTfRecord && spec->input.size() != NumElements(example)) {
@@ -79,13 +79,18 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& e
     }
     return absl::OkStatus();
   };
-  auto records = [&](const std::string& glob, Dataset* out) -> absl::Status {
+  bool sharded = false;
+  auto records = [&](const std::string& glob, Dataset* out, FileShard part) -> absl::Status {
     TfRecordReport report;
-    absl::StatusOr<Dataset> loaded = LoadTfRecords(glob, *spec, &report);
+    absl::StatusOr<Dataset> loaded = LoadTfRecords(glob, *spec, &report, 0, part);
     if (!loaded.ok()) return loaded.status();
     skipped += report.skipped;
+    sharded = sharded || report.sharded;
     common::LogInfo(
         "data", report.records, " records from ", report.files.size(), " file(s) of ", glob,
+        report.sharded ? absl::StrCat(" (worker ", part.index, " of ", part.count, "'s ",
+                                      report.files.size(), " of ", report.matched, " files)")
+                       : "",
         report.skipped > 0 ? ", " + std::to_string(report.skipped) + " corrupt record(s) skipped"
                            : "");
     *out = std::move(*loaded);
@@ -144,9 +149,10 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& e
       if (absl::Status s = rows(spec->validation_files, &d.test); !s.ok()) return s;
     }
   } else if (spec->format == DataFormat::kTfRecord) {
-    if (absl::Status s = records(spec->files, &d.train); !s.ok()) return s;
+    const FileShard part = spec->validation_split > 0 ? FileShard{} : shard;
+    if (absl::Status s = records(spec->files, &d.train, part); !s.ok()) return s;
     if (!spec->validation_files.empty()) {
-      if (absl::Status s = records(spec->validation_files, &d.test); !s.ok()) return s;
+      if (absl::Status s = records(spec->validation_files, &d.test, {}); !s.ok()) return s;
     }
   } else {
     if (absl::Status s = arrays(spec->x, spec->y, &d.train); !s.ok()) return s;
@@ -171,6 +177,7 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& e
     d.train.labels.resize(static_cast<size_t>(keep));
   }
   d.corrupt_records_skipped = skipped;
+  d.train_sharded = sharded;
   return d;
 }
 
@@ -200,7 +207,7 @@ absl::Status ExportTrainedModel(const TrainerConfig& c, Model& model) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c) {
+absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c, FileShard shard) {
   Datasets d;
   // What one example looks like to the model: a Keras model file says; the built-in models
   // take Fashion-MNIST's images.
@@ -214,7 +221,7 @@ absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c) {
     vocabulary = (*m)->vocabulary();
   }
   if (c.dataset == "spec") {
-    absl::StatusOr<Datasets> loaded = LoadSpecDatasets(c, example, classes);
+    absl::StatusOr<Datasets> loaded = LoadSpecDatasets(c, example, classes, shard);
     if (!loaded.ok()) return loaded.status();
     d = std::move(*loaded);
   } else if (c.dataset == "synthetic") {

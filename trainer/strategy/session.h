@@ -11,6 +11,7 @@
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/config/trainer_config.h"
 #include "trainer/data/dataset.h"
+#include "trainer/data/tfrecord_dataset.h"
 #include "trainer/model/model.h"
 #include "trainer/optim/optimizer.h"
 
@@ -20,9 +21,15 @@ struct Datasets {
   Dataset train;
   Dataset test;
   int64_t corrupt_records_skipped = 0;  // TFRecord records skipped under skip_corrupt
+  // `train` is this worker's files only (FileShard): its batches are all its own, and the
+  // workers agree on the steps of an epoch.
+  bool train_sharded = false;
 };
-// Fashion-MNIST from --data-dir, or the synthetic set; checks --batch-size against it.
-absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c);
+// Fashion-MNIST from --data-dir, the synthetic set, or the data spec's; checks --batch-size
+// against it. `shard`: this worker of a multi-worker group, whose TFRecord training files are
+// split by file when there are at least as many as workers and no validation_split (the
+// validation files are read whole: the chief evaluates them).
+absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c, FileShard shard = {});
 
 // The model a replica trains: --model with the seed's weights, then --initial-weights' when
 // given (a checkpoint to resume from still wins: it is restored over them).

@@ -4,13 +4,16 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <random>
 #include <thread>
 
 #include "gtest/gtest.h"
 #include "trainer/comm/in_process.h"
 #include "trainer/comm/ring.h"
+#include "trainer/data/tfrecord.h"
 #include "trainer/kernels/cpu/threads.h"
 #include "trainer/kernels/cuda/gpu_available.h"
+#include "trainer/proto/example.pb.h"
 #include "trainer/strategy/buckets.h"
 #include "trainer/strategy/data_parallel.h"
 #include "trainer/strategy/evaluator.h"
@@ -310,6 +313,96 @@ TEST(CoordinatedStopTest, AStopOnOneRankCheckpointsAndTheResumedRunEndsWhereAnUn
   ExpectClose(FinalParams(straight), FinalParams(broken), 1e-6f);
   fs::remove_all(straight);
   fs::remove_all(broken);
+}
+
+// TFRecord training files split between two workers (at least as many files as workers):
+// each reads only its own, they agree on the steps of an epoch (the fewest either can take),
+// and a run stopped on one rank resumes to the same weights as an unbroken one.
+TEST(FileShardTest, WorkersReadTheirOwnFilesAndResumeExactly) {
+  const std::string data_dir = TempDir("shards");
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> noise(0, 0.3f);
+  const int per_file[] = {100, 60, 90, 80, 70};  // worker 0: 100 + 90 + 70, worker 1: 60 + 80
+  for (int f = 0; f < 5; ++f) {
+    auto w = RecordWriter::Create(data_dir + "/part-" + std::to_string(f) + ".tfrecord");
+    ASSERT_TRUE(w.ok());
+    for (int i = 0; i < per_file[f]; ++i) {
+      const int label = (f * 7 + i) % 10;
+      tfexample::Example e;
+      auto& feats = *e.mutable_features()->mutable_feature();
+      for (int k = 0; k < 784; ++k) {
+        feats["x"].mutable_float_list()->add_value((k % 10 == label ? 1.0f : 0.0f) + noise(rng));
+      }
+      feats["y"].mutable_int64_list()->add_value(label);
+      ASSERT_TRUE((*w)->Write(e.SerializeAsString()).ok());
+    }
+    ASSERT_TRUE((*w)->Close().ok());
+  }
+  std::ofstream(data_dir + "/spec.json")
+      << R"({"format": "tfrecord", "files": ")" << data_dir << R"(/part-*.tfrecord",
+             "features": {"x": {"dtype": "float32", "shape": [784]}, "y": {"dtype": "int64"}},
+             "input": "x", "label": "y"})";
+  auto config = [&](const std::string& dir) {
+    TrainerConfig c = Config(dir, "adam", 32, 20);
+    c.dataset = "spec";
+    c.data_spec = data_dir + "/spec.json";
+    return c;
+  };
+  const std::string straight = TempDir("shard-straight"), broken = TempDir("shard-broken");
+  std::vector<Datasets> parts;
+  for (int rank = 0; rank < 2; ++rank) {
+    absl::StatusOr<Datasets> d = LoadDatasets(config(straight), {.index = rank, .count = 2});
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_TRUE(d->train_sharded);
+    parts.push_back(std::move(*d));
+  }
+  EXPECT_EQ(parts[0].train.size(), 260);
+  EXPECT_EQ(parts[1].train.size(), 140);
+  // Five files for six workers: every worker reads every file.
+  absl::StatusOr<Datasets> whole = LoadDatasets(config(straight), {.index = 1, .count = 6});
+  ASSERT_TRUE(whole.ok());
+  EXPECT_FALSE(whole->train_sharded);
+  EXPECT_EQ(whole->train.size(), 400);
+
+  auto run = [&](const TrainerConfig& c, std::function<bool(int)> stop) {
+    auto members = InProcess(2);
+    std::vector<absl::StatusOr<TrainResult>> out(2, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&, i] {
+        Replica r{.comm = members[i].get(), .evaluate = false};
+        if (stop) r.stop_requested = [&, i] { return stop(i); };
+        out[i] = RunReplica(c, parts[static_cast<size_t>(i)], r);
+        if (!out[i].ok() && !absl::IsCancelled(out[i].status())) {
+          members[i]->Abort(out[i].status());
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    return out;
+  };
+  // 140 / 16 = 8 steps an epoch for both (worker 0 could take 16): 20 steps are 2.5 epochs.
+  for (auto& r : run(config(straight), nullptr)) ASSERT_TRUE(r.ok()) << r.status();
+  {
+    std::vector<std::string> skipped;
+    auto ck = LoadLatestCheckpoint(straight, &skipped);
+    ASSERT_TRUE(ck.ok() && ck->has_value());
+    EXPECT_EQ((*ck)->epoch, 2);  // 20 steps at 8 an epoch
+    EXPECT_EQ((*ck)->epoch_step, 4);
+  }
+  TrainerConfig b = config(broken);
+  b.checkpoint_every = 100;
+  std::atomic<int> asked{0};
+  auto stopped = run(b, [&](int rank) { return rank == 0 && asked.fetch_add(1) >= 11; });
+  for (auto& r : stopped) ASSERT_TRUE(absl::IsCancelled(r.status())) << r.status();
+  for (auto& r : run(b, nullptr)) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->resumed_from, 11);
+  }
+  ExpectClose(FinalParams(straight), FinalParams(broken), 0.0f);
+  fs::remove_all(straight);
+  fs::remove_all(broken);
+  fs::remove_all(data_dir);
 }
 
 TEST(PeerLostTest, AReplicaWhoseGroupIsAbortedEndsWithPeerLost) {

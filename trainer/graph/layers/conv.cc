@@ -38,6 +38,21 @@ AxisGeometry WindowAxis(int64_t in, int64_t kernel, int64_t stride, int64_t dila
   return {0, 0};
 }
 
+AxisGeometry TransposeAxis(int64_t in, int64_t kernel, int64_t stride, Padding p,
+                           std::optional<int64_t> output_padding) {
+  if (in < 0) return {-1, 0};
+  const int64_t k = kernel, s = stride;
+  int64_t out;
+  if (!output_padding) {
+    out = p == Padding::kSame ? in * s : in * s + std::max<int64_t>(k - s, 0);
+  } else {
+    const int64_t pad = p == Padding::kSame ? k / 2 : 0;
+    out = (in - 1) * s + k - 2 * pad + *output_padding;
+  }
+  const int64_t before = p == Padding::kSame ? std::max<int64_t>((in - 1) * s + k - out, 0) / 2 : 0;
+  return {out, before};
+}
+
 namespace {
 
 constexpr int kAxes = 3;
@@ -673,20 +688,11 @@ class ConvTranspose final : public WindowLayer, public HasOptions<ConvTransposeO
   // before; valid pads nothing.
   int64_t OutLength(int a, int64_t in, int64_t* pad_before) const {
     const auto i = static_cast<size_t>(a);
-    const int64_t k = o_.kernel_size[i], s = o_.strides[i];
-    *pad_before = 0;
-    if (in < 0) return -1;
-    int64_t out;
-    if (!o_.output_padding) {
-      out = o_.padding == Padding::kSame ? in * s : in * s + std::max<int64_t>(k - s, 0);
-    } else {
-      const int64_t pad = o_.padding == Padding::kSame ? k / 2 : 0;
-      out = (in - 1) * s + k - 2 * pad + (*o_.output_padding)[i];
-    }
-    if (o_.padding == Padding::kSame) {
-      *pad_before = std::max<int64_t>((in - 1) * s + k - out, 0) / 2;
-    }
-    return out;
+    const AxisGeometry g = TransposeAxis(
+        in, o_.kernel_size[i], o_.strides[i], o_.padding,
+        o_.output_padding ? std::optional<int64_t>((*o_.output_padding)[i]) : std::nullopt);
+    *pad_before = g.pad_before;
+    return g.out;
   }
 
   // The convolution geometry: its input is this layer's output (channels = filters), its

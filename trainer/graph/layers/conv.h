@@ -49,6 +49,12 @@ struct AxisGeometry {
   int64_t pad_before = 0;
 };
 AxisGeometry WindowAxis(int64_t in, int64_t kernel, int64_t stride, int64_t dilation, Padding p);
+// A transposed convolution's output length along one axis (-1 for an open `in`) and the
+// padding cut before its first output: Keras's deconv_output_length (dilation 1; same: in *
+// stride, valid: in * stride + max(k - stride, 0), or from `output_padding` when given) and
+// TensorFlow's split of the padding (same: max((in - 1) * s + k - out, 0), half before).
+AxisGeometry TransposeAxis(int64_t in, int64_t kernel, int64_t stride, Padding p,
+                           std::optional<int64_t> output_padding);
 
 struct ConvOptions {
   int rank = 2;  // 1, 2 or 3 spatial axes
