@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "trainer/data/tfrecord_dataset.h"
 
 namespace lockstep::trainer {
 namespace {
@@ -68,11 +67,12 @@ absl::StatusOr<std::vector<std::string>> SplitCsvLine(const std::string& line, c
   return out;
 }
 
-absl::StatusOr<Dataset> LoadCsv(const std::string& glob, const DataSpec& spec,
-                                std::vector<std::string>* files_out) {
-  absl::StatusOr<std::vector<std::string>> files = MatchFiles(glob);
-  if (!files.ok()) return files.status();
-  if (files_out != nullptr) *files_out = *files;
+absl::StatusOr<Dataset> LoadCsv(const std::string& glob, const DataSpec& spec, FileSet* files_out,
+                                FileShard shard) {
+  absl::StatusOr<FileSet> set = ShardedFiles(glob, shard);
+  if (!set.ok()) return set.status();
+  if (files_out != nullptr) *files_out = *set;
+  const std::vector<std::string>* files = &set->files;
   std::vector<std::string> columns = spec.columns;  // fixed by the first file's header
   std::vector<size_t> inputs;
   size_t label = 0;

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "trainer/data/data_spec.h"
 #include "trainer/data/dataset.h"
+#include "trainer/data/files.h"
 
 namespace lockstep::trainer {
 
@@ -20,7 +21,8 @@ absl::StatusOr<std::vector<std::string>> SplitCsvLine(const std::string& line, c
 // the file and line: a row with the wrong number of fields, a field that is not a number (or
 // empty without "missing"), a label that is not a class id or not in label_vocabulary, a header
 // that differs from the first file's or lacks a named column.
+// `shard`: this worker's part of the files (files.h); `files` gets the files read.
 absl::StatusOr<Dataset> LoadCsv(const std::string& glob, const DataSpec& spec,
-                                std::vector<std::string>* files = nullptr);
+                                FileSet* files = nullptr, FileShard shard = {});
 
 }  // namespace lockstep::trainer

@@ -52,12 +52,25 @@ TEST_F(CsvTest, ReadsRowsAcrossFilesWithVocabularyAndMissingValues) {
                               {"input", {"sepal_width", "sepal_length"}},
                               {"label_vocabulary", {"setosa", "versicolor", "virginica"}},
                               {"missing", -1}});
-  std::vector<std::string> files;
+  FileSet files;
   absl::StatusOr<Dataset> d = LoadCsv(spec.files, spec, &files);
   ASSERT_TRUE(d.ok()) << d.status();
-  EXPECT_EQ(files.size(), 2u);
+  EXPECT_EQ(files.files.size(), 2u);
+  EXPECT_FALSE(files.sharded);
   EXPECT_EQ(d->images, Tensor({3, 2}, {3.5f, 5.1f, 3.0f, 4.9f, -1.0f, 7.0f}));
   EXPECT_EQ(d->labels, (std::vector<int32_t>{0, 1, 2}));
+  // Two files for two workers: the second reads the second file only; for three, every file.
+  absl::StatusOr<Dataset> second = LoadCsv(spec.files, spec, &files, {.index = 1, .count = 2});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(files.sharded);
+  EXPECT_EQ(files.matched, 2);
+  ASSERT_EQ(files.files.size(), 1u);
+  EXPECT_EQ(second->size() + LoadCsv(spec.files, spec, nullptr, {.index = 0, .count = 2})->size(),
+            3);
+  absl::StatusOr<Dataset> all = LoadCsv(spec.files, spec, &files, {.index = 2, .count = 3});
+  ASSERT_TRUE(all.ok());
+  EXPECT_FALSE(files.sharded);
+  EXPECT_EQ(all->size(), 3);
 }
 
 TEST_F(CsvTest, DefaultInputsAndNoHeader) {

@@ -1,7 +1,5 @@
 #include "trainer/data/tfrecord_dataset.h"
 
-#include <glob.h>
-
 #include <algorithm>
 #include <cmath>
 
@@ -72,20 +70,6 @@ absl::Status Extract(const tfexample::Example& e, const FeatureSpec& spec, const
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> MatchFiles(const std::string& pattern) {
-  glob_t g{};
-  const int rc = glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
-  std::vector<std::string> out;
-  if (rc == 0) {
-    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
-  }
-  globfree(&g);
-  if (rc == GLOB_ABORTED) return absl::DataLossError("cannot read the directories of " + pattern);
-  if (out.empty()) return absl::NotFoundError("no file matches " + pattern);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 namespace {
 
 // One file's examples: its rows and labels, and the corrupt records skipped.
@@ -146,21 +130,14 @@ absl::Status ReadFile(const std::string& file, const DataSpec& spec, int threads
 
 absl::StatusOr<Dataset> LoadTfRecords(const std::string& glob, const DataSpec& spec,
                                       TfRecordReport* report, int threads, FileShard shard) {
-  absl::StatusOr<std::vector<std::string>> files = MatchFiles(glob);
-  if (!files.ok()) return files.status();
+  absl::StatusOr<FileSet> set = ShardedFiles(glob, shard);
+  if (!set.ok()) return set.status();
   TfRecordReport local;
   TfRecordReport& r = report != nullptr ? *report : local;
-  r.matched = static_cast<int64_t>(files->size());
-  if (shard.count > 1 && files->size() >= static_cast<size_t>(shard.count)) {
-    std::vector<std::string> mine;
-    for (size_t k = static_cast<size_t>(shard.index); k < files->size();
-         k += static_cast<size_t>(shard.count)) {
-      mine.push_back((*files)[k]);
-    }
-    *files = std::move(mine);
-    r.sharded = true;
-  }
-  r.files = *files;
+  r.matched = set->matched;
+  r.sharded = set->sharded;
+  r.files = set->files;
+  const std::vector<std::string>* files = &r.files;
   if (threads <= 0) threads = DecodeThreads();
   // Files read side by side (each file's reading is sequential), the threads left over decoding
   // within each; the rows then joined in file order.

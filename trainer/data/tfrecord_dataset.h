@@ -11,17 +11,9 @@
 #include "absl/status/statusor.h"
 #include "trainer/data/data_spec.h"
 #include "trainer/data/dataset.h"
+#include "trainer/data/files.h"
 
 namespace lockstep::trainer {
-
-// This worker's part of the files, as tf.data's AutoShardPolicy.FILE gives it: with at least
-// as many files as workers, worker `index` of `count` reads files index, index + count, ... of
-// the sorted list; with fewer files, every worker reads every file (and the batcher splits the
-// records).
-struct FileShard {
-  int index = 0;
-  int count = 1;
-};
 
 struct TfRecordReport {
   std::vector<std::string> files;  // the files read
@@ -30,9 +22,6 @@ struct TfRecordReport {
   int64_t records = 0;             // read into the dataset
   int64_t skipped = 0;             // corrupt, skipped (skip_corrupt)
 };
-
-// The files `glob` matches, sorted; NotFound "no file matches GLOB" when there are none.
-absl::StatusOr<std::vector<std::string>> MatchFiles(const std::string& glob);
 
 // Every record of the files `glob` matches. DataLoss names the file, the record and its
 // offset: a corrupt record (unless spec.skip_corrupt), a record that is not a tf.train.Example,

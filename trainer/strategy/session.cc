@@ -54,7 +54,8 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& e
         " values per example; --model " + c.model + " takes " + ShapeString(example) + " (" +
         std::to_string(NumElements(example)) + ")");
   }
-  int64_t skipped = 0;  // corrupt TFRecord records (skip_corrupt)
+  int64_t skipped = 0;   // corrupt TFRecord records (skip_corrupt)
+  bool sharded = false;  // the training files split by file (FileShard)
   // Shapes the examples as the model's input and checks the labels; `what` names the source.
   auto fit = [&](Dataset& d, const std::string& what) -> absl::Status {
     if (d.size() > 0 && d.example_size() != NumElements(example)) {
@@ -79,7 +80,6 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& e
     }
     return absl::OkStatus();
   };
-  bool sharded = false;
   auto records = [&](const std::string& glob, Dataset* out, FileShard part) -> absl::Status {
     TfRecordReport report;
     absl::StatusOr<Dataset> loaded = LoadTfRecords(glob, *spec, &report, 0, part);
@@ -103,11 +103,16 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& e
     *out = std::move(*loaded);
     return fit(*out, x);
   };
-  auto rows = [&](const std::string& glob, Dataset* out) -> absl::Status {
-    std::vector<std::string> files;
-    absl::StatusOr<Dataset> loaded = LoadCsv(glob, *spec, &files);
+  auto rows = [&](const std::string& glob, Dataset* out, FileShard part) -> absl::Status {
+    FileSet files;
+    absl::StatusOr<Dataset> loaded = LoadCsv(glob, *spec, &files, part);
     if (!loaded.ok()) return loaded.status();
-    common::LogInfo("data", loaded->size(), " rows from ", files.size(), " file(s) of ", glob);
+    sharded = sharded || files.sharded;
+    common::LogInfo("data", loaded->size(), " rows from ", files.files.size(), " file(s) of ", glob,
+                    files.sharded
+                        ? absl::StrCat(" (worker ", part.index, " of ", part.count, "'s ",
+                                       files.files.size(), " of ", files.matched, " files)")
+                        : "");
     *out = std::move(*loaded);
     return fit(*out, glob);
   };
@@ -144,9 +149,10 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& e
       }
     }
   } else if (spec->format == DataFormat::kCsv) {
-    if (absl::Status s = rows(spec->files, &d.train); !s.ok()) return s;
+    const FileShard part = spec->validation_split > 0 ? FileShard{} : shard;
+    if (absl::Status s = rows(spec->files, &d.train, part); !s.ok()) return s;
     if (!spec->validation_files.empty()) {
-      if (absl::Status s = rows(spec->validation_files, &d.test); !s.ok()) return s;
+      if (absl::Status s = rows(spec->validation_files, &d.test, {}); !s.ok()) return s;
     }
   } else if (spec->format == DataFormat::kTfRecord) {
     const FileShard part = spec->validation_split > 0 ? FileShard{} : shard;
