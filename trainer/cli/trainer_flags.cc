@@ -142,6 +142,12 @@ Strategies (LOCKSTEP_STRATEGY, or --strategy):
   --cross-device-ops=all-reduce|hierarchical-copy|reduce-to-one-device   (Mirrored)
   --peer-timeout=SECONDS          a peer silent this long is lost (default 30)
   --collective-timeout=SECONDS    a collective with no progress this long fails (default 300)
+  --recovery=InPlace|RestartGroup MultiWorkerMirrored after a lost peer: InPlace keeps the
+                                  survivors' state and waits for the replacement; RestartGroup
+                                  exits for a group restart from the last checkpoint (default
+                                  LOCKSTEP_RECOVERY, else RestartGroup)
+  --rejoin-timeout=SECONDS        InPlace: how long survivors wait for the group to re-form
+                                  before exiting, retryable (default 300)
   --ps-mode=async|sync            ParameterServer updates (default async)
   --backup-workers=B              sync mode: each step takes the first N-B workers' gradients
 
@@ -164,6 +170,7 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
   TrainerConfig c;
   bool lr_set = false, dataset_set = false;
   std::optional<std::string> strategy;
+  std::optional<std::string> recovery;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
     if (arg.rfind("--", 0) != 0) {
@@ -283,6 +290,10 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
       s = positive(&c.peer_timeout_seconds);
     } else if (name == "collective-timeout") {
       s = positive(&c.collective_timeout_seconds);
+    } else if (name == "recovery") {
+      recovery = value;
+    } else if (name == "rejoin-timeout") {
+      s = positive(&c.rejoin_timeout_seconds);
     } else if (name == "device") {
       s = ParseInto(name, ParseDevice(value), &c.device);
     } else if (name == "precision") {
@@ -340,6 +351,15 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
       return absl::InvalidArgumentError("strategy " + std::string(parsed.status().message()));
     }
     c.strategy = *parsed;
+  }
+  if (!recovery) {
+    if (std::string r = get("LOCKSTEP_RECOVERY"); !r.empty()) recovery = r;
+  }
+  if (recovery) {
+    if (*recovery != "InPlace" && *recovery != "RestartGroup") {
+      return Bad("recovery", *recovery, "InPlace or RestartGroup");
+    }
+    c.recover_in_place = *recovery == "InPlace";
   }
   c.job_token = get("LOCKSTEP_JOB_TOKEN");
   if (c.tensorboard_dir.empty()) c.tensorboard_dir = get("AIP_TENSORBOARD_LOG_DIR");

@@ -82,6 +82,20 @@ TEST(TrainerFlagsTest, StrategyFlagsAndTheJobToken) {
   EXPECT_EQ(c->ps_mode, PsMode::kSync);
   EXPECT_EQ(c->backup_workers, 1);
   EXPECT_EQ(c->job_token, "s3cret");
+  EXPECT_FALSE(c->recover_in_place);  // RestartGroup unless the operator or a flag says so
+  EXPECT_EQ(c->rejoin_timeout_seconds, 300);
+}
+
+TEST(TrainerFlagsTest, RecoveryFromTheOperatorsVariableOrTheFlag) {
+  absl::StatusOr<TrainerConfig> env =
+      ParseTrainerConfig({"--rejoin-timeout=45"}, {{"LOCKSTEP_RECOVERY", "InPlace"}});
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_TRUE(env->recover_in_place);
+  EXPECT_EQ(env->rejoin_timeout_seconds, 45);
+  absl::StatusOr<TrainerConfig> flag =
+      ParseTrainerConfig({"--recovery=RestartGroup"}, {{"LOCKSTEP_RECOVERY", "InPlace"}});
+  ASSERT_TRUE(flag.ok()) << flag.status();
+  EXPECT_FALSE(flag->recover_in_place);  // the flag wins
 }
 
 TEST(TrainerFlagsTest, GpuFlags) {
@@ -125,6 +139,11 @@ TEST(TrainerFlagsTest, ErrorsNameTheFlagOrVariable) {
            {{"--ps-mode=eventual"}, {}, "--ps-mode"},
            {{"--backup-workers=-1"}, {}, "--backup-workers"},
            {{"--peer-timeout=0"}, {}, "--peer-timeout"},
+           {{"--recovery=Sometimes"},
+            {},
+            "--recovery: \"Sometimes\" is not InPlace or RestartGroup"},
+           {{}, {{"LOCKSTEP_RECOVERY", "inplace"}}, "--recovery: \"inplace\""},
+           {{"--rejoin-timeout=0"}, {}, "--rejoin-timeout"},
            {{"--device=tpu"}, {}, "--device"},
            {{"--precision=fp8"}, {}, "--precision"},
            {{"--tf32=maybe"}, {}, "--tf32"},
@@ -261,6 +280,21 @@ TEST(ProgressTrackerTest, CountsTheCorruptRecordsSkipped) {
   EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_corrupt_records_skipped 0\n"));
   p.SetCorruptRecordsSkipped(3);
   EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_corrupt_records_skipped 3\n"));
+}
+
+TEST(ProgressTrackerTest, KeepsTheLastRecoveries) {
+  ProgressTracker p(100);
+  EXPECT_FALSE(p.ProgressJson().contains("recoveries"));
+  for (int i = 1; i <= 12; ++i) {
+    p.Recovered({.epoch = i, .replaced = "worker 1", .seconds = 0.5 * i, .resumed_step = 10 * i});
+  }
+  nlohmann::json j = p.ProgressJson();
+  ASSERT_EQ(j["recoveries"].size(), 10u);  // the last ten
+  EXPECT_EQ(j["recoveries"][0]["epoch"], 3);
+  EXPECT_EQ(j["recoveries"][9]["resumedStep"], 120);
+  EXPECT_EQ(j["recoveries"][9]["replaced"], "worker 1");
+  EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_recoveries 12\n"));
+  EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_last_recovery_seconds 6\n"));
 }
 
 }  // namespace

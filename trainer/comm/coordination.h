@@ -2,14 +2,25 @@
 // Coordination of a multi-worker job over gRPC (trainer/proto/coordination.proto). The chief
 // (else worker 0) runs the server on its TF_CONFIG address; every task, the server's own
 // included, is a client:
-//   Join      rendezvous of the whole group (rank, world size);
+//   Join      rendezvous of the whole group (rank, world size) into a membership epoch;
 //   Barrier   named barriers;
 //   Set/Get   a key-value store for bootstrap data (each rank's ring address);
 //   heartbeats every interval. The server declares a rank lost when it has not heard from it
-//             for the peer timeout, and says so in every heartbeat answer; a client that hears
-//             it, or cannot reach the server for the peer timeout, reports PeerLost through its
-//             callback (the strategy then aborts its collectives and the trainer exits with a
-//             retryable code). A stop request (SIGTERM) travels the same way.
+//             for the peer timeout; a client that hears it, or cannot reach the server for the
+//             peer timeout, reports PeerLost through its callback (the strategy then aborts its
+//             collectives and the trainer exits with a retryable code). A stop request
+//             (SIGTERM) travels the same way.
+//
+// Membership epochs (in-place recovery). The group forms epoch 0 when every rank has joined.
+// A Join while the group is formed begins the next epoch: a survivor whose collective failed
+// rejoins, and so does the replacement of a lost rank (a new process: a new incarnation).
+// The epoch forms when every rank has joined it again; its answer names the ranks whose
+// process changed. Heartbeat answers carry the epoch, so a task still blocked in the old
+// epoch's collectives hears of the new one (the strategy aborts them and rejoins). With
+// `recover_in_place`, a rank silent for the peer timeout begins a new epoch instead of ending
+// the group, and the survivors wait for its replacement. Barriers and keys belong to the
+// epoch they were made in: a wait in an older epoch ends with Aborted. A process whose rank
+// was taken over by a newer incarnation hears that it is lost.
 // Every call presents the job token; the server refuses others.
 // Thread-safety: thread-safe.
 
@@ -18,6 +29,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -30,6 +42,9 @@ class CoordinationServer {
     int world_size = 1;
     std::string token;
     absl::Duration peer_timeout = absl::Seconds(30);
+    // A silent rank begins a new membership epoch (the group waits for its replacement)
+    // rather than ending the group.
+    bool recover_in_place = false;
   };
   // Listens on host:port (port 0 picks one).
   static absl::StatusOr<std::unique_ptr<CoordinationServer>> Start(const std::string& host,
@@ -44,22 +59,35 @@ class CoordinationServer {
   std::unique_ptr<Impl> impl_;
 };
 
+// A formed membership epoch, as Join answers it.
+struct Membership {
+  int64_t epoch = 0;
+  std::vector<int> replaced;  // ranks whose process changed since the previous epoch
+  std::string why;            // what began the epoch ("" for the first)
+};
+
 class CoordinationClient {
  public:
   CoordinationClient(const std::string& address, std::string token, int rank, int world_size,
                      std::string task);
   ~CoordinationClient();
 
-  // Waits for the server to come up and every rank to join, up to `timeout`.
-  absl::Status Join(absl::Duration timeout);
+  // Waits for the server to come up and every rank to join, up to `timeout`. The first call
+  // joins as a new process; a later one (after a collective failed) begins or joins the next
+  // epoch. Keys and barriers from then on belong to the epoch joined.
+  absl::StatusOr<Membership> Join(absl::Duration timeout);
+  int64_t epoch() const { return epoch_; }
   absl::Status Barrier(const std::string& name, absl::Duration timeout);
   absl::Status Set(const std::string& key, const std::string& value);
   absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout);
 
   // Starts heartbeats; `on_lost` is called once, from the heartbeat thread, with an
-  // Unavailable status naming the lost peer.
+  // Unavailable status naming the lost peer (heartbeats then end). `on_new_epoch`, when set,
+  // is called from that thread whenever the group has begun an epoch newer than this task's,
+  // with what began it.
   void StartHeartbeats(absl::Duration interval, absl::Duration peer_timeout,
-                       std::function<void(absl::Status)> on_lost);
+                       std::function<void(absl::Status)> on_lost,
+                       std::function<void(int64_t, const std::string&)> on_new_epoch = nullptr);
   // The next heartbeats tell the group this task was asked to stop.
   void RequestStop() { stop_requested_ = true; }
   // Some task of the group was asked to stop.
@@ -71,6 +99,8 @@ class CoordinationClient {
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> stop_seen_{false};
   std::atomic<bool> quit_{false};
+  std::atomic<int64_t> epoch_{-1};
+  const uint64_t incarnation_;
   std::thread heartbeat_;
 };
 

@@ -1,5 +1,6 @@
-// The coordination service: rendezvous, barriers, the key-value store, the job token, and
-// heartbeats that turn a silent peer or a stop request into news for every task.
+// The coordination service: rendezvous, barriers, the key-value store, the job token,
+// heartbeats that turn a silent peer or a stop request into news for every task, and the
+// membership epochs of in-place recovery.
 #include "trainer/comm/coordination.h"
 
 #include <future>
@@ -16,10 +17,13 @@ struct Group {
   std::string address;
 };
 
-Group MakeGroup(int n, absl::Duration peer_timeout = absl::Seconds(30)) {
+Group MakeGroup(int n, absl::Duration peer_timeout = absl::Seconds(30), bool in_place = false) {
   Group g;
-  auto s = CoordinationServer::Start(
-      "127.0.0.1", 0, {.world_size = n, .token = "tok", .peer_timeout = peer_timeout});
+  auto s = CoordinationServer::Start("127.0.0.1", 0,
+                                     {.world_size = n,
+                                      .token = "tok",
+                                      .peer_timeout = peer_timeout,
+                                      .recover_in_place = in_place});
   EXPECT_TRUE(s.ok()) << s.status();
   g.server = std::move(*s);
   g.address = "127.0.0.1:" + std::to_string(g.server->port());
@@ -33,7 +37,8 @@ Group MakeGroup(int n, absl::Duration peer_timeout = absl::Seconds(30)) {
 absl::Status JoinAll(Group& g) {
   std::vector<std::future<absl::Status>> f;
   for (auto& c : g.clients) {
-    f.push_back(std::async(std::launch::async, [&c] { return c->Join(absl::Seconds(20)); }));
+    f.push_back(
+        std::async(std::launch::async, [&c] { return c->Join(absl::Seconds(20)).status(); }));
   }
   absl::Status first;
   for (auto& x : f) {
@@ -46,7 +51,7 @@ absl::Status JoinAll(Group& g) {
 TEST(CoordinationTest, JoinWaitsForEveryRankAndKeysTravel) {
   Group g = MakeGroup(3);
   // Alone, a join cannot complete.
-  EXPECT_EQ(g.clients[0]->Join(absl::Milliseconds(300)).code(),
+  EXPECT_EQ(g.clients[0]->Join(absl::Milliseconds(300)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
   ASSERT_TRUE(JoinAll(g).ok());
   // Get blocks until somebody sets the key.
@@ -75,7 +80,7 @@ TEST(CoordinationTest, BarrierReleasesOnlyWhenAllArrive) {
 TEST(CoordinationTest, CallsWithoutTheJobTokenAreRefused) {
   Group g = MakeGroup(1);
   CoordinationClient intruder(g.address, "guess", 0, 1, "intruder");
-  absl::Status s = intruder.Join(absl::Seconds(10));
+  absl::Status s = intruder.Join(absl::Seconds(10)).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
   EXPECT_EQ(intruder.Set("k", "v").code(), absl::StatusCode::kPermissionDenied);
   // The real member is unaffected, and the intruder's key was never stored.
@@ -125,6 +130,103 @@ TEST(CoordinationTest, AStopRequestReachesEveryTask) {
     absl::SleepFor(absl::Milliseconds(10));  // polling an outcome, bounded
   }
   EXPECT_TRUE(g.clients[0]->StopSeen());
+}
+
+// A survivor's rejoin begins epoch 1, which forms once every rank is in again, the lost rank
+// through its replacement (a new process); the answer names the replaced rank, and keys of
+// epoch 0 are not epoch 1's.
+TEST(CoordinationTest, ARejoinBeginsANewEpochThatTheReplacementCompletes) {
+  Group g = MakeGroup(3);
+  ASSERT_TRUE(JoinAll(g).ok());
+  EXPECT_EQ(g.clients[0]->epoch(), 0);
+  ASSERT_TRUE(g.clients[0]->Set("ring/0", "old:1").ok());
+  auto survivor0 =
+      std::async(std::launch::async, [&] { return g.clients[0]->Join(absl::Seconds(20)); });
+  auto survivor1 =
+      std::async(std::launch::async, [&] { return g.clients[1]->Join(absl::Seconds(20)); });
+  // Two of three: the epoch cannot form yet.
+  EXPECT_EQ(survivor0.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  CoordinationClient replacement(g.address, "tok", 2, 3, "worker 2");
+  absl::StatusOr<Membership> m = replacement.Join(absl::Seconds(20));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->epoch, 1);
+  EXPECT_EQ(m->replaced, std::vector<int>{2});
+  EXPECT_NE(m->why.find("lost a peer"), std::string::npos) << m->why;
+  for (auto* f : {&survivor0, &survivor1}) {
+    absl::StatusOr<Membership> s = f->get();
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->epoch, 1);
+    EXPECT_EQ(s->replaced, std::vector<int>{2});
+  }
+  EXPECT_EQ(g.clients[1]->Get("ring/0", absl::Milliseconds(200)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(g.clients[0]->Set("ring/0", "new:2").ok());
+  EXPECT_EQ(*replacement.Get("ring/0", absl::Seconds(1)), "new:2");
+}
+
+// A task waiting on a key or a barrier of epoch 0 hears at once that the group moved on.
+TEST(CoordinationTest, AWaitInAnOlderEpochEndsWhenTheGroupMovesOn) {
+  Group g = MakeGroup(2);
+  ASSERT_TRUE(JoinAll(g).ok());
+  auto key =
+      std::async(std::launch::async, [&] { return g.clients[1]->Get("never", absl::Seconds(30)); });
+  auto barrier =
+      std::async(std::launch::async, [&] { return g.clients[1]->Barrier("b", absl::Seconds(30)); });
+  auto rejoin =
+      std::async(std::launch::async, [&] { return g.clients[0]->Join(absl::Seconds(30)); });
+  ASSERT_EQ(key.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  absl::Status k = key.get().status();
+  EXPECT_EQ(k.code(), absl::StatusCode::kAborted) << k;
+  EXPECT_NE(k.message().find("membership changed"), std::string::npos) << k;
+  EXPECT_EQ(barrier.get().code(), absl::StatusCode::kAborted);
+  ASSERT_TRUE(g.clients[1]->Join(absl::Seconds(20)).ok());
+  ASSERT_TRUE(rejoin.get().ok());
+  EXPECT_EQ(g.clients[1]->epoch(), 1);
+}
+
+// In place: a silent rank begins a new epoch, which the heartbeats announce to the others
+// (their collectives are then aborted and they rejoin); nobody is told the group is lost. The
+// silent rank's old process, once replaced, is told it is lost.
+TEST(CoordinationTest, InPlaceASilentRankBeginsANewEpochAndItsOldProcessIsLost) {
+  Group g = MakeGroup(3, absl::Milliseconds(800), /*in_place=*/true);
+  ASSERT_TRUE(JoinAll(g).ok());
+  std::promise<std::pair<int64_t, std::string>> announced;
+  std::atomic<bool> told{false}, lost{false};
+  for (int r : {0, 1}) {
+    g.clients[r]->StartHeartbeats(
+        absl::Milliseconds(50), absl::Seconds(30), [&](absl::Status) { lost = true; },
+        [&](int64_t epoch, const std::string& why) {
+          if (!told.exchange(true)) announced.set_value({epoch, why});
+        });
+  }
+  auto f = announced.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  auto [epoch, why] = f.get();
+  EXPECT_EQ(epoch, 1);
+  EXPECT_NE(why.find("rank 2 (worker 2) sent no heartbeat"), std::string::npos) << why;
+  EXPECT_FALSE(lost);
+  // The survivors and a replacement form epoch 1.
+  CoordinationClient replacement(g.address, "tok", 2, 3, "worker 2");
+  std::vector<std::future<absl::StatusOr<Membership>>> joins;
+  joins.push_back(
+      std::async(std::launch::async, [&] { return g.clients[0]->Join(absl::Seconds(20)); }));
+  joins.push_back(
+      std::async(std::launch::async, [&] { return g.clients[1]->Join(absl::Seconds(20)); }));
+  joins.push_back(
+      std::async(std::launch::async, [&] { return replacement.Join(absl::Seconds(20)); }));
+  for (auto& j : joins) {
+    auto m = j.get();
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(m->epoch, 1);
+  }
+  // The old rank-2 process wakes up: it was replaced.
+  std::promise<absl::Status> old_lost;
+  g.clients[2]->StartHeartbeats(absl::Milliseconds(50), absl::Seconds(30),
+                                [&](absl::Status s) { old_lost.set_value(s); });
+  auto o = old_lost.get_future();
+  ASSERT_EQ(o.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_NE(o.get().message().find("taken over by a newer process"), std::string::npos);
+  EXPECT_FALSE(lost);
 }
 
 }  // namespace

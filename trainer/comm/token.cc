@@ -36,6 +36,8 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
       return absl::FailedPreconditionError(msg);
     case grpc::StatusCode::NOT_FOUND:
       return absl::NotFoundError(msg);
+    case grpc::StatusCode::ABORTED:
+      return absl::AbortedError(msg);
     default:
       return absl::UnavailableError(msg);
   }

@@ -90,6 +90,12 @@ struct TrainerConfig {
   CrossDeviceOps cross_device_ops = CrossDeviceOps::kAllReduce;
   int64_t peer_timeout_seconds = 30;         // heartbeats: a silent peer is lost after this
   int64_t collective_timeout_seconds = 300;  // a collective with no progress fails after this
+  // MultiWorkerMirrored after a lost peer (--recovery, else LOCKSTEP_RECOVERY): in place, the
+  // survivors keep their state and wait up to `rejoin_timeout_seconds` for the lost rank's
+  // replacement; otherwise every task exits (retryable) and the group restarts from a
+  // checkpoint.
+  bool recover_in_place = false;
+  int64_t rejoin_timeout_seconds = 300;
   // GPUs.
   Device device = Device::kAuto;
   Precision precision = Precision::kFloat32;

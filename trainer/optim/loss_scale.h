@@ -31,6 +31,19 @@ class LossScaler {
   int64_t skipped_steps() const { return skipped_; }
   int64_t finite_streak() const { return streak_; }
 
+  // What a replica joining a running group takes over (in-place recovery).
+  struct State {
+    float scale = 1.0f;
+    int64_t streak = 0;
+    int64_t skipped = 0;
+  };
+  State state() const { return {scale_, streak_, skipped_}; }
+  void set_state(const State& s) {
+    scale_ = s.scale;
+    streak_ = s.streak;
+    skipped_ = s.skipped;
+  }
+
  private:
   Options o_;
   float scale_;

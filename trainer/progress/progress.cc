@@ -42,6 +42,17 @@ void ProgressTracker::Step(int64_t step, int64_t epoch, double loss, double accu
   epoch_ = epoch;
 }
 
+namespace {
+constexpr size_t kKeptRecoveries = 10;
+}  // namespace
+
+void ProgressTracker::Recovered(RecoveryRecord r) {
+  std::lock_guard lock(mu_);
+  recoveries_.push_back(std::move(r));
+  if (recoveries_.size() > kKeptRecoveries) recoveries_.erase(recoveries_.begin());
+  ++recoveries_total_;
+}
+
 void ProgressTracker::Checkpointed(int64_t step) {
   std::lock_guard lock(mu_);
   last_checkpoint_ = step;
@@ -62,6 +73,18 @@ nlohmann::json ProgressTracker::ProgressJson() const {
     j["samplesPerSecond"] = recent_rate_;
   }
   if (last_checkpoint_) j["lastCheckpointStep"] = *last_checkpoint_;
+  for (const RecoveryRecord& r : recoveries_) {
+    j["recoveries"].push_back({{"epoch", r.epoch},
+                               {"replaced", r.replaced},
+                               {"cause", r.cause},
+                               {"detectedUnixSeconds", r.detected_unix},
+                               {"rendezvousSeconds", r.rendezvous_seconds},
+                               {"stateTransferSeconds", r.transfer_seconds},
+                               {"recoverySeconds", r.seconds},
+                               {"resumedStep", r.resumed_step},
+                               {"stepsLost", r.steps_lost},
+                               {"sourceRank", r.source_rank}});
+  }
   if (recent_rate_ > 0 && last_samples_ > 0 && total_ >= step_) {
     j["estimatedRemainingSeconds"] = static_cast<int64_t>(
         std::llround(static_cast<double>((total_ - step_) * last_samples_) / recent_rate_));
@@ -78,6 +101,10 @@ std::string ProgressTracker::MetricsText() const {
   m.AddGauge("lockstep_trainer_accuracy", "Training accuracy (moving average).");
   m.AddGauge("lockstep_trainer_samples_per_second", "Training throughput (moving average).");
   m.AddGauge("lockstep_trainer_last_checkpoint_step", "Step of the last checkpoint written.");
+  m.AddGauge("lockstep_trainer_recoveries",
+             "In-place recoveries of the group (a lost peer replaced without a restart).");
+  m.AddGauge("lockstep_trainer_last_recovery_seconds",
+             "The last in-place recovery: failure seen to the first step completed again.");
   m.AddGauge("lockstep_trainer_corrupt_records_skipped",
              "Corrupt TFRecord records skipped while reading the data (skip_corrupt).");
   {
@@ -90,6 +117,10 @@ std::string ProgressTracker::MetricsText() const {
     m.Set("lockstep_trainer_samples_per_second", {}, recent_rate_);
     m.Set("lockstep_trainer_corrupt_records_skipped", {},
           static_cast<double>(corrupt_records_skipped_));
+    m.Set("lockstep_trainer_recoveries", {}, static_cast<double>(recoveries_total_));
+    if (!recoveries_.empty()) {
+      m.Set("lockstep_trainer_last_recovery_seconds", {}, recoveries_.back().seconds);
+    }
     if (last_checkpoint_) {
       m.Set("lockstep_trainer_last_checkpoint_step", {}, static_cast<double>(*last_checkpoint_));
     }

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +17,21 @@
 #include "common/http_endpoints.h"
 
 namespace lockstep::trainer {
+
+// One in-place recovery of a MultiWorkerMirrored group, as the chief saw it. /progress lists
+// the last few; the operator copies them into status.recoveries.
+struct RecoveryRecord {
+  int64_t epoch = 0;              // the membership epoch the group re-formed into
+  std::string replaced;           // the tasks whose process changed ("worker 1"), "" if none
+  std::string cause;              // what began the epoch
+  double detected_unix = 0;       // wall clock when the chief saw the failure
+  double rendezvous_seconds = 0;  // failure seen -> group re-formed
+  double transfer_seconds = 0;    // -> every rank holds the state
+  double seconds = 0;             // failure seen -> the first step completed again
+  int64_t resumed_step = 0;       // the step training went on from
+  int64_t steps_lost = 0;         // completed steps not kept (the chief's before, less resumed)
+  int source_rank = 0;            // whose state every rank took
+};
 
 class ProgressTracker {
  public:
@@ -29,6 +45,7 @@ class ProgressTracker {
   void SetTotalSteps(int64_t total);
   // Corrupt records the data loading skipped (a data spec's skip_corrupt).
   void SetCorruptRecordsSkipped(int64_t n);
+  void Recovered(RecoveryRecord r);
 
   nlohmann::json ProgressJson() const;
   std::string MetricsText() const;
@@ -45,6 +62,8 @@ class ProgressTracker {
   std::optional<double> accuracy_;  // moving average
   std::optional<int64_t> last_checkpoint_;
   int64_t corrupt_records_skipped_ = 0;
+  std::vector<RecoveryRecord> recoveries_;  // the last kKeptRecoveries
+  int64_t recoveries_total_ = 0;
   int64_t steps_seen_ = 0;
   double steady_start_ = 0;
   int64_t steady_samples_ = 0;

@@ -3,7 +3,9 @@
 #include <array>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "trainer/comm/in_process.h"
 #include "trainer/comm/nccl.h"
@@ -22,6 +24,7 @@ struct Run {
   const Replica& r;
   Engine& engine;
   Updater& updater;
+  comm::Collective* comm = nullptr;  // r.comm, or the group's after a regroup
   int rank = 0;
   int size = 1;
   // The chief's TensorBoard runs (null elsewhere, or without --tensorboard-dir), and the data
@@ -29,6 +32,9 @@ struct Run {
   TrainingSummaries* summaries = nullptr;
   const Dataset* validation = nullptr;
   bool chief() const { return rank == 0; }
+  // A recovery whose first step has not completed yet (the chief records it then).
+  std::optional<RecoveryRecord> recovering;
+  double recovering_since = 0;  // monotonic seconds when the failure was seen
 };
 
 // The step trailer every replica all-reduces (so each slot is a sum over replicas): a stop
@@ -92,8 +98,8 @@ absl::Status RunSteps(Run& run, Batcher& batches, int64_t total, int64_t every, 
     trailer[kLossSum] = static_cast<float>(out->loss) * samples;  // loss x samples
     trailer[kCorrect] = static_cast<float>(out->correct);
     trailer[kSamples] = samples;
-    if (r.comm != nullptr) {
-      comm::WorkPtr tw = r.comm->AllReduce(trailer.data(), kTrailerSlots);
+    if (run.comm != nullptr) {
+      comm::WorkPtr tw = run.comm->AllReduce(trailer.data(), kTrailerSlots);
       absl::Status s = run.engine.FinishGradients(r.collective_timeout);
       if (s.ok()) s = tw->Wait(r.collective_timeout);
       if (!s.ok()) return PeerLost(s);
@@ -120,6 +126,14 @@ absl::Status RunSteps(Run& run, Batcher& batches, int64_t total, int64_t every, 
                        trailer[kCorrect] / trailer[kSamples],
                        static_cast<int64_t>(trailer[kSamples]), MonotonicSeconds());
     }
+    if (run.recovering) {
+      run.recovering->seconds = MonotonicSeconds() - run.recovering_since;
+      common::LogInfo("recovery", "every rank is stepping again at step ", pos.step, ", ",
+                      absl::StrFormat("%.2f", run.recovering->seconds),
+                      " s after the failure was seen");
+      if (r.progress) r.progress->Recovered(*run.recovering);
+      run.recovering.reset();
+    }
     if (run.summaries != nullptr) {
       if (absl::Status s = Summarize(run, pos, b.epoch, trailer, lr); !s.ok()) {
         common::LogWarning("tensorboard", "no more TensorBoard events this run: ", s.message());
@@ -133,58 +147,141 @@ absl::Status RunSteps(Run& run, Batcher& batches, int64_t total, int64_t every, 
   return absl::OkStatus();
 }
 
+// What a member of the group (as it is now) batches: its shard of every global batch, or, for
+// a replica reading its own files (Datasets::train_sharded), its own data alone, the replicas
+// taking the fewest steps per epoch any of them can. Collective when sharded: every member
+// calls it at the same point.
+absl::StatusOr<BatcherOptions> BatchingFor(const Run& run, const Datasets& data) {
+  const TrainerConfig& c = run.c;
+  if (c.batch_size % run.size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--batch-size ", c.batch_size, " does not divide evenly over ", run.size, " replicas"));
+  }
+  BatcherOptions bo{.global_batch = c.batch_size,
+                    .shard_index = run.rank,
+                    .shard_count = run.size,
+                    .seed = c.seed};
+  if (!data.train_sharded || run.comm == nullptr) return bo;
+  const int64_t local = c.batch_size / run.size;
+  std::vector<float> steps(static_cast<size_t>(run.size), 0.0f);
+  steps[static_cast<size_t>(run.rank)] = static_cast<float>(data.train.size() / local);
+  comm::WorkPtr w = run.comm->AllReduce(steps.data(), run.size);
+  if (absl::Status s = w->Wait(run.r.collective_timeout); !s.ok()) return PeerLost(s);
+  const auto fewest = static_cast<int64_t>(*std::min_element(steps.begin(), steps.end()));
+  if (fewest == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a worker's share of the training files holds fewer than a batch of ", local,
+        " examples (files are split between workers; use fewer workers or a smaller batch)"));
+  }
+  return BatcherOptions{.global_batch = local,
+                        .shard_index = 0,
+                        .shard_count = 1,
+                        .seed = c.seed + static_cast<uint64_t>(run.rank),
+                        .steps_per_epoch = fewest};
+}
+
+bool IsPeerLost(const absl::Status& s) {
+  return absl::IsAborted(s) && absl::StartsWith(s.message(), "peer lost");
+}
+
+// In-place recovery after `failed`: the group re-forms, every member takes over the state of
+// the one furthest along, and the replica goes on from there. On success `pos` is where
+// training goes on and run.comm the new group's collective.
+absl::Status Recover(Run& run, const absl::Status& failed, Position& pos) {
+  const double seen = MonotonicSeconds();
+  const int64_t before = pos.step;
+  RecoveryRecord rec{.detected_unix = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch())};
+  common::LogWarning("recovery", "a collective failed at step ", pos.step, " (", failed.message(),
+                     "); keeping this replica's state and waiting for the "
+                     "group to re-form");
+  absl::Status last = failed;
+  for (;;) {
+    absl::StatusOr<Regrouped> g = run.r.regroup(last);
+    if (!g.ok()) return g.status();
+    const double formed = MonotonicSeconds();
+    run.comm = g->comm;
+    run.rank = g->comm->rank();
+    run.size = g->comm->size();
+    if (absl::Status s = run.engine.Rebind(g->comm); !s.ok()) return s;
+    absl::StatusOr<RecoveredState> st =
+        SyncRecoveredState(run.engine, g->comm, pos, run.r.collective_timeout);
+    if (!st.ok() && IsPeerLost(st.status())) {
+      last = st.status();  // lost again while taking the state over: regroup again
+      continue;
+    }
+    if (!st.ok()) return st.status();
+    pos = st->at;
+    rec.epoch = g->epoch;
+    rec.replaced = g->replaced;
+    rec.cause = g->cause;
+    rec.rendezvous_seconds = formed - seen;
+    rec.transfer_seconds = MonotonicSeconds() - formed;
+    rec.resumed_step = pos.step;
+    rec.steps_lost = std::max<int64_t>(0, before - pos.step);
+    rec.source_rank = st->source;
+    common::LogInfo("recovery", "the group re-formed in epoch ", g->epoch,
+                    g->replaced.empty() ? "" : " with a new " + g->replaced, " after ",
+                    absl::StrFormat("%.2f", rec.rendezvous_seconds), " s; rank ", st->source,
+                    "'s state taken over in ", absl::StrFormat("%.2f", rec.transfer_seconds),
+                    " s; going on from step ", pos.step, " (", rec.steps_lost,
+                    " completed steps lost)");
+    run.recovering = rec;
+    run.recovering_since = seen;
+    return absl::OkStatus();
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& data,
                                        const Replica& r) {
   const int rank = r.comm ? r.comm->rank() : 0;
   const int size = r.comm ? r.comm->size() : 1;
-  if (c.batch_size % size != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--batch-size ", c.batch_size, " does not divide evenly over ", size, " replicas"));
-  }
   absl::StatusOr<std::unique_ptr<Engine>> made = MakeEngine(c, r.placement, r.device, r.comm);
   if (!made.ok()) return made.status();
   Engine& engine = **made;
 
-  // 1. Everybody starts from the chief's state.
-  absl::StatusOr<InitialState> start = SyncInitialState(c, engine, r.comm, r.collective_timeout);
-  if (!start.ok()) return start.status();
+  // 1. Everybody starts from the chief's state, or, joining a running group, from the group's.
   TrainResult result;
-  Position pos = start->at;
-  if (start->resumed) {
-    result.resumed_from = pos.step;
-    if (r.progress) r.progress->Checkpointed(pos.step);
-    if (rank == 0) {
-      common::LogInfo("checkpoint", "resumed from step ", pos.step, " (epoch ", pos.epoch, ")");
+  Position pos;
+  if (r.replacement) {
+    absl::StatusOr<RecoveredState> st =
+        SyncRecoveredState(engine, r.comm, std::nullopt, r.collective_timeout);
+    if (!st.ok()) return st.status();
+    pos = st->at;
+    common::LogInfo("recovery", "joined the running group: rank ", st->source,
+                    "'s state taken over at step ", pos.step);
+  } else {
+    absl::StatusOr<InitialState> start = SyncInitialState(c, engine, r.comm, r.collective_timeout);
+    if (!start.ok()) return start.status();
+    pos = start->at;
+    if (start->resumed) {
+      result.resumed_from = pos.step;
+      if (r.progress) r.progress->Checkpointed(pos.step);
+      if (rank == 0) {
+        common::LogInfo("checkpoint", "resumed from step ", pos.step, " (epoch ", pos.epoch, ")");
+      }
     }
   }
 
-  // 2. This replica's shard of every global batch, and how long the run is. A replica reading
-  // its own files (Datasets::train_sharded) batches them alone; the replicas take the fewest
-  // steps per epoch any of them can.
-  BatcherOptions bo{
-      .global_batch = c.batch_size, .shard_index = rank, .shard_count = size, .seed = c.seed};
-  if (data.train_sharded && r.comm != nullptr) {
-    const int64_t local = c.batch_size / size;
-    std::vector<float> steps(static_cast<size_t>(size), 0.0f);
-    steps[static_cast<size_t>(rank)] = static_cast<float>(data.train.size() / local);
-    comm::WorkPtr w = r.comm->AllReduce(steps.data(), size);
-    if (absl::Status s = w->Wait(r.collective_timeout); !s.ok()) return PeerLost(s);
-    const auto fewest = static_cast<int64_t>(*std::min_element(steps.begin(), steps.end()));
-    if (fewest == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "a worker's share of the training files holds fewer than a batch of ", local,
-          " examples (files are split between workers; use fewer workers or a smaller batch)"));
-    }
-    bo = {.global_batch = local,
-          .shard_index = 0,
-          .shard_count = 1,
-          .seed = c.seed + static_cast<uint64_t>(rank),
-          .steps_per_epoch = fewest};
-  }
-  Batcher batches(&data.train, bo, pos.epoch, pos.epoch_step);
-  const int64_t per_epoch = batches.steps_per_epoch();
+  // The variables are updated on every replica, or centrally.
+  std::unique_ptr<Updater> updater = r.central_variables && r.comm != nullptr
+                                         ? MakeCentralUpdater(&engine, r.comm, r.collective_timeout)
+                                         : MakeReplicatedUpdater(&engine);
+  Run run{.c = c,
+          .r = r,
+          .engine = engine,
+          .updater = *updater,
+          .comm = r.comm,
+          .rank = rank,
+          .size = size,
+          .validation = &data.test};
+
+  // 2. This replica's shard of every global batch, and how long the run is.
+  absl::StatusOr<BatcherOptions> bo = BatchingFor(run, data);
+  if (!bo.ok()) return bo.status();
+  auto batches = std::make_unique<Batcher>(&data.train, *bo, pos.epoch, pos.epoch_step);
+  const int64_t per_epoch = batches->steps_per_epoch();
   const int64_t total = c.steps ? *c.steps : c.epochs * per_epoch;
   const int64_t every = c.checkpoint_every ? *c.checkpoint_every : per_epoch;
   if (r.progress) r.progress->SetTotalSteps(total);
@@ -196,10 +293,6 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
                     r.comm != nullptr ? ", collectives over " + r.comm->name() : "");
   }
 
-  // 3. The steps, with the variables updated on every replica or centrally.
-  std::unique_ptr<Updater> updater = r.central_variables && r.comm != nullptr
-                                         ? MakeCentralUpdater(&engine, r.comm, r.collective_timeout)
-                                         : MakeReplicatedUpdater(&engine);
   std::unique_ptr<TrainingSummaries> summaries;
   if (rank == 0 && !c.tensorboard_dir.empty()) {
     absl::StatusOr<std::unique_ptr<TrainingSummaries>> runs =
@@ -209,16 +302,27 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
     common::LogInfo("tensorboard", "events in ", c.tensorboard_dir, "/train and ",
                     c.tensorboard_dir, "/validation");
   }
-  Run run{.c = c,
-          .r = r,
-          .engine = engine,
-          .updater = *updater,
-          .rank = rank,
-          .size = size,
-          .summaries = summaries.get(),
-          .validation = &data.test};
+  run.summaries = summaries.get();
+
+  // 3. The steps.
   const double loop_start = MonotonicSeconds();
-  absl::Status trained = RunSteps(run, batches, total, every, pos);
+  double waited = 0;  // in batchers replaced by a recovery
+  absl::Status trained = RunSteps(run, *batches, total, every, pos);
+  // In place: a lost peer's replacement joins, and the group goes on from the same position.
+  while (!trained.ok() && r.regroup && IsPeerLost(trained)) {
+    if (absl::Status s = Recover(run, trained, pos); !s.ok()) {
+      trained = s;
+      break;
+    }
+    absl::StatusOr<BatcherOptions> again = BatchingFor(run, data);
+    if (!again.ok()) {
+      trained = again.status();
+      continue;  // lost again while agreeing on the batching: regroup again
+    }
+    waited += batches->wait_seconds();
+    batches = std::make_unique<Batcher>(&data.train, *again, pos.epoch, pos.epoch_step);
+    trained = RunSteps(run, *batches, total, every, pos);
+  }
   const double loop_seconds = MonotonicSeconds() - loop_start;
   if (summaries != nullptr) {
     if (absl::Status s = summaries->Close(); !s.ok()) {
@@ -227,15 +331,15 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   }
   if (!trained.ok()) return trained;
   result.steps = pos.step;
-  if (loop_seconds > 0) result.data_wait_share = batches.wait_seconds() / loop_seconds;
+  if (loop_seconds > 0) result.data_wait_share = (waited + batches->wait_seconds()) / loop_seconds;
   if (r.progress) result.samples_per_second = r.progress->SteadySamplesPerSecond();
-  if (engine.skipped_steps() > 0 && rank == 0) {
+  if (engine.skipped_steps() > 0 && run.rank == 0) {
     common::LogInfo("strategy", engine.skipped_steps(),
                     " step(s) skipped on fp16 overflow; loss scale now ", engine.loss_scale());
   }
 
   // 4. The chief's export of the trained model, then the test set.
-  if (rank == 0 && !c.model_dir.empty()) {
+  if (run.rank == 0 && !c.model_dir.empty()) {
     if (absl::Status s = engine.Store(); !s.ok()) return s;
     if (absl::Status s = ExportTrainedModel(c, engine.model()); !s.ok()) return s;
   }

@@ -18,11 +18,20 @@
 //      checkpoints (a coordinated checkpoint), and the progress the chief reports covers the
 //      global batch;
 //   4. evaluates on the test set (when asked).
-// Errors: as RunOneDevice's, plus Aborted ("peer lost: ...") when a collective fails.
+// In-place recovery (MultiWorkerMirrored, multi_worker.h): when a collective fails and the
+// replica has a `regroup`, it keeps its engine (weights, optimizer and loss-scaler state) and
+// position, waits for the group to re-form around the lost rank's replacement, takes over
+// the state of the member furthest along (initial_state.h: SyncRecoveredState; the
+// replacement itself starts there instead of step 1) and goes on from the same data
+// position, so no completed step is lost and none is trained twice. The chief records each
+// recovery in its progress (status.recoveries).
+// Errors: as RunOneDevice's, plus Aborted ("peer lost: ...") when a collective fails (and no
+// regroup is possible).
 // Thread-safety: one call per replica thread.
 
 #include <atomic>
 #include <functional>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "trainer/comm/collective.h"
@@ -46,6 +55,15 @@ struct TrainResult {
   double data_wait_share = -1;
 };
 
+// A group re-formed after a lost peer: the collective to go on with, and what the coordination
+// service said of it.
+struct Regrouped {
+  comm::Collective* comm = nullptr;
+  int64_t epoch = 0;
+  std::string replaced;  // the tasks whose process changed ("worker 1"), "" when none
+  std::string cause;     // what began the epoch
+};
+
 struct Replica {
   comm::Collective* comm = nullptr;  // null: a single replica (OneDevice)
   Placement placement;               // CPU, or GPUs (PlaceReplicas)
@@ -55,6 +73,11 @@ struct Replica {
   std::function<bool()> stop_requested;  // this replica was asked to stop
   ProgressTracker* progress = nullptr;   // the chief's; null elsewhere
   bool evaluate = true;                  // evaluate on the test set at the end
+  // In-place recovery, unset elsewhere: called after a collective failed with `why`; blocks
+  // until the group re-formed and returns it, or an error that ends the replica.
+  std::function<absl::StatusOr<Regrouped>(const absl::Status& why)> regroup;
+  // This replica replaces a lost one in a running group (the group's state, not a checkpoint).
+  bool replacement = false;
 };
 
 absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& data,

@@ -51,6 +51,11 @@ class CpuEngine final : public Engine {
   absl::StatusOr<Evaluation> Evaluate(const Dataset& test) override {
     return trainer::Evaluate(model_.get(), test);
   }
+  absl::Status Rebind(comm::Collective* comm) override {
+    reducer_.reset();
+    if (comm != nullptr) reducer_.emplace(model_->Grads(), comm);
+    return absl::OkStatus();
+  }
 
  private:
   std::unique_ptr<Model> model_;

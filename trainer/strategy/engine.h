@@ -22,6 +22,7 @@
 #include "trainer/comm/collective.h"
 #include "trainer/config/trainer_config.h"
 #include "trainer/data/batcher.h"
+#include "trainer/optim/loss_scale.h"
 #include "trainer/strategy/session.h"
 
 namespace lockstep::trainer {
@@ -42,6 +43,12 @@ class Engine {
   // Steps skipped by the loss scaler (fp16 overflow), and its scale now (1 when none).
   virtual int64_t skipped_steps() const { return 0; }
   virtual float loss_scale() const { return 1.0f; }
+  // The loss scaler's whole state, which a replacement replica takes over (in-place recovery).
+  virtual LossScaler::State loss_scale_state() const { return {}; }
+  virtual void set_loss_scale_state(const LossScaler::State&) {}
+  // After the group re-formed (in-place recovery): the collective to reduce over from now on.
+  // Gradients in flight on the old one are abandoned.
+  virtual absl::Status Rebind(comm::Collective* comm) = 0;
 };
 
 // Where replicas run: the CPU, or `gpus` GPUs (--device and the GPUs this process sees).

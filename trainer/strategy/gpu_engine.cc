@@ -227,6 +227,15 @@ class GpuEngine final : public Engine {
 
   int64_t skipped_steps() const override { return scaler_.skipped_steps(); }
   float loss_scale() const override { return scaler_.scale(); }
+  LossScaler::State loss_scale_state() const override { return scaler_.state(); }
+  void set_loss_scale_state(const LossScaler::State& s) override { scaler_.set_state(s); }
+  absl::Status Rebind(comm::Collective* comm) override {
+    // What the old collective had in flight is abandoned (it failed); the next step's
+    // gradients start over on the new one.
+    work_.reset();
+    comm_ = comm;
+    return absl::OkStatus();
+  }
 
  private:
   GpuEngine() = default;

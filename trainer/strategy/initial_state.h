@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -30,6 +31,7 @@ struct InitialStateHeader {
     kFresh = 0,          // no checkpoint: everybody keeps the seed's weights, then the chief's
     kCheckpoint = 1,     // the chief restored a checkpoint at `at`
     kRestoreFailed = 2,  // the chief could not restore: every rank ends
+    kHeld = 3,           // (a regroup) this rank holds the running job's state at `at`
   };
   Source source = Source::kFresh;
   Position at;
@@ -50,5 +52,25 @@ struct InitialState {
 };
 absl::StatusOr<InitialState> SyncInitialState(const TrainerConfig& c, Engine& engine,
                                               comm::Collective* comm, absl::Duration timeout);
+
+// In-place recovery: the group re-formed after a lost peer, and every member takes over the
+// state of the one furthest along. Each rank says what it holds (`held`: its position, or
+// nullopt for a replacement that holds nothing) in an all-gather of headers; the rank with the
+// most steps (the lowest such rank on a tie) then broadcasts its weights, optimizer state and
+// loss-scaler state, and every rank loads them, so all continue bit for bit alike from
+// `at`. A survivor can be one step ahead of another (its step's collectives completed before
+// the peer was lost, the other's did not): taking the furthest loses no completed step.
+// Cross-rank contract: every member of the new group calls it once, right after the group
+// formed, before any other collective.
+// Errors: FailedPrecondition when no rank holds a state; Aborted ("peer lost: ...") when a
+// collective fails (the caller may regroup again).
+struct RecoveredState {
+  Position at;
+  int source = 0;          // the rank whose state every rank took
+  int64_t held_steps = 0;  // the furthest step any rank held (== at.step)
+};
+absl::StatusOr<RecoveredState> SyncRecoveredState(Engine& engine, comm::Collective* comm,
+                                                  const std::optional<Position>& held,
+                                                  absl::Duration timeout);
 
 }  // namespace lockstep::trainer

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <random>
 #include <thread>
 
 #include "trainer/comm/in_process.h"
@@ -18,7 +19,8 @@ namespace fs = std::filesystem;
 using Source = InitialStateHeader::Source;
 
 TEST(InitialStateHeaderTest, RoundTripsEverySourceAndStepsPastFloatPrecision) {
-  for (Source source : {Source::kFresh, Source::kCheckpoint, Source::kRestoreFailed}) {
+  for (Source source :
+       {Source::kFresh, Source::kCheckpoint, Source::kRestoreFailed, Source::kHeld}) {
     // 2^24 + 1 is the first integer a float cannot hold.
     const InitialStateHeader h{
         .source = source,
@@ -127,6 +129,71 @@ TEST_F(SyncTest, AChiefThatCannotRestoreEndsEveryReplica) {
   std::vector<absl::StatusOr<InitialState>> got = Sync(other, 2, &engines);
   EXPECT_EQ(got[0].status().code(), absl::StatusCode::kInvalidArgument) << got[0].status();
   EXPECT_EQ(got[1].status().code(), absl::StatusCode::kFailedPrecondition) << got[1].status();
+}
+
+// In-place recovery: the re-formed group takes over the state of the member furthest along,
+// bit for bit (weights and optimizer slots), and its position; a replacement holds nothing.
+TEST_F(SyncTest, ARegroupTakesOverTheStateOfTheMemberFurthestAlong) {
+  const int n = 3;
+  std::vector<std::unique_ptr<Engine>> engines;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> noise;
+  for (int i = 0; i < n; ++i) {
+    engines.push_back(std::move(*MakeEngine(c_, {}, 0, nullptr)));
+    if (i == 2) continue;  // the replacement: the seed's weights, empty slots
+    std::vector<Tensor*> all = engines[i]->model().Params();
+    for (Tensor* t : engines[i]->optimizer().State()) all.push_back(t);
+    for (Tensor* t : all) {
+      for (int64_t k = 0; k < t->size(); ++k) t->data()[k] = noise(rng);
+    }
+  }
+  std::vector<Tensor*> want = engines[1]->model().Params();
+  for (Tensor* t : engines[1]->optimizer().State()) want.push_back(t);
+  const std::vector<float> expected = PackTensors(want);
+  const std::vector<std::optional<Position>> held = {
+      Position{.step = 40, .epoch = 1, .epoch_step = 8},
+      Position{.step = 41, .epoch = 1, .epoch_step = 9}, std::nullopt};
+
+  auto group = comm::InProcessGroup::Create(n, absl::Seconds(60));
+  std::vector<std::unique_ptr<comm::Collective>> members;
+  for (int i = 0; i < n; ++i) members.push_back(group->Member(i));
+  std::vector<absl::StatusOr<RecoveredState>> out(n, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      ASSERT_TRUE(engines[i]->Rebind(members[i].get()).ok());
+      out[i] = SyncRecoveredState(*engines[i], members[i].get(), held[i], absl::Seconds(60));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(out[i].ok()) << out[i].status();
+    EXPECT_EQ(out[i]->source, 1);
+    EXPECT_EQ(out[i]->at.step, 41);
+    EXPECT_EQ(out[i]->at.epoch_step, 9);
+    std::vector<Tensor*> got = engines[i]->model().Params();
+    for (Tensor* t : engines[i]->optimizer().State()) got.push_back(t);
+    EXPECT_EQ(PackTensors(got), expected) << "rank " << i;
+  }
+}
+
+TEST_F(SyncTest, ARegroupWhereNobodyHoldsTheStateIsRefused) {
+  auto group = comm::InProcessGroup::Create(2, absl::Seconds(60));
+  std::vector<std::unique_ptr<comm::Collective>> members;
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (int i = 0; i < 2; ++i) {
+    members.push_back(group->Member(i));
+    engines.push_back(std::move(*MakeEngine(c_, {}, 0, members[i].get())));
+  }
+  std::vector<absl::StatusOr<RecoveredState>> out(2, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      out[i] = SyncRecoveredState(*engines[i], members[i].get(), std::nullopt, absl::Seconds(60));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& r : out) EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

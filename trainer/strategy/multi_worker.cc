@@ -34,6 +34,16 @@ absl::StatusOr<World> TrainingWorld(const TfConfig& tf) {
   return w;
 }
 
+namespace {
+
+// "chief 0" or "worker 2": the TF_CONFIG task of a rank (TrainingWorld's order).
+std::string RankTask(const TfConfig& tf, int rank) {
+  const int chiefs = static_cast<int>(tf.Hosts("chief").size());
+  return rank < chiefs ? absl::StrCat("chief ", rank) : absl::StrCat("worker ", rank - chiefs);
+}
+
+}  // namespace
+
 absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
                                                    ProgressTracker* progress,
                                                    const std::atomic<bool>* stop) {
@@ -68,54 +78,134 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
 
   std::unique_ptr<comm::CoordinationServer> server;
   if (rank == 0) {
-    auto s = comm::CoordinationServer::Start(
-        c.bind_address, self->second,
-        {.world_size = n, .token = c.job_token, .peer_timeout = peer_timeout});
+    auto s = comm::CoordinationServer::Start(c.bind_address, self->second,
+                                             {.world_size = n,
+                                              .token = c.job_token,
+                                              .peer_timeout = peer_timeout,
+                                              .recover_in_place = c.recover_in_place});
     if (!s.ok()) return absl::UnavailableError(s.status().message());
     server = std::move(*s);
   }
   comm::CoordinationClient coord(world->addresses[0], c.job_token, rank, n, task);
-  if (absl::Status s = coord.Join(setup); !s.ok()) {
-    if (absl::IsPermissionDenied(s)) return absl::PermissionDeniedError(s.message());
-    return PeerLost(s);
+  absl::StatusOr<comm::Membership> joined = coord.Join(setup);
+  if (!joined.ok()) {
+    if (absl::IsPermissionDenied(joined.status())) {
+      return absl::PermissionDeniedError(joined.status().message());
+    }
+    return PeerLost(joined.status());
   }
-  absl::StatusOr<std::unique_ptr<comm::Collective>> ring =
-      choice->chosen->connect({.rank = rank,
-                               .world_size = n,
-                               .self_host = self->first,
-                               .bind_address = c.bind_address,
-                               .token = c.job_token,
-                               .coord = &coord,
-                               .setup_timeout = setup,
-                               .collective_timeout = absl::Seconds(c.collective_timeout_seconds)});
-  if (!ring.ok()) return ring.status();
-  common::LogInfo("collective", "MultiWorkerMirrored rank ", rank, " of ", n, " (", task,
-                  "); collectives: ", choice->Describe(), place->gpu ? "" : " (CPU tensors)");
+  CollectiveSetup how{.rank = rank,
+                      .world_size = n,
+                      .self_host = self->first,
+                      .bind_address = c.bind_address,
+                      .token = c.job_token,
+                      .coord = &coord,
+                      .setup_timeout = setup,
+                      .collective_timeout = absl::Seconds(c.collective_timeout_seconds)};
+  absl::StatusOr<std::unique_ptr<comm::Collective>> first = choice->chosen->connect(how);
+  if (!first.ok()) return first.status();
+  common::LogInfo(
+      "collective", "MultiWorkerMirrored rank ", rank, " of ", n, " (", task,
+      "); collectives: ", choice->Describe(), place->gpu ? "" : " (CPU tensors)",
+      joined->epoch > 0 ? absl::StrCat("; joined the running group in epoch ", joined->epoch) : "");
 
-  std::mutex lost_mu;
-  absl::Status lost;
-  coord.StartHeartbeats(std::clamp(peer_timeout / 10, absl::Milliseconds(100), absl::Seconds(2)),
-                        peer_timeout, [&](absl::Status s) {
-                          {
-                            std::lock_guard<std::mutex> lock(lost_mu);
-                            lost = s;
-                          }
-                          (*ring)->Abort(s);
-                        });
-  Replica r{.comm = ring->get(),
+  // The group's collective now, and the epoch it belongs to: the heartbeat thread aborts it
+  // when the group is lost or moves on to a newer epoch.
+  struct Current {
+    std::mutex mu;
+    std::unique_ptr<comm::Collective> comm;
+    int64_t epoch = 0;
+    absl::Status lost;  // the group is lost for good (the coordinator is gone)
+  } cur;
+  cur.comm = std::move(*first);
+  cur.epoch = joined->epoch;
+  coord.StartHeartbeats(
+      std::clamp(peer_timeout / 10, absl::Milliseconds(100), absl::Seconds(2)), peer_timeout,
+      [&](absl::Status s) {
+        std::lock_guard<std::mutex> lock(cur.mu);
+        cur.lost = s;
+        cur.comm->Abort(s);
+      },
+      [&](int64_t epoch, const std::string& why) {
+        std::lock_guard<std::mutex> lock(cur.mu);
+        if (cur.epoch < epoch) {
+          cur.comm->Abort(absl::UnavailableError("the group is re-forming: " + why));
+        }
+      });
+  auto stop_requested = [&] {
+    if (stop->load()) coord.RequestStop();
+    return stop->load() || coord.StopSeen();
+  };
+
+  // In place: rejoin the coordination service for the next epoch and connect its collective,
+  // again until it holds or --rejoin-timeout passes.
+  const absl::Time never = absl::InfiniteFuture();
+  absl::Time regroup_deadline = never;
+  auto regroup = [&](const absl::Status& why) -> absl::StatusOr<Regrouped> {
+    if (regroup_deadline == never) {
+      regroup_deadline = absl::Now() + absl::Seconds(c.rejoin_timeout_seconds);
+    }
+    absl::Status last = why;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(cur.mu);
+        if (!cur.lost.ok()) return absl::AbortedError(cur.lost.message());
+      }
+      if (stop_requested()) {
+        return absl::CancelledError("stopped by SIGTERM while the group was re-forming");
+      }
+      const absl::Duration left = regroup_deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) {
+        return PeerLost(absl::DeadlineExceededError(absl::StrCat(
+            "the group did not re-form within --rejoin-timeout=", c.rejoin_timeout_seconds,
+            "s; last: ", last.message())));
+      }
+      absl::StatusOr<comm::Membership> m = coord.Join(std::min(left, absl::Seconds(5)));
+      if (!m.ok()) {
+        if (absl::IsPermissionDenied(m.status()) || absl::IsFailedPrecondition(m.status())) {
+          return absl::AbortedError(m.status().message());  // taken over: this process ends
+        }
+        last = m.status();
+        continue;
+      }
+      CollectiveSetup again = how;
+      again.setup_timeout = std::min(left, peer_timeout);
+      absl::StatusOr<std::unique_ptr<comm::Collective>> next = choice->chosen->connect(again);
+      if (!next.ok()) {
+        last = next.status();
+        continue;
+      }
+      std::string replaced;
+      for (int r : m->replaced) {
+        absl::StrAppend(&replaced, replaced.empty() ? "" : ", ", RankTask(*c.tf_config, r));
+      }
+      std::unique_ptr<comm::Collective> old;
+      {
+        std::lock_guard<std::mutex> lock(cur.mu);
+        old = std::move(cur.comm);
+        cur.comm = std::move(*next);
+        cur.epoch = m->epoch;
+      }
+      regroup_deadline = never;
+      return Regrouped{
+          .comm = cur.comm.get(), .epoch = m->epoch, .replaced = replaced, .cause = m->why};
+    }
+  };
+
+  Replica r{.comm = cur.comm.get(),
             .placement = *place,
             .collective_timeout = absl::Seconds(c.collective_timeout_seconds),
-            .stop_requested =
-                [&] {
-                  if (stop->load()) coord.RequestStop();
-                  return stop->load() || coord.StopSeen();
-                },
+            .stop_requested = stop_requested,
             .progress = rank == 0 ? progress : nullptr,
-            .evaluate = rank == 0};
+            .evaluate = rank == 0,
+            .replacement = joined->epoch > 0};
+  if (c.recover_in_place) r.regroup = regroup;
   absl::StatusOr<TrainResult> result = RunReplica(c, *data, r);
   if (!result.ok()) {
-    std::lock_guard<std::mutex> lock(lost_mu);
-    if (absl::IsAborted(result.status()) && !lost.ok()) return absl::AbortedError(lost.message());
+    std::lock_guard<std::mutex> lock(cur.mu);
+    if (absl::IsAborted(result.status()) && !cur.lost.ok()) {
+      return absl::AbortedError(cur.lost.message());
+    }
     return result.status();
   }
   // The chief's coordination service stays up until every rank is done with it.

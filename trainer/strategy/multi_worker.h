@@ -13,6 +13,13 @@
 //      instead of steps 2-3) and the TCP ring otherwise.
 // A stop request (SIGTERM) on any rank reaches the others through the step trailer and the
 // heartbeats, and the chief checkpoints before everyone exits.
+// A lost peer: with --recovery=InPlace (LOCKSTEP_RECOVERY, which the operator sets) the
+// survivors keep their state, rejoin the coordination service for the next membership epoch
+// (coordination.h) and connect its collective, waiting up to --rejoin-timeout for the lost
+// rank's replacement; the replacement (a process that joins an epoch past 0) takes over the
+// group's state, and training goes on from the same step (data_parallel.h). A lost chief takes
+// the coordination service with it: the workers exit retryable and the group restarts from
+// its last checkpoint. Otherwise (RestartGroup) every rank exits retryable.
 // Thread-safety: one call per process.
 
 #include <atomic>

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# In-place recovery of a MultiWorkerMirrored group, with real processes and no operator: a
+# chief and three workers train over the TCP ring (--recovery=InPlace); a worker is killed with
+# SIGKILL mid-run and a new process started in its place (what the operator does), twice, the
+# second time the replacement itself. Every process ends with exit 0, the chief's log shows
+# each recovery with no completed step lost, and the final checkpoint is byte for byte an
+# unbroken run's (the ring reduces in a fixed order; the data position goes on exactly).
+# Then the chief is killed: the workers exit retryable (PeerLost) instead of waiting forever.
+# Usage: trainer_recovery.sh TRAINER_BINARY
+set -euo pipefail
+trainer=$1
+work=$(mktemp -d)
+trap 'kill -KILL $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+export LOCKSTEP_POD_IP=127.0.0.1 LOCKSTEP_JOB_TOKEN=recovery-token LOCKSTEP_STRATEGY=MultiWorkerMirrored
+
+# Free ports: the coordinator's (the chief's TF_CONFIG address), the workers', /progress.
+read -r p0 p1 p2 p3 metrics < <(/usr/bin/python3 -c '
+import socket
+ss = [socket.socket() for _ in range(5)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))')
+cluster="{\"chief\":[\"127.0.0.1:$p0\"],\"worker\":[\"127.0.0.1:$p1\",\"127.0.0.1:$p2\",\"127.0.0.1:$p3\"]}"
+tf_config() { echo "{\"cluster\":$cluster,\"task\":{\"type\":\"$1\",\"index\":$2},\"environment\":\"cloud\"}"; }
+args=(--dataset=synthetic --synthetic-size=4096 --model=mlp --batch-size=64 --steps=600
+      --optimizer=adam --lr-schedule=constant --recovery=InPlace --peer-timeout=5
+      --rejoin-timeout=60)
+
+# start NAME TYPE INDEX DIR [ARGS...]: one task in the background; its pid in pids[NAME].
+declare -A pids
+start() {
+  local name=$1 type=$2 index=$3 dir=$4; shift 4
+  TF_CONFIG=$(tf_config "$type" "$index") LOCKSTEP_TERMINATION_LOG=$work/$name.term \
+    "$trainer" "${args[@]}" --checkpoint-dir="$dir" --checkpoint-every=600 "$@" \
+    >"$work/$name.log" 2>&1 &
+  pids[$name]=$!
+}
+# finish NAME WANT: the task exits with WANT.
+finish() {
+  local code=0
+  wait "${pids[$1]}" || code=$?
+  [[ $code == "$2" ]] || fail "$1 exited $code, want $2: $(tail -5 "$work/$1.log")"
+}
+# step_past N: until the chief's /progress says a step past N (bounded).
+step_past() {
+  for _ in $(seq 600); do
+    local s
+    s=$(curl -sf "http://127.0.0.1:$metrics/progress" | sed -n 's/.*"step":\([0-9]*\).*/\1/p') || true
+    [[ -n $s ]] && (( s > $1 )) && return 0
+    sleep 0.1
+  done
+  fail "the chief's step never passed $1: $(tail -3 "$work/chief.log")"
+}
+final_checkpoint() { ls "$1" | grep -v '\.tmp' | sort | tail -1; }
+
+# 1. Unbroken.
+start chief chief 0 "$work/straight" --metrics-port=0
+for i in 0 1 2; do start "w$i" worker "$i" "$work/straight" --metrics-port=0; done
+for t in chief w0 w1 w2; do finish "$t" 0; done
+
+# 2. Worker 1 killed at a step past 150 and replaced; then worker 1's replacement killed past
+# step 350 and replaced again.
+start chief chief 0 "$work/broken" --metrics-port="$metrics"
+for i in 0 1 2; do start "w$i" worker "$i" "$work/broken" --metrics-port=0; done
+step_past 150
+kill -KILL "${pids[w1]}"
+wait "${pids[w1]}" 2>/dev/null || true
+start w1 worker 1 "$work/broken" --metrics-port=0
+step_past 350
+kill -KILL "${pids[w1]}"
+wait "${pids[w1]}" 2>/dev/null || true
+start w1 worker 1 "$work/broken" --metrics-port=0
+for t in chief w0 w1 w2; do finish "$t" 0; done
+
+recoveries=$(grep -c "every rank is stepping again" "$work/chief.log" || true)
+[[ $recoveries == 2 ]] || fail "the chief saw $recoveries recoveries, want 2: $(grep recovery "$work/chief.log")"
+grep -q "with a new worker 1" "$work/chief.log" || fail "no replacement named: $(grep recovery "$work/chief.log")"
+if grep "completed steps lost" "$work/chief.log" | grep -vq "(0 completed steps lost)"; then
+  fail "steps were lost: $(grep 'completed steps lost' "$work/chief.log")"
+fi
+grep -q "joined the running group" "$work/w1.log" || fail "the replacement did not join: $(head -5 "$work/w1.log")"
+a=$(final_checkpoint "$work/straight") b=$(final_checkpoint "$work/broken")
+[[ -n $a && $a == "$b" ]] || fail "final checkpoints differ in name: '$a' '$b'"
+cmp -s "$work/straight/$a" "$work/broken/$b" ||
+  fail "the recovered run's final checkpoint is not the unbroken run's"
+echo "two in-place recoveries: $(grep -o 'stepping again at step [0-9]*, [0-9.]* s' "$work/chief.log" | tr '\n' ';')"
+
+# 3. The chief (and its coordination service) killed: the workers give up, retryable.
+rm -rf "$work/chief-lost"
+start chief chief 0 "$work/chief-lost" --metrics-port="$metrics"
+for i in 0 1 2; do start "w$i" worker "$i" "$work/chief-lost" --metrics-port=0; done
+step_past 100
+kill -KILL "${pids[chief]}"
+wait "${pids[chief]}" 2>/dev/null || true
+for i in 0 1 2; do
+  finish "w$i" 128
+  grep -q '"reason":"PeerLost"' "$work/w$i.term" || fail "w$i: $(cat "$work/w$i.term")"
+done
+echo "chief lost: the workers exited with PeerLost"
