@@ -2,13 +2,15 @@
 # The distributed strategies end to end on `lockstep local` (real controller, trainer processes):
 #  - the MultiWorkerMirrored example (chief + 2 workers, ring all-reduce) succeeds with the
 #    accuracy bar of the single-worker trainer (mlp >= 88% in 5 epochs);
-#  - a worker killed mid-training -> group restart (attempt 1) -> every rank resumes from the
-#    last checkpoint (not step 0) -> Succeeded;
+#  - a worker killed mid-training with recovery: RestartGroup -> group restart (attempt 1) ->
+#    every rank resumes from the last checkpoint (not step 0) -> Succeeded;
+#  - a worker killed mid-training as shipped (recovery: InPlace) -> that pod alone replaced, the
+#    survivors' state handed over, no step lost (status.recoveries) -> Succeeded at attempt 0;
 #  - the ParameterServer example (2 ps, 2 workers, evaluator) succeeds, and survives a killed
 #    worker with that worker restarted alone (attempt stays 0) while the evaluator scores
 #    checkpoints.
-# Usage: strategies.sh LOCKSTEP_BINARY SOURCE_DIR [mwm|mwm-kill|ps]: one case (ctest runs the
-# three as separate tests, side by side), or all three in turn.
+# Usage: strategies.sh LOCKSTEP_BINARY SOURCE_DIR [mwm|mwm-kill|mwm-inplace|ps]: one case (ctest
+# runs each as a separate test, side by side), or all in turn.
 set -euo pipefail
 lockstep=$1
 src=$2
@@ -32,17 +34,23 @@ descends_from() {
 # by this test's cluster: another copy of this suite running beside it has jobs of the same
 # names, whose processes are not ours to kill.
 pid_of() {
-  local p server
+  local p server env
   server=$(sed -n 's/.*"pid":\([0-9]*\).*/\1/p' "$LOCKSTEP_HOME/server.json")
   [[ -n $server ]] || return 1
-  for p in /proc/[0-9]*; do
-    { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "LOCKSTEP_JOB_NAME=$1" || continue
-    tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "LOCKSTEP_REPLICA_TYPE=$2" || continue
-    tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "LOCKSTEP_REPLICA_INDEX=$3" || continue
-    [[ $(readlink "$p/exe" 2>/dev/null) == *lockstep-trainer* ]] || continue
-    descends_from "${p#/proc/}" "$server" || continue
-    echo "${p#/proc/}"
-    return 0
+  for _ in $(seq 50); do  # a replica between two processes (a restart) has none for a moment
+    for p in /proc/[0-9]*; do
+      # Read whole, then matched: `tr | grep -q` under pipefail fails when grep quits early
+      # and tr is killed writing the rest (SIGPIPE), which skipped the very process sought.
+      env=$( { tr '\0' '\n' <"$p/environ"; } 2>/dev/null) || continue
+      grep -qx "LOCKSTEP_JOB_NAME=$1" <<<"$env" || continue
+      grep -qx "LOCKSTEP_REPLICA_TYPE=$2" <<<"$env" || continue
+      grep -qx "LOCKSTEP_REPLICA_INDEX=$3" <<<"$env" || continue
+      [[ $(readlink "$p/exe" 2>/dev/null) == *lockstep-trainer* ]] || continue
+      descends_from "${p#/proc/}" "$server" || continue
+      echo "${p#/proc/}"
+      return 0
+    done
+    sleep 0.1
   done
   return 1
 }
@@ -69,10 +77,12 @@ expect "ring all-reduce over TCP" k logs fmnist-mwm-chief-0
 echo "MultiWorkerMirrored example: accuracy $acc"
 fi
 
-# 2. A worker killed mid-training: group restart, resume from the checkpoint, success.
+# 2. A worker killed mid-training with recovery: RestartGroup: group restart, resume from the
+# checkpoint, success.
 if wants mwm-kill; then
 sed -e 's/name: fmnist-mwm$/name: mwm-kill/' -e 's/fmnist-mwm-checkpoints/mwm-kill-checkpoints/' \
   -e 's/--epochs=5/--epochs=2/' -e 's/--checkpoint-every=500/--checkpoint-every=200/' \
+  -e 's/recovery: InPlace/recovery: RestartGroup/' \
   "$src/examples/multi-worker-mirrored.yaml" >"$work/mwm-kill.yaml"
 "$lockstep" run "$work/mwm-kill.yaml" --timeout 600 >"$work/kill.out" 2>&1 &
 run_pid=$!
@@ -87,7 +97,33 @@ resumed=$(k logs mwm-kill-chief-0 | sed -n 's/.*resumed from step \([0-9]*\).*/\
 echo "MultiWorkerMirrored worker killed: attempt $(field mwm-kill '{.status.attempt}'), resumed from step $resumed"
 fi
 
-# 3. The ParameterServer example, with worker 1 killed mid-training.
+# 3. A worker killed mid-training as shipped (recovery: InPlace): that pod alone is replaced,
+# the new process takes the survivors' state, no completed step is lost, the attempt stays 0.
+if wants mwm-inplace; then
+sed -e 's/name: fmnist-mwm$/name: mwm-inplace/' -e 's/fmnist-mwm-checkpoints/mwm-inplace-checkpoints/' \
+  -e 's/--epochs=5/--epochs=2/' "$src/examples/multi-worker-mirrored.yaml" >"$work/mwm-inplace.yaml"
+"$lockstep" run "$work/mwm-inplace.yaml" --timeout 600 >"$work/inplace.out" 2>&1 &
+run_pid=$!
+wait_step mwm-inplace 300
+victim=$(pid_of mwm-inplace worker 1) || fail "no process for mwm-inplace-worker-1"
+kill -KILL "$victim"
+wait "$run_pid" || fail "mwm-inplace: $(tail -5 "$work/inplace.out"); $(k get tj mwm-inplace -o yaml)"
+[[ $(field mwm-inplace '{.status.attempt}') == 0 ]] ||
+  fail "the group restarted: $(k get tj mwm-inplace -o yaml)"
+[[ $(field mwm-inplace '{.status.restartCount}') == 1 ]] ||
+  fail "the replacement was not counted: $(k get tj mwm-inplace -o yaml)"
+[[ $(field mwm-inplace '{.status.recoveries[0].stepsLost}') == 0 ]] ||
+  fail "no recovery recorded, or steps lost: $(k get tj mwm-inplace -o yaml)"
+expect "every rank is stepping again" k logs mwm-inplace-chief-0
+expect "with a new worker 1" k logs mwm-inplace-chief-0
+expect "RecoveredInPlace" k get events
+acc=$(accuracy mwm-inplace-chief-0)
+awk -v a="$acc" 'BEGIN { exit !(a >= 0.8) }' || fail "mwm-inplace accuracy '$acc' < 0.8"
+echo "MultiWorkerMirrored worker killed, recovered in place in" \
+  "$(field mwm-inplace '{.status.recoveries[0].recoverySeconds}') s; accuracy $acc"
+fi
+
+# 4. The ParameterServer example, with worker 1 killed mid-training.
 if wants ps; then
 "$lockstep" run "$src/examples/parameter-server.yaml" --timeout 600 >"$work/ps.out" 2>&1 &
 run_pid=$!

@@ -66,6 +66,7 @@ RunPolicy DecodeRunPolicy(const json& j, const FieldPath& path, FieldErrors* err
   if (const json* s = r.Get("schedulingPolicy")) {
     p.scheduling_policy = DecodeSchedulingPolicy(*s, r.Path("schedulingPolicy"), errors, options);
   }
+  p.recovery = r.Enum<Recovery>("recovery", kRecoveryNames);
   Finish(r, options);
   return p;
 }
@@ -185,6 +186,7 @@ json EncodeSpec(const TrainingJobSpec& spec) {
   if (p.active_deadline_seconds) run["activeDeadlineSeconds"] = *p.active_deadline_seconds;
   if (p.ttl_seconds_after_finished) run["ttlSecondsAfterFinished"] = *p.ttl_seconds_after_finished;
   if (p.progress_deadline_seconds) run["progressDeadlineSeconds"] = *p.progress_deadline_seconds;
+  if (p.recovery) run["recovery"] = NameOf<Recovery>(kRecoveryNames, *p.recovery);
   if (p.scheduling_policy) {
     const SchedulingPolicy& s = *p.scheduling_policy;
     json sp = json::object();
@@ -241,6 +243,38 @@ Condition DecodeCondition(const json& j, const FieldPath& path, FieldErrors* err
 
 }  // namespace
 
+RecoveryRecord DecodeRecoveryRecord(const json& j, const FieldPath& path, FieldErrors* errors,
+                                    const DecodeOptions& options) {
+  ObjectReader r(j, path, errors);
+  RecoveryRecord rec;
+  rec.time = r.Time("time");
+  rec.attempt = r.Int32("attempt").value_or(0);
+  rec.epoch = r.Int("epoch", 0, kMaxInt64).value_or(0);
+  rec.replaced = r.String("replaced").value_or("");
+  rec.cause = r.String("cause").value_or("");
+  rec.rendezvous_seconds = r.Number("rendezvousSeconds").value_or(0);
+  rec.state_transfer_seconds = r.Number("stateTransferSeconds").value_or(0);
+  rec.recovery_seconds = r.Number("recoverySeconds").value_or(0);
+  rec.resumed_step = r.Int("resumedStep", 0, kMaxInt64).value_or(0);
+  rec.steps_lost = r.Int("stepsLost", 0, kMaxInt64).value_or(0);
+  Finish(r, options);
+  return rec;
+}
+
+json EncodeRecoveryRecord(const RecoveryRecord& rec) {
+  json j = {{"attempt", rec.attempt},
+            {"epoch", rec.epoch},
+            {"replaced", rec.replaced},
+            {"cause", rec.cause},
+            {"rendezvousSeconds", rec.rendezvous_seconds},
+            {"stateTransferSeconds", rec.state_transfer_seconds},
+            {"recoverySeconds", rec.recovery_seconds},
+            {"resumedStep", rec.resumed_step},
+            {"stepsLost", rec.steps_lost}};
+  if (rec.time) j["time"] = FormatKubeTime(*rec.time);
+  return j;
+}
+
 Progress DecodeProgress(const json& j, const FieldPath& path, FieldErrors* errors,
                         const DecodeOptions& options) {
   ObjectReader r(j, path, errors);
@@ -260,6 +294,12 @@ Progress DecodeProgress(const json& j, const FieldPath& path, FieldErrors* error
   p.estimated_remaining_seconds = r.Int("estimatedRemainingSeconds", 0, kMaxInt64);
   p.update_time = r.Time("updateTime");
   p.summary = r.String("summary").value_or("");
+  if (const json* recs = r.Array("recoveries")) {
+    for (size_t i = 0; i < recs->size(); ++i) {
+      p.recoveries.push_back(
+          DecodeRecoveryRecord((*recs)[i], r.Path("recoveries").Index(i), errors, options));
+    }
+  }
   Finish(r, options);
   return p;
 }
@@ -276,6 +316,8 @@ json EncodeProgress(const Progress& p) {
     j["estimatedRemainingSeconds"] = *p.estimated_remaining_seconds;
   if (p.update_time) j["updateTime"] = FormatKubeTime(*p.update_time);
   if (!p.summary.empty()) j["summary"] = p.summary;
+  for (const RecoveryRecord& rec : p.recoveries)
+    j["recoveries"].push_back(EncodeRecoveryRecord(rec));
   return j;
 }
 
@@ -326,6 +368,23 @@ TrainingJobStatus DecodeTrainingJobStatus(const json& j, const FieldPath& path, 
       }
     }
   }
+  if (const json* inc = r.Object("incarnations")) {
+    for (const auto& [pod, value] : inc->items()) {
+      if (value.is_number_integer() && value.get<int64_t>() >= 0 &&
+          value.get<int64_t>() <= std::numeric_limits<int32_t>::max()) {
+        s.incarnations[pod] = value.get<int32_t>();
+      } else {
+        errors->push_back(Invalid(r.Path("incarnations").Child(pod), value.dump(),
+                                  "must be a non-negative 32-bit integer"));
+      }
+    }
+  }
+  if (const json* recs = r.Array("recoveries")) {
+    for (size_t i = 0; i < recs->size(); ++i) {
+      s.recoveries.push_back(
+          DecodeRecoveryRecord((*recs)[i], r.Path("recoveries").Index(i), errors, options));
+    }
+  }
   s.start_time = r.Time("startTime");
   s.completion_time = r.Time("completionTime");
   s.last_reconcile_time = r.Time("lastReconcileTime");
@@ -370,6 +429,9 @@ json EncodeTrainingJobStatus(const TrainingJobStatus& s) {
   j["restartCount"] = s.restart_count;
   j["attempt"] = s.attempt;
   if (!s.counted_failures.empty()) j["countedFailures"] = s.counted_failures;
+  if (!s.incarnations.empty()) j["incarnations"] = s.incarnations;
+  for (const RecoveryRecord& rec : s.recoveries)
+    j["recoveries"].push_back(EncodeRecoveryRecord(rec));
   if (s.start_time) j["startTime"] = FormatKubeTime(*s.start_time);
   if (s.completion_time) j["completionTime"] = FormatKubeTime(*s.completion_time);
   if (s.last_reconcile_time) j["lastReconcileTime"] = FormatKubeTime(*s.last_reconcile_time);

@@ -69,6 +69,15 @@ inline constexpr std::array<EnumName<CleanPodPolicy>, 3> kCleanPodPolicyNames{{
     {CleanPodPolicy::kNone, "None"},
 }};
 
+// What a lost member of a synchronous group costs (runPolicy.recovery): InPlace replaces the
+// lost pod alone while the survivors keep their state; RestartGroup restarts every training
+// pod from the last checkpoint.
+enum class Recovery { kInPlace, kRestartGroup };
+inline constexpr std::array<EnumName<Recovery>, 2> kRecoveryNames{{
+    {Recovery::kInPlace, "InPlace"},
+    {Recovery::kRestartGroup, "RestartGroup"},
+}};
+
 enum class SuccessPolicy { kDefault, kAllWorkers };
 inline constexpr std::array<EnumName<SuccessPolicy>, 2> kSuccessPolicyNames{{
     {SuccessPolicy::kDefault, "Default"},
@@ -128,6 +137,8 @@ struct RunPolicy {
   int32_t pending_timeout_seconds = kDefaultPendingTimeoutSeconds;
   std::optional<int32_t> progress_deadline_seconds;
   std::optional<SchedulingPolicy> scheduling_policy;
+  // Unset: InPlace for MultiWorkerMirrored (EffectiveRecovery in validation.h).
+  std::optional<Recovery> recovery;
 
   bool operator==(const RunPolicy&) const = default;
 };
@@ -241,6 +252,24 @@ struct ReplicaStatus {
   bool operator==(const ReplicaStatus&) const = default;
 };
 
+// One recovery of the training group without a restart (status.recoveries), as the chief
+// reported it: the lost member replaced, the group re-formed, the state handed over.
+struct RecoveryRecord {
+  std::optional<absl::Time> time;  // when the chief saw the failure
+  int32_t attempt = 0;             // the group's attempt it happened in
+  int64_t epoch = 0;               // the membership epoch the group re-formed into
+  std::string replaced;            // "worker 1"
+  std::string cause;               // what began the epoch
+  double rendezvous_seconds = 0;   // failure seen -> group re-formed
+  double state_transfer_seconds = 0;
+  double recovery_seconds = 0;  // failure seen -> every rank stepping again
+  int64_t resumed_step = 0;
+  int64_t steps_lost = 0;
+
+  bool operator==(const RecoveryRecord&) const = default;
+};
+inline constexpr size_t kMaxRecoveryRecords = 5;
+
 struct Progress {
   int64_t step = 0;
   std::optional<int64_t> total_steps;
@@ -252,6 +281,9 @@ struct Progress {
   std::optional<int64_t> estimated_remaining_seconds;
   std::optional<absl::Time> update_time;
   std::string summary;  // "45% (450/1000)", for the Progress printer column
+  // The trainer's recoveries (its /progress); the planner moves them to status.recoveries,
+  // and status.progress never carries them.
+  std::vector<RecoveryRecord> recoveries;
 
   bool operator==(const Progress&) const = default;
 };
@@ -267,6 +299,10 @@ struct TrainingJobStatus {
   // Counting the difference on every reconcile keeps restartCount exact when a reconcile is
   // repeated or a status write is lost.
   std::map<std::string, int32_t> counted_failures;
+  // Pods recreated alone within the attempt (in-place recovery), by pod name: the incarnation
+  // the next one gets (lockstep.io/incarnation). A group restart clears it.
+  std::map<std::string, int32_t> incarnations;
+  std::vector<RecoveryRecord> recoveries;  // the last kMaxRecoveryRecords, oldest first
   std::optional<absl::Time> start_time;
   std::optional<absl::Time> completion_time;
   std::optional<absl::Time> last_reconcile_time;

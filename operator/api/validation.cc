@@ -139,6 +139,14 @@ void ValidateRunPolicy(const TrainingJobSpec& spec, const FieldPath& path, Field
   if (p.progress_deadline_seconds) {
     AtLeast(path.Child("progressDeadlineSeconds"), *p.progress_deadline_seconds, 1, errors);
   }
+  if (p.recovery == Recovery::kInPlace &&
+      EffectiveStrategy(spec) != Strategy::kMultiWorkerMirrored) {
+    errors->push_back(Invalid(path.Child("recovery"), "\"InPlace\"",
+                              StrCat("in-place recovery is for MultiWorkerMirrored groups, not ",
+                                     NameOf<Strategy>(kStrategyNames, EffectiveStrategy(spec)),
+                                     " (a ParameterServer job always replaces a lost worker "
+                                     "alone)")));
+  }
   if (!p.scheduling_policy) return;
   const SchedulingPolicy& s = *p.scheduling_policy;
   FieldPath spath = path.Child("schedulingPolicy");
@@ -226,6 +234,11 @@ Strategy EffectiveStrategy(const TrainingJobSpec& spec) {
   if (ReplicaCount(spec, ReplicaType::kPS) > 0) return Strategy::kParameterServer;
   if (TrainingReplicaCount(spec) > 1) return Strategy::kMultiWorkerMirrored;
   return Strategy::kOneDevice;
+}
+
+Recovery EffectiveRecovery(const TrainingJobSpec& spec) {
+  if (EffectiveStrategy(spec) != Strategy::kMultiWorkerMirrored) return Recovery::kRestartGroup;
+  return spec.run_policy.recovery.value_or(Recovery::kInPlace);
 }
 
 FieldErrors ValidateTrainingJob(const TrainingJob& job) {

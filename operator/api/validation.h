@@ -39,5 +39,8 @@ int32_t TrainingReplicaCount(const TrainingJobSpec& spec);
 // ParameterServer when the job has PS replicas, MultiWorkerMirrored when more than one replica
 // trains, and OneDevice for a single training replica.
 Strategy EffectiveStrategy(const TrainingJobSpec& spec);
+// runPolicy.recovery, else InPlace for MultiWorkerMirrored and RestartGroup otherwise (only a
+// MultiWorkerMirrored group recovers in place: its trainers rejoin a coordination service).
+Recovery EffectiveRecovery(const TrainingJobSpec& spec);
 
 }  // namespace lockstep::api

@@ -160,6 +160,15 @@ INSTANTIATE_TEST_SUITE_P(
                     "spec.runPolicy.ttlSecondsAfterFinished", "greater than or equal to 0"},
         testing::ManifestCase{"ZeroPendingTimeout", [](json& j) { j["spec"]["runPolicy"] = {{"pendingTimeoutSeconds", 0}}; },
                     "spec.runPolicy.pendingTimeoutSeconds", "greater than or equal to 1"},
+        testing::ManifestCase{"BadRecovery", [](json& j) { j["spec"]["runPolicy"] = {{"recovery", "Sometimes"}}; },
+                    "spec.runPolicy.recovery", "supported values: \"InPlace\", \"RestartGroup\""},
+        testing::ManifestCase{"InPlaceWithParameterServers", [](json& j) {
+                      j["spec"]["strategy"] = "ParameterServer";
+                      Specs(j).erase("Chief");
+                      Specs(j)["PS"] = Specs(j)["Worker"];
+                      j["spec"]["runPolicy"] = {{"recovery", "InPlace"}};
+                    },
+                    "spec.runPolicy.recovery", "in-place recovery is for MultiWorkerMirrored groups, not ParameterServer"},
         testing::ManifestCase{"BadCleanPodPolicy", [](json& j) { j["spec"]["runPolicy"] = {{"cleanPodPolicy", "Some"}}; },
                     "spec.runPolicy.cleanPodPolicy", "supported values: \"All\", \"Running\", \"None\""},
         testing::ManifestCase{"MinAvailableAboveReplicas", [](json& j) {

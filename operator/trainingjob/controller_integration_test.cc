@@ -340,10 +340,12 @@ TEST_F(ControllerIntegrationTest, CreatesPodsServicesAndSecretWithTheEnvironment
   EXPECT_THAT(metrics_.Render(), HasSubstr("lockstep_trainingjobs{state=\"Running\"} 1"));
 }
 
+json GroupRestart() { return {{"runPolicy", {{"recovery", "RestartGroup"}}}}; }
+
 TEST_F(ControllerIntegrationTest, AHungChiefDoesNotHoldUpFailureHandling) {
   progress_.Hang(true);
   StartOperator();
-  Create(MwmJob("t", 2));
+  Create(MwmJob("t", 2, GroupRestart()));
   RunAll("t", 0, 2);
   ASSERT_TRUE(WaitState("t", "Running"));
   progress_.WaitForFetch();  // the poller is now stuck on the chief
@@ -394,7 +396,7 @@ TEST_F(ControllerIntegrationTest, GangSchedulingObservesThePodGroup) {
 
 TEST_F(ControllerIntegrationTest, RetryableFailureRestartsTheGroupThenRunsAgain) {
   StartOperator();
-  Create(MwmJob("t", 2));
+  Create(MwmJob("t", 2, GroupRestart()));
   RunAll("t", 0, 2);
   ASSERT_TRUE(WaitState("t", "Running"));
   SetPod("t-worker-1", "Failed", 137);
@@ -404,6 +406,42 @@ TEST_F(ControllerIntegrationTest, RetryableFailureRestartsTheGroupThenRunsAgain)
   ASSERT_TRUE(WaitState("t", "Running"));
   EXPECT_EQ(Job("t")["status"]["restartCount"], 1);
   EXPECT_EQ(faults_->PodCreates("t-worker-0"), 2);
+}
+
+// In place (MultiWorkerMirrored's default): the lost worker's pod alone is recreated, as its
+// next incarnation in the same attempt; the chief's report of the recovery reaches
+// status.recoveries, an event and the recovery-seconds histogram.
+TEST_F(ControllerIntegrationTest, ALostWorkerIsReplacedAloneAndItsRecoveryRecorded) {
+  StartOperator();
+  Create(MwmJob("t", 3));
+  RunAll("t", 0, 3);
+  ASSERT_TRUE(WaitState("t", "Running"));
+  SetPod("t-worker-2", "Failed", 137);
+  ASSERT_TRUE(WaitFor([&] { return faults_->PodCreates("t-worker-2") == 2; }, "a new t-worker-2"));
+  absl::StatusOr<json> pod = client_->Get(res::kPods, "ns", "t-worker-2");
+  ASSERT_TRUE(pod.ok());
+  EXPECT_EQ((*pod)["metadata"]["labels"]["lockstep.io/incarnation"], "1");
+  EXPECT_EQ((*pod)["metadata"]["labels"]["lockstep.io/attempt"], "0");
+  EXPECT_EQ((*Env(*pod, "LOCKSTEP_INCARNATION"))["value"], "1");
+  EXPECT_EQ(faults_->PodCreates("t-worker-0"), 1);  // the survivors were left alone
+  EXPECT_EQ(faults_->PodCreates("t-worker-1"), 1);
+  RunAll("t", 0, 3);
+  ASSERT_TRUE(WaitState("t", "Running"));
+  EXPECT_EQ(Job("t")["status"]["attempt"], 0);
+  EXPECT_EQ(Job("t")["status"]["restartCount"], 1);
+  api::Progress p{.step = 40, .total_steps = 100};
+  p.recoveries.push_back({.epoch = 1,
+                          .replaced = "worker 2",
+                          .rendezvous_seconds = 0.4,
+                          .state_transfer_seconds = 0.1,
+                          .recovery_seconds = 0.7,
+                          .resumed_step = 31});
+  progress_.Set(p);
+  ASSERT_TRUE(WaitFor([&] { return Field(Job("t"), "/status/recoveries/0/resumedStep") == 31; },
+                      "the recovery in the status"));
+  EXPECT_EQ(Job("t")["status"]["recoveries"][0]["replaced"], "worker 2");
+  EXPECT_FALSE(Job("t")["status"]["progress"].contains("recoveries"));
+  EXPECT_THAT(metrics_.Render(), HasSubstr("lockstep_job_recovery_seconds_count 1"));
 }
 
 TEST_F(ControllerIntegrationTest, PermanentFailureFailsNamingTheCulprit) {
@@ -511,7 +549,7 @@ TEST_F(ControllerIntegrationTest, ConvergesThroughServerErrorsConflictsAndDroppe
   faults_->conflict_every_nth_status = 3;
   faults_->drop_watch_after_chunks = 4;
   StartOperator();
-  Create(MwmJob("t", 3));
+  Create(MwmJob("t", 3, GroupRestart()));
   RunAll("t", 0, 3);
   ASSERT_TRUE(WaitState("t", "Running"));
   SetPod("t-worker-2", "Failed", 143);

@@ -71,7 +71,8 @@ std::string_view PodRestartPolicy(api::RestartPolicy policy) {
 }
 
 json DesiredPod(const api::TrainingJob& job, api::ReplicaType type, int32_t index, int32_t attempt,
-                const DesiredOptions& options, std::vector<std::string>* kept_env) {
+                const DesiredOptions& options, std::vector<std::string>* kept_env,
+                int32_t incarnation) {
   const api::ReplicaSpec& spec = job.spec.replica_specs.at(type);
   const json& tmpl = spec.pod_template.raw();
   std::string name = api::ReplicaName(job.metadata.name, type, index);
@@ -86,6 +87,7 @@ json DesiredPod(const api::TrainingJob& job, api::ReplicaType type, int32_t inde
   }
   for (auto& [k, v] : ReplicaLabels(job, type, index)) labels[k] = v;
   labels[std::string(kAttemptLabel)] = std::to_string(attempt);
+  labels[std::string(kIncarnationLabel)] = std::to_string(incarnation);
 
   json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}};
   pod["metadata"] = Metadata(job, name, labels);
@@ -138,6 +140,14 @@ json DesiredPod(const api::TrainingJob& job, api::ReplicaType type, int32_t inde
                                                              api::EffectiveStrategy(job.spec)))),
              kept_env);
       AddEnv(env, ValueEnv("LOCKSTEP_ATTEMPT", std::to_string(attempt)), kept_env);
+      AddEnv(env, ValueEnv("LOCKSTEP_INCARNATION", std::to_string(incarnation)), kept_env);
+      if (api::EffectiveStrategy(job.spec) == api::Strategy::kMultiWorkerMirrored) {
+        AddEnv(env,
+               ValueEnv("LOCKSTEP_RECOVERY",
+                        std::string(api::NameOf<api::Recovery>(api::kRecoveryNames,
+                                                               api::EffectiveRecovery(job.spec)))),
+               kept_env);
+      }
       json pod_ip = {{"name", "LOCKSTEP_POD_IP"}};
       pod_ip["valueFrom"]["fieldRef"] = {{"fieldPath", "status.podIP"}};
       AddEnv(env, std::move(pod_ip), kept_env);

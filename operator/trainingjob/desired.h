@@ -26,9 +26,11 @@ struct DesiredOptions {
   GangScheduler gang = GangScheduler::kNone;
 };
 
+// `incarnation`: the pod's number among those of its replica within the attempt (in-place
+// recovery recreates a lost pod alone, as the next incarnation).
 nlohmann::json DesiredPod(const api::TrainingJob& job, api::ReplicaType type, int32_t index,
                           int32_t attempt, const DesiredOptions& options,
-                          std::vector<std::string>* kept_env = nullptr);
+                          std::vector<std::string>* kept_env = nullptr, int32_t incarnation = 0);
 
 nlohmann::json DesiredService(const api::TrainingJob& job, api::ReplicaType type, int32_t index);
 

@@ -14,6 +14,9 @@ inline constexpr std::string_view kJobNameLabel = "lockstep.io/job-name";
 inline constexpr std::string_view kReplicaTypeLabel = "lockstep.io/replica-type";
 inline constexpr std::string_view kReplicaIndexLabel = "lockstep.io/replica-index";
 inline constexpr std::string_view kAttemptLabel = "lockstep.io/attempt";
+// How many times this replica's pod was recreated alone within the attempt (in-place
+// recovery): 0 for the attempt's first pod.
+inline constexpr std::string_view kIncarnationLabel = "lockstep.io/incarnation";
 
 // The per-job Secret holding the token peers present to each other, and its key.
 inline constexpr std::string_view kTokenKey = "token";

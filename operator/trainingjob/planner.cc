@@ -4,6 +4,8 @@
 #include <charconv>
 #include <map>
 
+#include "absl/strings/str_format.h"
+
 #include "common/str_util.h"
 #include "operator/api/conditions.h"
 #include "operator/api/job_state.h"
@@ -270,24 +272,36 @@ class Planner {
       if (!f->restarted_in_place && slot.pod) {
         DeletePod(*slot.pod, StrCat("restart after: ", FailureMessage(*f)));
         slot.pod = nullptr;
+        // A member of the training group recreated alone (in-place recovery) is the next
+        // incarnation of its replica, within the same attempt.
+        if (InGroup(f->type)) st_.incarnations[f->pod_name] += 1;
       }
     }
     if (group_cause != nullptr) {
       st_.attempt += 1;
+      st_.incarnations.clear();
       for (auto& [key, slot] : slots_) {
         if (!slot.pod || !InGroup(key.first) || slot.pod->phase == PodPhase::kSucceeded) continue;
         DeletePod(*slot.pod, StrCat("group restart to attempt ", st_.attempt));
         slot.pod = nullptr;
       }
       st_.replica_statuses[group_cause->type].restarts += 1;
+      const bool fell_back = api::EffectiveRecovery(job_.spec) == api::Recovery::kInPlace &&
+                             HostsCoordinator(*group_cause, job_.spec);
       Move(JobState::kRestarting, FailureReason(*group_cause),
            StrCat(FailureMessage(*group_cause), "; restarting the training group as attempt ",
-                  st_.attempt));
+                  st_.attempt,
+                  fell_back ? " from the last checkpoint (the lost replica hosted the "
+                              "coordination service, so in-place recovery cannot hold)"
+                            : ""));
     } else if (!pod_restarts.empty()) {
       const PodFailure& f = *pod_restarts.front();
+      const bool group_member = InGroup(f.type) && api::EffectiveStrategy(job_.spec) ==
+                                                       api::Strategy::kMultiWorkerMirrored;
       Move(JobState::kRestarting, FailureReason(f),
-           StrCat(FailureMessage(f), "; restarting ",
-                  f.restarted_in_place ? "in place" : "the pod"));
+           StrCat(
+               FailureMessage(f), "; restarting ", f.restarted_in_place ? "in place" : "the pod",
+               group_member ? " alone: the other replicas keep their state and hand it over" : ""));
     }
   }
 
@@ -309,8 +323,11 @@ class Planner {
         }
         if (slots_[{type, i}].blocked) continue;
         Action a{.kind = Action::Kind::kCreate, .child = ChildKind::kPod, .name = name};
-        a.object = DesiredPod(job_, type, i, st_.attempt, opt_.desired, &a.kept_env);
-        a.why = StrCat("attempt ", st_.attempt);
+        auto inc = st_.incarnations.find(name);
+        const int32_t incarnation = inc == st_.incarnations.end() ? 0 : inc->second;
+        a.object = DesiredPod(job_, type, i, st_.attempt, opt_.desired, &a.kept_env, incarnation);
+        a.why = incarnation == 0 ? StrCat("attempt ", st_.attempt)
+                                 : StrCat("attempt ", st_.attempt, ", incarnation ", incarnation);
         plan_.actions.push_back(std::move(a));
       }
     }
@@ -381,7 +398,34 @@ class Planner {
     }
   }
 
+  // The trainer's recoveries, each new one (by its membership epoch within the attempt) kept
+  // in status.recoveries with an event.
+  void MergeRecoveries(std::vector<api::RecoveryRecord> reported) {
+    int64_t newest = -1;
+    for (const api::RecoveryRecord& r : st_.recoveries) {
+      if (r.attempt == st_.attempt) newest = std::max(newest, r.epoch);
+    }
+    for (api::RecoveryRecord& r : reported) {
+      if (r.epoch <= newest) continue;
+      newest = r.epoch;
+      r.attempt = st_.attempt;
+      Event(EventType::kNormal, "RecoveredInPlace",
+            StrCat(r.replaced.empty() ? "the group" : r.replaced + " replaced;",
+                   " training again at step ", r.resumed_step, " ",
+                   absl::StrFormat("%.2f", r.recovery_seconds), "s after the failure (rendezvous ",
+                   absl::StrFormat("%.2f", r.rendezvous_seconds), "s, state handed over in ",
+                   absl::StrFormat("%.2f", r.state_transfer_seconds), "s); ", r.steps_lost,
+                   " completed steps lost"));
+      st_.recoveries.push_back(std::move(r));
+    }
+    if (st_.recoveries.size() > api::kMaxRecoveryRecords) {
+      st_.recoveries.erase(st_.recoveries.begin(), st_.recoveries.end() - api::kMaxRecoveryRecords);
+    }
+  }
+
   void MergeProgress(api::Progress p) {
+    MergeRecoveries(std::move(p.recoveries));
+    p.recoveries.clear();
     if (st_.progress && st_.progress->step == p.step && st_.progress->update_time) {
       p.update_time = st_.progress->update_time;
     } else {

@@ -107,6 +107,10 @@ using V = std::vector<std::string>;
 World Mwm(int workers = 2, const std::string& policy = "ExitCode", json extra = json::object()) {
   return {.job = Job("MultiWorkerMirrored", {{"Worker", workers, policy}}, extra)};
 }
+// A MultiWorkerMirrored job that restarts its whole group on a lost worker.
+World MwmGroupRestart(int workers = 2) {
+  return Mwm(workers, "ExitCode", {{"runPolicy", {{"recovery", "RestartGroup"}}}});
+}
 void AllRunning(World& w, int attempt = 0) {
   w.pods.clear();
   for (const auto& [type, spec] : w.job.spec.replica_specs) {
@@ -302,7 +306,7 @@ TEST(PlannerTest, TerminatingPodBlocksItsReplacement) {
 // ---- restarts ----
 
 TEST(PlannerRestartTest, RetryableWorkerFailureRestartsTheGroup) {
-  World w = Mwm();
+  World w = MwmGroupRestart();
   AllRunning(w);
   w.Step();
   w.pods[1] = Exited(w.pods[1], 137);
@@ -325,7 +329,7 @@ TEST(PlannerRestartTest, RetryableWorkerFailureRestartsTheGroup) {
 }
 
 TEST(PlannerRestartTest, RepeatedReconcileDoesNotCountTwice) {
-  World w = Mwm();
+  World w = MwmGroupRestart();
   AllRunning(w);
   w.Step();
   w.pods[1] = Exited(w.pods[1], 137);
@@ -450,7 +454,7 @@ TEST(PlannerRestartTest, IgnoreRuleRestartsWithoutSpendingBudget) {
 }
 
 TEST(PlannerRestartTest, OldAttemptFailuresAreCollateral) {
-  World w = Mwm();
+  World w = MwmGroupRestart();
   AllRunning(w);
   w.Step();
   w.pods[1] = Exited(w.pods[1], 137);
@@ -461,6 +465,142 @@ TEST(PlannerRestartTest, OldAttemptFailuresAreCollateral) {
   EXPECT_EQ(w.job.status->restart_count, 1);
   EXPECT_EQ(w.job.status->attempt, 1);
   EXPECT_EQ(Deleted(p), (V{"t-worker-0", "t-worker-1"}));
+}
+
+// ---- in-place recovery (MultiWorkerMirrored's default) ----
+
+std::string EnvOf(const json& pod, const std::string& name) {
+  for (const json& e : pod["spec"]["containers"][0]["env"]) {
+    if (e.value("name", "") == name) return e.value("value", "");
+  }
+  return "<unset>";
+}
+
+TEST(PlannerInPlaceTest, ALostWorkerIsReplacedAloneAsItsNextIncarnation) {
+  World w = Mwm(3);
+  AllRunning(w);
+  w.Step();
+  w.pods[2] = Exited(w.pods[2], 137);
+  Plan p = w.Step();
+  EXPECT_EQ(Deleted(p), (V{"t-worker-2"}));  // the others keep running, and their state
+  EXPECT_EQ(w.state(), JobState::kRestarting);
+  EXPECT_EQ(w.job.status->attempt, 0);
+  EXPECT_EQ(w.job.status->restart_count, 1);  // still spends the budget
+  EXPECT_THAT(w.Cond(api::ConditionType::kRestarting).message,
+              HasSubstr("restarting the pod alone: the other replicas keep their state"));
+  w.pods.pop_back();
+  p = w.Step();
+  ASSERT_EQ(Created(p), (V{"t-worker-2"}));
+  const json& pod = p.actions.back().object;
+  EXPECT_EQ(pod["metadata"]["labels"]["lockstep.io/attempt"], "0");
+  EXPECT_EQ(pod["metadata"]["labels"]["lockstep.io/incarnation"], "1");
+  EXPECT_EQ(EnvOf(pod, "LOCKSTEP_INCARNATION"), "1");
+  EXPECT_EQ(EnvOf(pod, "LOCKSTEP_RECOVERY"), "InPlace");
+  EXPECT_EQ(p.actions.back().why, "attempt 0, incarnation 1");
+  AllRunning(w);
+  w.Step();
+  EXPECT_EQ(w.state(), JobState::kRunning);
+  // Lost again: the third incarnation.
+  w.pods[2] = Exited(w.pods[2], 137);
+  w.pods[2].metadata.uid = "second";
+  w.Step();
+  w.pods.pop_back();
+  p = w.Step();
+  ASSERT_EQ(Created(p), (V{"t-worker-2"}));
+  EXPECT_EQ(p.actions.back().object["metadata"]["labels"]["lockstep.io/incarnation"], "2");
+  EXPECT_EQ(w.job.status->restart_count, 2);
+}
+
+TEST(PlannerInPlaceTest, TheCoordinatorsLossFallsBackToAGroupRestart) {
+  // Without a chief, worker 0 hosts the coordination service.
+  World w = Mwm(2);
+  AllRunning(w);
+  w.Step();
+  w.pods[0] = Exited(w.pods[0], 137);
+  Plan p = w.Step();
+  EXPECT_EQ(Deleted(p), (V{"t-worker-0", "t-worker-1"}));
+  EXPECT_EQ(w.job.status->attempt, 1);
+  EXPECT_THAT(w.Cond(api::ConditionType::kRestarting).message,
+              HasSubstr("hosted the coordination service"));
+  // With a chief, the chief does; worker 0 is then replaced alone.
+  World c{.job = Job("MultiWorkerMirrored", {{"Chief", 1, "ExitCode"}, {"Worker", 2, "ExitCode"}})};
+  AllRunning(c);
+  c.Step();
+  c.pods[1] = Exited(c.pods[1], 137);  // pods: chief 0, worker 0, worker 1
+  EXPECT_EQ(Deleted(c.Step()), (V{"t-worker-0"}));
+  c.pods[0] = Exited(c.pods[0], 137);
+  p = c.Step();
+  EXPECT_EQ(c.job.status->attempt, 1);
+  EXPECT_THAT(c.Cond(api::ConditionType::kRestarting).message,
+              HasSubstr("hosted the coordination service"));
+  EXPECT_TRUE(c.job.status->incarnations.empty());  // a new attempt starts them over
+}
+
+TEST(PlannerInPlaceTest, RestartJobRulesAndRestartGroupStillRestartTheGroup) {
+  World rule = Mwm(3, "ExitCode",
+                   {{"failurePolicy",
+                     {{"rules",
+                       {{{"action", "RestartJob"},
+                         {"onExitCodes", {{"operator", "In"}, {"values", {137}}}}}}}}}});
+  AllRunning(rule);
+  rule.Step();
+  rule.pods[2] = Exited(rule.pods[2], 137);
+  EXPECT_EQ(Deleted(rule.Step()).size(), 3u);
+  EXPECT_EQ(rule.job.status->attempt, 1);
+  World group = MwmGroupRestart(3);
+  AllRunning(group);
+  group.Step();
+  group.pods[2] = Exited(group.pods[2], 137);
+  EXPECT_EQ(Deleted(group.Step()).size(), 3u);
+  EXPECT_EQ(group.job.status->attempt, 1);
+}
+
+TEST(PlannerInPlaceTest, InPlaceRestartsSpendTheBackoffLimit) {
+  World w = Mwm(3, "ExitCode", {{"runPolicy", {{"backoffLimit", 1}}}});
+  AllRunning(w);
+  w.Step();
+  w.pods[1] = Exited(w.pods[1], 137);
+  w.Step();
+  EXPECT_EQ(w.job.status->restart_count, 1);
+  AllRunning(w);
+  w.pods[2] = Exited(w.pods[2], 137);
+  w.Step();
+  EXPECT_EQ(w.state(), JobState::kFailed);
+  EXPECT_EQ(w.Cond(api::ConditionType::kFailed).reason, "BackoffLimitExceeded");
+}
+
+// The chief's recoveries land in status.recoveries (not status.progress), once each, with an
+// event; the list keeps the last five.
+TEST(PlannerInPlaceTest, ReportedRecoveriesAreRecordedOnceWithAnEvent) {
+  World w = Mwm(3);
+  AllRunning(w);
+  w.Step();
+  api::Progress progress{.step = 120};
+  progress.recoveries.push_back({.epoch = 1,
+                                 .replaced = "worker 2",
+                                 .cause = "rank 2 (worker 2) was replaced",
+                                 .rendezvous_seconds = 1.25,
+                                 .state_transfer_seconds = 0.05,
+                                 .recovery_seconds = 1.5,
+                                 .resumed_step = 100});
+  w.progress = progress;
+  Plan p = w.Step();
+  ASSERT_EQ(w.job.status->recoveries.size(), 1u);
+  EXPECT_EQ(w.job.status->recoveries[0].replaced, "worker 2");
+  EXPECT_EQ(w.job.status->recoveries[0].attempt, 0);
+  EXPECT_TRUE(w.job.status->progress->recoveries.empty());
+  ASSERT_EQ(p.events.size(), 1u);
+  EXPECT_EQ(p.events[0].reason, "RecoveredInPlace");
+  EXPECT_EQ(p.events[0].message,
+            "worker 2 replaced; training again at step 100 1.50s after the failure (rendezvous "
+            "1.25s, state handed over in 0.05s); 0 completed steps lost");
+  EXPECT_TRUE(w.Step().events.empty());  // the same report again: nothing new
+  for (int e = 2; e <= 7; ++e) progress.recoveries.push_back({.epoch = e, .resumed_step = e});
+  w.progress = progress;
+  EXPECT_EQ(w.Step().events.size(), 6u);
+  ASSERT_EQ(w.job.status->recoveries.size(), api::kMaxRecoveryRecords);
+  EXPECT_EQ(w.job.status->recoveries.front().epoch, 3);
+  EXPECT_EQ(w.Step().events.size(), 0u);  // epochs trimmed from the status are not new again
 }
 
 // ---- success ----

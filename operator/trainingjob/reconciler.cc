@@ -82,6 +82,9 @@ void DeclareReconcilerMetrics(common::MetricsRegistry* m) {
   m->AddCounter(kPodsDeletedMetric, "Pods deleted, by reason kind.");
   m->AddCounter(kRestartsMetric, "Restarts counted against backoffLimit.");
   m->AddCounter(kReconcileErrorsMetric, "Reconciles that ended in an error.");
+  m->AddHistogram(kRecoverySecondsMetric,
+                  "In-place recoveries: a member's failure seen to every rank stepping again.",
+                  {0.5, 1, 2, 5, 10, 30, 60, 120, 300});
   m->AddHistogram(kReconcileLatencyMetric, "Time one reconcile of a TrainingJob took.",
                   common::LatencyBuckets());
 }
@@ -161,6 +164,14 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
   }
   if (d_.metrics && plan.status.restart_count > old_status.restart_count) {
     d_.metrics->Inc(kRestartsMetric, {}, plan.status.restart_count - old_status.restart_count);
+  }
+  if (d_.metrics) {
+    for (const api::RecoveryRecord& r : plan.status.recoveries) {
+      if (std::find(old_status.recoveries.begin(), old_status.recoveries.end(), r) ==
+          old_status.recoveries.end()) {
+        d_.metrics->Observe(kRecoverySecondsMetric, {}, r.recovery_seconds);
+      }
+    }
   }
 
   absl::Status first_error;

@@ -1,8 +1,9 @@
 #include "trainer/progress/progress.h"
 
-#include "common/metrics.h"
-
 #include <cmath>
+
+#include "absl/time/time.h"
+#include "common/metrics.h"
 
 namespace lockstep::trainer {
 
@@ -74,16 +75,18 @@ nlohmann::json ProgressTracker::ProgressJson() const {
   }
   if (last_checkpoint_) j["lastCheckpointStep"] = *last_checkpoint_;
   for (const RecoveryRecord& r : recoveries_) {
-    j["recoveries"].push_back({{"epoch", r.epoch},
-                               {"replaced", r.replaced},
-                               {"cause", r.cause},
-                               {"detectedUnixSeconds", r.detected_unix},
-                               {"rendezvousSeconds", r.rendezvous_seconds},
-                               {"stateTransferSeconds", r.transfer_seconds},
-                               {"recoverySeconds", r.seconds},
-                               {"resumedStep", r.resumed_step},
-                               {"stepsLost", r.steps_lost},
-                               {"sourceRank", r.source_rank}});
+    // The shape of status.recoveries' entries (the operator adds the attempt).
+    const absl::Time seen = absl::UnixEpoch() + absl::Seconds(r.detected_unix);
+    j["recoveries"].push_back(
+        {{"epoch", r.epoch},
+         {"replaced", r.replaced},
+         {"cause", r.cause},
+         {"time", absl::FormatTime("%Y-%m-%d%ET%H:%M:%SZ", seen, absl::UTCTimeZone())},
+         {"rendezvousSeconds", r.rendezvous_seconds},
+         {"stateTransferSeconds", r.transfer_seconds},
+         {"recoverySeconds", r.seconds},
+         {"resumedStep", r.resumed_step},
+         {"stepsLost", r.steps_lost}});
   }
   if (recent_rate_ > 0 && last_samples_ > 0 && total_ >= step_) {
     j["estimatedRemainingSeconds"] = static_cast<int64_t>(

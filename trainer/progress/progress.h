@@ -30,7 +30,6 @@ struct RecoveryRecord {
   double seconds = 0;             // failure seen -> the first step completed again
   int64_t resumed_step = 0;       // the step training went on from
   int64_t steps_lost = 0;         // completed steps not kept (the chief's before, less resumed)
-  int source_rank = 0;            // whose state every rank took
 };
 
 class ProgressTracker {

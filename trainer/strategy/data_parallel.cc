@@ -218,7 +218,6 @@ absl::Status Recover(Run& run, const absl::Status& failed, Position& pos) {
     rec.transfer_seconds = MonotonicSeconds() - formed;
     rec.resumed_step = pos.step;
     rec.steps_lost = std::max<int64_t>(0, before - pos.step);
-    rec.source_rank = st->source;
     common::LogInfo("recovery", "the group re-formed in epoch ", g->epoch,
                     g->replaced.empty() ? "" : " with a new " + g->replaced, " after ",
                     absl::StrFormat("%.2f", rec.rendezvous_seconds), " s; rank ", st->source,
