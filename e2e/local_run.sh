@@ -96,15 +96,31 @@ fi
 grep -q "WorkerExitedWithCode3" "$work/bad.out" || fail "no reason: $(cat "$work/bad.out")"
 grep -q "doomed-worker-0" "$work/bad.out" || fail "no culprit: $(cat "$work/bad.out")"
 
-# A worker exiting 137 once (retryable): group restart, attempt 1, then success.
+# A worker exiting 137 once (retryable) with recovery: RestartGroup: group restart, attempt 1,
+# then success.
 marker="$work/crashed-once"
 shell_job flaky "test \$LOCKSTEP_ATTEMPT = 1 || sleep 30" \
-  "test -e $marker || { touch $marker; exit 137; }; sleep 30" >"$work/flaky.yaml"
+  "test -e $marker || { touch $marker; exit 137; }; sleep 30" |
+  sed 's/runPolicy: {backoffLimit: 2}/runPolicy: {backoffLimit: 2, recovery: RestartGroup}/' \
+  >"$work/flaky.yaml"
 "$lockstep" run "$work/flaky.yaml" --timeout 120 >"$work/flaky.out" 2>&1 ||
   fail "lockstep run exited $? for a job that should recover: $(cat "$work/flaky.out")"
 [[ $(k get tj flaky -o jsonpath='{.status.restartCount}/{.status.attempt}') == 1/1 ]] ||
   fail "want one restart and attempt 1: $(k get tj flaky -o yaml)"
 expect "WorkerExitedWithCode137" k get events --field-selector involvedObject.name=flaky
+
+# The same with in-place recovery (MultiWorkerMirrored's default): the worker's pod alone is
+# recreated, as incarnation 1 of attempt 0, while the chief keeps running (it waits for it).
+inc="$work/incarnation"
+shell_job inplace "for i in \$(seq 300); do test -e $inc-1 && exit 0; sleep 0.1; done; exit 1" \
+  "touch $inc-\$LOCKSTEP_ATTEMPT-\$LOCKSTEP_INCARNATION; test -e $inc-0-0.done || { touch $inc-0-0.done; exit 137; }; touch $inc-\$LOCKSTEP_INCARNATION; sleep 30" \
+  >"$work/inplace.yaml"
+"$lockstep" run "$work/inplace.yaml" --timeout 120 >"$work/inplace.out" 2>&1 ||
+  fail "lockstep run exited $? for an in-place job: $(cat "$work/inplace.out")"
+[[ $(k get tj inplace -o jsonpath='{.status.restartCount}/{.status.attempt}') == 1/0 ]] ||
+  fail "want one restart at attempt 0: $(k get tj inplace -o yaml)"
+[[ -e $inc-0-1 && ! -e $inc-1-0 ]] || fail "the worker was not incarnation 1 of attempt 0: $(ls "$work")"
+expect "restarting the pod alone" k get events --field-selector involvedObject.name=inplace
 
 # An invalid manifest is refused before anything is sent.
 sed 's/replicas: 2/replicas: -1/; s/name: tf-config-check/name: invalid/' \

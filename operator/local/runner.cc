@@ -4,8 +4,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -106,6 +108,9 @@ struct Runner::Impl {
   // may still linger in TIME_WAIT.
   uint32_t next_ip = 2 + static_cast<uint32_t>(std::random_device{}() % 60000);
   std::string hosts_text;
+  std::mutex wake_mu;
+  std::condition_variable_any wake_cv;
+  bool woken = false;
 
   Impl(kube::RestClient* c, RunnerOptions o, kube::Clock* k)
       : client(c),
@@ -114,7 +119,25 @@ struct Runner::Impl {
         launcher(options.launcher ? options.launcher()
                                   : MakeLinuxProcessLauncher(options.private_hosts)),
         pods(c, kube::resources::kPods, DecodeRaw, {}, k),
-        services(c, kube::resources::kServices, DecodeRaw, {}, k) {}
+        services(c, kube::resources::kServices, DecodeRaw, {}, k) {
+    // A pod created, changed or deleted is acted on at once, not at the next tick (a lost
+    // worker's replacement waits on this, and so does every training group it belongs to).
+    pods.AddHandlers({.on_add = [this](const auto&) { Wake(); },
+                      .on_update = [this](const auto&, const auto&) { Wake(); },
+                      .on_delete = [this](const auto&) { Wake(); }});
+  }
+
+  void Wake() {
+    std::lock_guard<std::mutex> lock(wake_mu);
+    woken = true;
+    wake_cv.notify_all();
+  }
+  // Until the next tick, an informer event, or `stop`.
+  void Sleep(std::stop_token stop) {
+    std::unique_lock<std::mutex> lock(wake_mu);
+    wake_cv.wait_for(lock, stop, absl::ToChronoNanoseconds(options.tick), [&] { return woken; });
+    woken = false;
+  }
 
   std::string AllocateIp() {
     for (uint32_t tries = 0; tries < 65000; ++tries) {
@@ -494,7 +517,7 @@ void Runner::Run(std::stop_token stop) {
   if (!impl_->pods.WaitForSync(stop) || !impl_->services.WaitForSync(stop)) return;
   while (!stop.stop_requested()) {
     impl_->Tick();
-    impl_->clock->SleepFor(impl_->options.tick, stop);
+    impl_->Sleep(stop);
   }
   impl_->StopAll();
 }

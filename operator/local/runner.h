@@ -52,7 +52,9 @@ struct RunnerOptions {
   std::string api_server_url;
   std::function<absl::StatusOr<std::string>(const std::string& ns, const std::string& name)>
       service_account_token;
-  absl::Duration tick = absl::Milliseconds(100);
+  // How often processes are checked for exits and deadlines; a pod created, changed or
+  // deleted wakes the runner at once.
+  absl::Duration tick = absl::Milliseconds(50);
   absl::Duration crash_backoff_initial = absl::Seconds(10);
   absl::Duration crash_backoff_max = absl::Minutes(5);
   bool private_hosts = true;  // a mount namespace per pod for /etc/hosts

@@ -35,6 +35,8 @@ struct Run {
   // A recovery whose first step has not completed yet (the chief records it then).
   std::optional<RecoveryRecord> recovering;
   double recovering_since = 0;  // monotonic seconds when the failure was seen
+  // A run resumed from a checkpoint (a group restart) says when its first step completes.
+  std::optional<int64_t> resumed_from;
 };
 
 // The step trailer every replica all-reduces (so each slot is a sum over replicas): a stop
@@ -126,6 +128,11 @@ absl::Status RunSteps(Run& run, Batcher& batches, int64_t total, int64_t every, 
                        trailer[kCorrect] / trailer[kSamples],
                        static_cast<int64_t>(trailer[kSamples]), MonotonicSeconds());
     }
+    if (run.resumed_from && run.chief()) {
+      common::LogInfo("checkpoint", "every rank is stepping again at step ", pos.step,
+                      " (resumed from the checkpoint of step ", *run.resumed_from, ")");
+    }
+    run.resumed_from.reset();
     if (run.recovering) {
       run.recovering->seconds = MonotonicSeconds() - run.recovering_since;
       common::LogInfo("recovery", "every rank is stepping again at step ", pos.step, ", ",
@@ -275,6 +282,7 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
           .rank = rank,
           .size = size,
           .validation = &data.test};
+  if (result.resumed_from > 0) run.resumed_from = result.resumed_from;
 
   // 2. This replica's shard of every global batch, and how long the run is.
   absl::StatusOr<BatcherOptions> bo = BatchingFor(run, data);
