@@ -40,23 +40,6 @@ wait_chief_step() {  # JOB N: until the chief's step passes N (bounded)
   done
   fail "$1 never passed step $2"
 }
-# The trainer process of a replica of this cluster (as e2e/strategies.sh finds it).
-pid_of() {
-  local p env
-  for _ in $(seq 100); do
-    for p in /proc/[0-9]*; do
-      env=$( { tr '\0' '\n' <"$p/environ"; } 2>/dev/null) || continue
-      grep -qx "LOCKSTEP_JOB_NAME=$1" <<<"$env" || continue
-      grep -qx "LOCKSTEP_REPLICA_TYPE=$2" <<<"$env" || continue
-      grep -qx "LOCKSTEP_REPLICA_INDEX=$3" <<<"$env" || continue
-      [[ $(readlink "$p/exe" 2>/dev/null) == *lockstep-trainer* ]] || continue
-      echo "${p#/proc/}"
-      return 0
-    done
-    sleep 0.05
-  done
-  return 1
-}
 # Seconds since the epoch of a log line's "2026-11-25T06:53:44.595Z" timestamp.
 log_time() { date -u -d "$(cut -c1-23 <<<"$1" | tr T ' ')" +%s.%N; }
 

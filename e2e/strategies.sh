@@ -20,41 +20,6 @@ source "$(dirname "$0")/lib.sh"
 field() { k get tj "$1" -o jsonpath="$2" 2>/dev/null || true; }
 accuracy() { k logs "$1" 2>/dev/null | sed -n 's/^final test accuracy: \([0-9.]*\).*/\1/p'; }
 
-# descends_from PID ANCESTOR: whether ANCESTOR is PID or one of its parents.
-descends_from() {
-  local p=$1
-  while [[ -n $p && $p -gt 1 ]]; do
-    [[ $p == "$2" ]] && return 0
-    p=$(awk '/^PPid:/ {print $2}' "/proc/$p/status" 2>/dev/null) || return 1
-  done
-  return 1
-}
-
-# pid_of JOB TYPE INDEX: the trainer process of that replica (found by its injected env), run
-# by this test's cluster: another copy of this suite running beside it has jobs of the same
-# names, whose processes are not ours to kill.
-pid_of() {
-  local p server env
-  server=$(sed -n 's/.*"pid":\([0-9]*\).*/\1/p' "$LOCKSTEP_HOME/server.json")
-  [[ -n $server ]] || return 1
-  for _ in $(seq 50); do  # a replica between two processes (a restart) has none for a moment
-    for p in /proc/[0-9]*; do
-      # Read whole, then matched: `tr | grep -q` under pipefail fails when grep quits early
-      # and tr is killed writing the rest (SIGPIPE), which skipped the very process sought.
-      env=$( { tr '\0' '\n' <"$p/environ"; } 2>/dev/null) || continue
-      grep -qx "LOCKSTEP_JOB_NAME=$1" <<<"$env" || continue
-      grep -qx "LOCKSTEP_REPLICA_TYPE=$2" <<<"$env" || continue
-      grep -qx "LOCKSTEP_REPLICA_INDEX=$3" <<<"$env" || continue
-      [[ $(readlink "$p/exe" 2>/dev/null) == *lockstep-trainer* ]] || continue
-      descends_from "${p#/proc/}" "$server" || continue
-      echo "${p#/proc/}"
-      return 0
-    done
-    sleep 0.1
-  done
-  return 1
-}
-
 # wait_step JOB N: until status.progress.step passes N (bounded).
 wait_step() {
   for _ in $(seq 1200); do

@@ -241,7 +241,23 @@ Condition DecodeCondition(const json& j, const FieldPath& path, FieldErrors* err
   return c;
 }
 
-}  // namespace
+// A map of non-negative 32-bit counts by name (countedFailures, incarnations).
+std::map<std::string, int32_t> DecodeCounts(ObjectReader& r, const std::string& key,
+                                            FieldErrors* errors) {
+  std::map<std::string, int32_t> out;
+  const json* counts = r.Object(key);
+  if (counts == nullptr) return out;
+  for (const auto& [name, value] : counts->items()) {
+    if (value.is_number_integer() && value.get<int64_t>() >= 0 &&
+        value.get<int64_t>() <= std::numeric_limits<int32_t>::max()) {
+      out[name] = value.get<int32_t>();
+    } else {
+      errors->push_back(
+          Invalid(r.Path(key).Child(name), value.dump(), "must be a non-negative 32-bit integer"));
+    }
+  }
+  return out;
+}
 
 RecoveryRecord DecodeRecoveryRecord(const json& j, const FieldPath& path, FieldErrors* errors,
                                     const DecodeOptions& options) {
@@ -274,6 +290,8 @@ json EncodeRecoveryRecord(const RecoveryRecord& rec) {
   if (rec.time) j["time"] = FormatKubeTime(*rec.time);
   return j;
 }
+
+}  // namespace
 
 Progress DecodeProgress(const json& j, const FieldPath& path, FieldErrors* errors,
                         const DecodeOptions& options) {
@@ -357,28 +375,8 @@ TrainingJobStatus DecodeTrainingJobStatus(const json& j, const FieldPath& path, 
   s.ready = r.String("ready").value_or("");
   s.restart_count = r.Int32("restartCount").value_or(0);
   s.attempt = r.Int32("attempt").value_or(0);
-  if (const json* cf = r.Object("countedFailures")) {
-    for (const auto& [uid, value] : cf->items()) {
-      if (value.is_number_integer() && value.get<int64_t>() >= 0 &&
-          value.get<int64_t>() <= std::numeric_limits<int32_t>::max()) {
-        s.counted_failures[uid] = value.get<int32_t>();
-      } else {
-        errors->push_back(Invalid(r.Path("countedFailures").Child(uid), value.dump(),
-                                  "must be a non-negative 32-bit integer"));
-      }
-    }
-  }
-  if (const json* inc = r.Object("incarnations")) {
-    for (const auto& [pod, value] : inc->items()) {
-      if (value.is_number_integer() && value.get<int64_t>() >= 0 &&
-          value.get<int64_t>() <= std::numeric_limits<int32_t>::max()) {
-        s.incarnations[pod] = value.get<int32_t>();
-      } else {
-        errors->push_back(Invalid(r.Path("incarnations").Child(pod), value.dump(),
-                                  "must be a non-negative 32-bit integer"));
-      }
-    }
-  }
+  s.counted_failures = DecodeCounts(r, "countedFailures", errors);
+  s.incarnations = DecodeCounts(r, "incarnations", errors);
   if (const json* recs = r.Array("recoveries")) {
     for (size_t i = 0; i < recs->size(); ++i) {
       s.recoveries.push_back(
