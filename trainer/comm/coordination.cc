@@ -37,6 +37,12 @@ class Service final : public pb::Coordination::Service {
     }
     std::unique_lock<std::mutex> lock(mu_);
     const int rank = req->rank();
+    if (!forming_ && req->epoch_seen() < epoch_ && members_.contains(rank) &&
+        members_[rank].incarnation == req->incarnation()) {
+      // A member of the formed epoch whose join's answer never arrived (its call ended first):
+      // the epoch is its own already.
+      return Answer(resp);
+    }
     if (!forming_) {
       // The group is formed: this join begins the next epoch.
       const bool fresh =
@@ -60,10 +66,7 @@ class Service final : public pb::Coordination::Service {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           absl::StrCat("rank ", rank, " was taken over by a newer process"));
     }
-    resp->set_epoch(epoch_);
-    for (int r : replaced_) resp->add_replaced(r);
-    resp->set_why(why_);
-    return grpc::Status::OK;
+    return Answer(resp);
   }
 
   grpc::Status Barrier(grpc::ServerContext* ctx, const pb::BarrierRequest* req,
@@ -137,6 +140,14 @@ class Service final : public pb::Coordination::Service {
     uint64_t incarnation = 0;
     std::string task;
   };
+
+  // The formed epoch, as Join answers it.
+  grpc::Status Answer(pb::JoinResponse* resp) const {
+    resp->set_epoch(epoch_);
+    for (int r : replaced_) resp->add_replaced(r);
+    resp->set_why(why_);
+    return grpc::Status::OK;
+  }
 
   // Whether another process took `rank` over after the one presenting `incarnation` (the
   // last to join a rank holds it).
@@ -285,6 +296,7 @@ absl::StatusOr<Membership> CoordinationClient::Join(absl::Duration timeout) {
   req.set_world_size(impl_->world_size);
   req.set_task(impl_->task);
   req.set_incarnation(incarnation_);
+  req.set_epoch_seen(epoch_);
   pb::JoinResponse resp;
   if (absl::Status s = FromGrpc(impl_->stub->Join(&ctx, req, &resp),
                                 "joining the group at the coordinator " + impl_->address);

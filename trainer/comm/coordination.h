@@ -15,14 +15,14 @@
 // A Join while the group is formed begins the next epoch: a survivor whose collective failed
 // rejoins, and so does the replacement of a lost rank (a new process: a new incarnation).
 // The epoch forms when every rank has joined it again; its answer names the ranks whose
-// process changed. Heartbeat answers carry the epoch, so a task still blocked in the old
-// epoch's collectives hears of the new one (the strategy aborts them and rejoins). With
-// `recover_in_place`, a rank silent for the peer timeout begins a new epoch instead of ending
-// the group, and the survivors wait for its replacement. Barriers and keys belong to the
-// epoch they were made in: a wait in an older epoch ends with Aborted. A process whose rank
-// was taken over by a newer incarnation hears that it is lost.
-// Every call presents the job token; the server refuses others.
-// Thread-safety: thread-safe.
+// process changed. A join whose answer was lost (its call timed out as the epoch formed) is
+// answered with that epoch when retried, rather than beginning another. Heartbeat answers carry the
+// epoch, so a task still blocked in the old epoch's collectives hears of the new one (the strategy
+// aborts them and rejoins). With `recover_in_place`, a rank silent for the peer timeout begins a
+// new epoch instead of ending the group, and the survivors wait for its replacement. Barriers and
+// keys belong to the epoch they were made in: a wait in an older epoch ends with Aborted. A process
+// whose rank was taken over by a newer incarnation hears that it is lost. Every call presents the
+// job token; the server refuses others. Thread-safety: thread-safe.
 
 #include <atomic>
 #include <functional>

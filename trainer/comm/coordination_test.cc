@@ -164,6 +164,32 @@ TEST(CoordinationTest, ARejoinBeginsANewEpochThatTheReplacementCompletes) {
   EXPECT_EQ(*replacement.Get("ring/0", absl::Seconds(1)), "new:2");
 }
 
+// Rank 0's join times out before the others arrive; they complete the epoch with it (it had
+// registered). Its retry is answered with that epoch instead of beginning another, which
+// would leave it waiting alone.
+TEST(CoordinationTest, AJoinWhoseAnswerWasLostIsAnsweredWhenRetried) {
+  Group g = MakeGroup(3);
+  EXPECT_EQ(g.clients[0]->Join(absl::Milliseconds(300)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  auto one = std::async(std::launch::async, [&] { return g.clients[1]->Join(absl::Seconds(20)); });
+  auto two = std::async(std::launch::async, [&] { return g.clients[2]->Join(absl::Seconds(20)); });
+  ASSERT_TRUE(one.get().ok());
+  ASSERT_TRUE(two.get().ok());
+  absl::StatusOr<Membership> retried = g.clients[0]->Join(absl::Seconds(5));
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(retried->epoch, 0);
+  // A later join of the same process is a rejoin: the next epoch.
+  auto rejoin =
+      std::async(std::launch::async, [&] { return g.clients[0]->Join(absl::Seconds(20)); });
+  one = std::async(std::launch::async, [&] { return g.clients[1]->Join(absl::Seconds(20)); });
+  two = std::async(std::launch::async, [&] { return g.clients[2]->Join(absl::Seconds(20)); });
+  ASSERT_TRUE(one.get().ok());
+  ASSERT_TRUE(two.get().ok());
+  absl::StatusOr<Membership> next = rejoin.get();
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->epoch, 1);
+}
+
 // A task waiting on a key or a barrier of epoch 0 hears at once that the group moved on.
 TEST(CoordinationTest, AWaitInAnOlderEpochEndsWhenTheGroupMovesOn) {
   Group g = MakeGroup(2);
