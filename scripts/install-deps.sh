@@ -12,6 +12,8 @@ packages=(
   libboost-system-dev libssl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler
   protobuf-compiler-grpc libopenblas-dev libopenblas0-openmp libzip-dev libdnnl-dev libpng-dev
   libjpeg-dev libhdf5-dev
+  # oneDNN's CMake package looks for OpenCL (its GPU runtime); libdnnl-dev only recommends it
+  ocl-icd-opencl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # data
