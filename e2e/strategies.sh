@@ -6,11 +6,13 @@
 #    every rank resumes from the last checkpoint (not step 0) -> Succeeded;
 #  - a worker killed mid-training as shipped (recovery: InPlace) -> that pod alone replaced, the
 #    survivors' state handed over, no step lost (status.recoveries) -> Succeeded at attempt 0;
+#  - elastic workers: `kubectl scale` 1 -> 3 -> 1 workers mid-training, no restart, the API
+#    refusing a count outside runPolicy.elastic -> Succeeded with the accuracy bar;
 #  - the ParameterServer example (2 ps, 2 workers, evaluator) succeeds, and survives a killed
 #    worker with that worker restarted alone (attempt stays 0) while the evaluator scores
 #    checkpoints.
-# Usage: strategies.sh LOCKSTEP_BINARY SOURCE_DIR [mwm|mwm-kill|mwm-inplace|ps]: one case (ctest
-# runs each as a separate test, side by side), or all in turn.
+# Usage: strategies.sh LOCKSTEP_BINARY SOURCE_DIR [mwm|mwm-kill|mwm-inplace|mwm-elastic|ps]: one
+# case (ctest runs each as a separate test, side by side), or all in turn.
 set -euo pipefail
 lockstep=$1
 src=$2
@@ -86,6 +88,55 @@ acc=$(accuracy mwm-inplace-chief-0)
 awk -v a="$acc" 'BEGIN { exit !(a >= 0.8) }' || fail "mwm-inplace accuracy '$acc' < 0.8"
 echo "MultiWorkerMirrored worker killed, recovered in place in" \
   "$(field mwm-inplace '{.status.recoveries[0].recoverySeconds}') s; accuracy $acc"
+fi
+
+# 4. Elastic workers: the shipped example with one worker and runPolicy.elastic; `kubectl scale`
+# up to three workers and back down to one while it trains. No restart: the new workers join
+# the running group at a step boundary and take its state over, the removed ones leave at one;
+# a count outside the bounds is refused by the API.
+if wants mwm-elastic; then
+# A 5-second peer timeout: heartbeats every 0.5 s, so the members hear of a change soon.
+sed -e 's/name: fmnist-mwm$/name: mwm-elastic/' -e 's/fmnist-mwm-checkpoints/mwm-elastic-checkpoints/' \
+  -e 's/"--checkpoint-every=500"/"--checkpoint-every=500", "--peer-timeout=5"/' \
+  -e 's/      replicas: 2/      replicas: 1/' \
+  -e 's/    recovery: InPlace/    recovery: InPlace\n    elastic: {minReplicas: 1, maxReplicas: 3}/' \
+  "$src/examples/multi-worker-mirrored.yaml" >"$work/mwm-elastic.yaml"
+grep -q "maxReplicas: 3" "$work/mwm-elastic.yaml" || fail "the elastic manifest was not made"
+"$lockstep" run "$work/mwm-elastic.yaml" --timeout 600 >"$work/elastic.out" 2>&1 &
+run_pid=$!
+# wait_replicas N: until the chief reports a group of N replicas (bounded).
+wait_replicas() {
+  for _ in $(seq 1200); do
+    [[ $(field mwm-elastic '{.status.progress.replicas}') == "$1" ]] && return 0
+    [[ $(field mwm-elastic '{.status.state}') == Failed || $(field mwm-elastic '{.status.state}') == Succeeded ]] &&
+      fail "ended before the group had $1 replicas: $(k get tj mwm-elastic -o yaml)"
+    sleep 0.25
+  done
+  fail "the group never had $1 replicas: $(k get tj mwm-elastic -o yaml)"
+}
+wait_step mwm-elastic 100
+wait_replicas 2
+k scale tj/mwm-elastic --replicas=3 >/dev/null || fail "scale up refused"
+wait_replicas 4
+up_step=$(field mwm-elastic '{.status.progress.step}')
+expect "must lie within runPolicy.elastic" k scale tj/mwm-elastic --replicas=5
+k scale tj/mwm-elastic --replicas=1 >/dev/null || fail "scale down refused"
+wait_replicas 2
+wait "$run_pid" || fail "mwm-elastic: $(tail -5 "$work/elastic.out"); $(k get tj mwm-elastic -o yaml)"
+[[ $(field mwm-elastic '{.status.attempt}') == 0 && $(field mwm-elastic '{.status.restartCount}') == 0 ]] ||
+  fail "the group restarted: $(k get tj mwm-elastic -o yaml)"
+[[ $(field mwm-elastic '{.status.recoveries[*].planned}') == *true* ]] ||
+  fail "no membership change recorded: $(k get tj mwm-elastic -o yaml)"
+[[ $(field mwm-elastic '{.status.recoveries[*].stepsLost}') =~ ^[0\ ]+$ ]] ||
+  fail "steps lost: $(k get tj mwm-elastic -o yaml)"
+expect "Resized" k get events
+expect "Regrouped" k get events
+expect "joined the group" k logs mwm-elastic-chief-0
+expect "left the group" k logs mwm-elastic-chief-0
+acc=$(accuracy mwm-elastic-chief-0)
+awk -v a="$acc" 'BEGIN { exit !(a >= 0.8) }' || fail "mwm-elastic accuracy '$acc' < 0.8"
+echo "MultiWorkerMirrored scaled 1 -> 3 -> 1 workers without a restart (4 replicas at step" \
+  "$up_step); accuracy $acc"
 fi
 
 # 4. The ParameterServer example, with worker 1 killed mid-training.

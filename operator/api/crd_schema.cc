@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/str_util.h"
+#include "operator/api/cel_rules.h"
 #include "operator/api/json_reader.h"
 
 namespace lockstep::api {
@@ -47,7 +48,8 @@ const std::set<std::string, std::less<>> kKeywords = {"type",
                                                       "x-kubernetes-embedded-resource",
                                                       "x-kubernetes-list-type",
                                                       "x-kubernetes-list-map-keys",
-                                                      "x-kubernetes-map-type"};
+                                                      "x-kubernetes-map-type",
+                                                      "x-kubernetes-validations"};
 const std::set<std::string, std::less<>> kTypes = {"object",  "array",  "string",
                                                    "integer", "number", "boolean"};
 // Inside logical junctors a structural schema may only constrain values, never shape them.
@@ -388,6 +390,19 @@ FieldErrors ValidateAgainstSchema(const json& schema, const json& value, const F
         if (name.is_string() && (!value.contains(name.get<std::string>()) ||
                                  value[name.get<std::string>()].is_null())) {
           errors.push_back(Required(path.Child(name.get<std::string>()), ""));
+        }
+      }
+    }
+    if (auto rules = schema.find("x-kubernetes-validations");
+        rules != schema.end() && rules->is_array()) {
+      for (const json& rule : *rules) {
+        if (!rule.is_object() || !rule.contains("rule") || !rule["rule"].is_string()) continue;
+        const std::string text = rule["rule"].get<std::string>();
+        if (EvaluateKnownRule(text, value) == false) {
+          const std::string message = rule.value("message", "");
+          // As an API server reports a failed rule.
+          errors.push_back(
+              Invalid(path, "\"object\"", message.empty() ? "failed rule: " + text : message));
         }
       }
     }

@@ -1,9 +1,12 @@
 // The CRD is checked the way a Kubernetes API server would check it (structural schema rules),
 // its defaults are compared with the C++ defaults, and every example must pass it.
 
+#include <functional>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "operator/api/cel_rules.h"
 #include "operator/api/crd_schema.h"
 #include "operator/api/test_util.h"
 #include "operator/api/trainingjob_json.h"
@@ -98,6 +101,46 @@ TEST(CrdTest, ChiefAndEvaluatorAreLimitedToOneReplica) {
   EXPECT_THAT(Render(ValidateAgainstSchema(Schema(crd), j, FieldPath())),
               ::testing::Contains(HasSubstr("spec.replicaSpecs.Chief.replicas: Invalid value: 2: "
                                             "must be less than or equal to 1")));
+}
+
+// The CRD's CEL rules each have a native counterpart (lockstep local evaluates them through
+// it), and the elastic bounds refuse a Worker count outside runPolicy.elastic on any write,
+// /scale included, while a job without elastic bounds is not constrained.
+TEST(CrdTest, CelRulesHaveNativeCounterpartsAndTheElasticBoundsHold) {
+  json crd = Crd();
+  std::vector<std::string> rules;
+  std::function<void(const json&)> walk = [&](const json& node) {
+    if (node.is_object()) {
+      if (auto it = node.find("x-kubernetes-validations"); it != node.end()) {
+        for (const json& r : *it) rules.push_back(r["rule"]);
+      }
+      for (const auto& [k, v] : node.items()) walk(v);
+    } else if (node.is_array()) {
+      for (const json& v : node) walk(v);
+    }
+  };
+  walk(Schema(crd));
+  ASSERT_EQ(rules.size(), 1u);
+  EXPECT_EQ(rules[0], kElasticBoundsRule);
+  EXPECT_TRUE(EvaluateKnownRule(rules[0], json::object()).has_value());
+
+  json j = MinimalJob();
+  ApplySchemaDefaults(Schema(crd), &j);
+  j["spec"]["replicaSpecs"]["Worker"]["replicas"] = 9;
+  EXPECT_THAT(Render(ValidateAgainstSchema(Schema(crd), j, FieldPath())), ::testing::IsEmpty());
+  j["spec"]["runPolicy"]["elastic"] = {{"maxReplicas", 4}};
+  ApplySchemaDefaults(Schema(crd), &j);
+  EXPECT_EQ(j["spec"]["runPolicy"]["elastic"]["minReplicas"], 1);
+  EXPECT_THAT(Render(ValidateAgainstSchema(Schema(crd), j, FieldPath())),
+              ::testing::Contains(HasSubstr("spec: Invalid value: \"object\": replicaSpecs.Worker."
+                                            "replicas must lie within runPolicy.elastic")));
+  for (int n : {1, 4}) {
+    j["spec"]["replicaSpecs"]["Worker"]["replicas"] = n;
+    EXPECT_THAT(Render(ValidateAgainstSchema(Schema(crd), j, FieldPath())), ::testing::IsEmpty())
+        << n;
+  }
+  j["spec"]["replicaSpecs"]["Worker"]["replicas"] = 0;
+  EXPECT_FALSE(Render(ValidateAgainstSchema(Schema(crd), j, FieldPath())).empty());
 }
 
 // The enums in the CRD are exactly the C++ enum tables.

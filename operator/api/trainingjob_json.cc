@@ -67,6 +67,14 @@ RunPolicy DecodeRunPolicy(const json& j, const FieldPath& path, FieldErrors* err
     p.scheduling_policy = DecodeSchedulingPolicy(*s, r.Path("schedulingPolicy"), errors, options);
   }
   p.recovery = r.Enum<Recovery>("recovery", kRecoveryNames);
+  if (const json* e = r.Object("elastic")) {
+    ObjectReader er(*e, r.Path("elastic"), errors);
+    Elastic el;
+    SetIf(er.Int32("minReplicas"), [&](int32_t v) { el.min_replicas = v; });
+    SetIf(er.Int32("maxReplicas"), [&](int32_t v) { el.max_replicas = v; });
+    Finish(er, options);
+    p.elastic = el;
+  }
   Finish(r, options);
   return p;
 }
@@ -187,6 +195,10 @@ json EncodeSpec(const TrainingJobSpec& spec) {
   if (p.ttl_seconds_after_finished) run["ttlSecondsAfterFinished"] = *p.ttl_seconds_after_finished;
   if (p.progress_deadline_seconds) run["progressDeadlineSeconds"] = *p.progress_deadline_seconds;
   if (p.recovery) run["recovery"] = NameOf<Recovery>(kRecoveryNames, *p.recovery);
+  if (p.elastic) {
+    run["elastic"] = {{"minReplicas", p.elastic->min_replicas},
+                      {"maxReplicas", p.elastic->max_replicas}};
+  }
   if (p.scheduling_policy) {
     const SchedulingPolicy& s = *p.scheduling_policy;
     json sp = json::object();
@@ -273,6 +285,8 @@ RecoveryRecord DecodeRecoveryRecord(const json& j, const FieldPath& path, FieldE
   rec.recovery_seconds = r.Number("recoverySeconds").value_or(0);
   rec.resumed_step = r.Int("resumedStep", 0, kMaxInt64).value_or(0);
   rec.steps_lost = r.Int("stepsLost", 0, kMaxInt64).value_or(0);
+  rec.planned = r.Bool("planned").value_or(false);
+  rec.replicas = r.Int32("replicas").value_or(0);
   Finish(r, options);
   return rec;
 }
@@ -287,6 +301,8 @@ json EncodeRecoveryRecord(const RecoveryRecord& rec) {
             {"recoverySeconds", rec.recovery_seconds},
             {"resumedStep", rec.resumed_step},
             {"stepsLost", rec.steps_lost}};
+  if (rec.planned) j["planned"] = true;
+  if (rec.replicas > 0) j["replicas"] = rec.replicas;
   if (rec.time) j["time"] = FormatKubeTime(*rec.time);
   return j;
 }
@@ -312,6 +328,8 @@ Progress DecodeProgress(const json& j, const FieldPath& path, FieldErrors* error
   p.estimated_remaining_seconds = r.Int("estimatedRemainingSeconds", 0, kMaxInt64);
   p.update_time = r.Time("updateTime");
   p.summary = r.String("summary").value_or("");
+  p.replicas = r.Int("replicas", 1, kMaxInt64);
+  p.global_batch = r.Int("globalBatch", 1, kMaxInt64);
   if (const json* recs = r.Array("recoveries")) {
     for (size_t i = 0; i < recs->size(); ++i) {
       p.recoveries.push_back(
@@ -334,6 +352,8 @@ json EncodeProgress(const Progress& p) {
     j["estimatedRemainingSeconds"] = *p.estimated_remaining_seconds;
   if (p.update_time) j["updateTime"] = FormatKubeTime(*p.update_time);
   if (!p.summary.empty()) j["summary"] = p.summary;
+  if (p.replicas) j["replicas"] = *p.replicas;
+  if (p.global_batch) j["globalBatch"] = *p.global_batch;
   for (const RecoveryRecord& rec : p.recoveries)
     j["recoveries"].push_back(EncodeRecoveryRecord(rec));
   return j;
@@ -383,6 +403,13 @@ TrainingJobStatus DecodeTrainingJobStatus(const json& j, const FieldPath& path, 
           DecodeRecoveryRecord((*recs)[i], r.Path("recoveries").Index(i), errors, options));
     }
   }
+  if (const json* e = r.Object("elastic")) {
+    ObjectReader er(*e, r.Path("elastic"), errors);
+    s.elastic = ElasticStatus{.workers = er.Int32("workers").value_or(0),
+                              .requested = er.Int32("requested").value_or(0),
+                              .refused = er.String("refused").value_or("")};
+    Finish(er, options);
+  }
   s.start_time = r.Time("startTime");
   s.completion_time = r.Time("completionTime");
   s.last_reconcile_time = r.Time("lastReconcileTime");
@@ -430,6 +457,10 @@ json EncodeTrainingJobStatus(const TrainingJobStatus& s) {
   if (!s.incarnations.empty()) j["incarnations"] = s.incarnations;
   for (const RecoveryRecord& rec : s.recoveries)
     j["recoveries"].push_back(EncodeRecoveryRecord(rec));
+  if (s.elastic) {
+    j["elastic"] = {{"workers", s.elastic->workers}, {"requested", s.elastic->requested}};
+    if (!s.elastic->refused.empty()) j["elastic"]["refused"] = s.elastic->refused;
+  }
   if (s.start_time) j["startTime"] = FormatKubeTime(*s.start_time);
   if (s.completion_time) j["completionTime"] = FormatKubeTime(*s.completion_time);
   if (s.last_reconcile_time) j["lastReconcileTime"] = FormatKubeTime(*s.last_reconcile_time);

@@ -128,6 +128,15 @@ struct SchedulingPolicy {
   bool operator==(const SchedulingPolicy&) const = default;
 };
 
+// Bounds on the Worker count of an elastic MultiWorkerMirrored job (runPolicy.elastic): a
+// scale within them adds or removes workers without restarting the group.
+struct Elastic {
+  int32_t min_replicas = 1;
+  int32_t max_replicas = 1;
+
+  bool operator==(const Elastic&) const = default;
+};
+
 struct RunPolicy {
   int32_t backoff_limit = kDefaultBackoffLimit;
   std::optional<int64_t> active_deadline_seconds;
@@ -139,6 +148,7 @@ struct RunPolicy {
   std::optional<SchedulingPolicy> scheduling_policy;
   // Unset: InPlace for MultiWorkerMirrored (EffectiveRecovery in validation.h).
   std::optional<Recovery> recovery;
+  std::optional<Elastic> elastic;
 
   bool operator==(const RunPolicy&) const = default;
 };
@@ -265,6 +275,8 @@ struct RecoveryRecord {
   double recovery_seconds = 0;  // failure seen -> every rank stepping again
   int64_t resumed_step = 0;
   int64_t steps_lost = 0;
+  bool planned = false;  // an elastic group's member joined or left, rather than a failure
+  int32_t replicas = 0;  // the group's size after (0: not reported)
 
   bool operator==(const RecoveryRecord&) const = default;
 };
@@ -281,11 +293,26 @@ struct Progress {
   std::optional<int64_t> estimated_remaining_seconds;
   std::optional<absl::Time> update_time;
   std::string summary;  // "45% (450/1000)", for the Progress printer column
+  // The group training now (its replicas: an elastic group's live membership) and the global
+  // batch they share (a replica count must divide it).
+  std::optional<int64_t> replicas;
+  std::optional<int64_t> global_batch;
   // The trainer's recoveries (its /progress); the planner moves them to status.recoveries,
   // and status.progress never carries them.
   std::vector<RecoveryRecord> recoveries;
 
   bool operator==(const Progress&) const = default;
+};
+
+// An elastic job's Worker count as the operator runs it (status.elastic): the last count
+// accepted, and why the one asked for is not (a count outside runPolicy.elastic, or one whose
+// group would not divide the global batch).
+struct ElasticStatus {
+  int32_t workers = 0;
+  int32_t requested = 0;  // spec.replicaSpecs.Worker.replicas when last looked at
+  std::string refused;    // "" when `requested` was accepted
+
+  bool operator==(const ElasticStatus&) const = default;
 };
 
 struct TrainingJobStatus {
@@ -303,6 +330,7 @@ struct TrainingJobStatus {
   // the next one gets (lockstep.io/incarnation). A group restart clears it.
   std::map<std::string, int32_t> incarnations;
   std::vector<RecoveryRecord> recoveries;  // the last kMaxRecoveryRecords, oldest first
+  std::optional<ElasticStatus> elastic;    // elastic jobs
   std::optional<absl::Time> start_time;
   std::optional<absl::Time> completion_time;
   std::optional<absl::Time> last_reconcile_time;

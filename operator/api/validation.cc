@@ -147,6 +147,25 @@ void ValidateRunPolicy(const TrainingJobSpec& spec, const FieldPath& path, Field
                                      " (a ParameterServer job always replaces a lost worker "
                                      "alone)")));
   }
+  if (p.elastic) {
+    const FieldPath epath = path.Child("elastic");
+    if (EffectiveStrategy(spec) != Strategy::kMultiWorkerMirrored) {
+      errors->push_back(
+          Forbidden(epath, StrCat("elastic workers are for MultiWorkerMirrored groups, not ",
+                                  NameOf<Strategy>(kStrategyNames, EffectiveStrategy(spec)))));
+    } else if (EffectiveRecovery(spec) != Recovery::kInPlace) {
+      errors->push_back(
+          Forbidden(epath,
+                    "elastic workers join and leave the running group, which needs recovery "
+                    "InPlace (a RestartGroup job restarts every pod when its members change)"));
+    }
+    AtLeast(epath.Child("minReplicas"), p.elastic->min_replicas, 1, errors);
+    if (p.elastic->max_replicas < p.elastic->min_replicas) {
+      errors->push_back(
+          Invalid(epath.Child("maxReplicas"), std::to_string(p.elastic->max_replicas),
+                  StrCat("must be at least minReplicas (", p.elastic->min_replicas, ")")));
+    }
+  }
   if (!p.scheduling_policy) return;
   const SchedulingPolicy& s = *p.scheduling_policy;
   FieldPath spath = path.Child("schedulingPolicy");

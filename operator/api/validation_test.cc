@@ -169,6 +169,25 @@ INSTANTIATE_TEST_SUITE_P(
                       j["spec"]["runPolicy"] = {{"recovery", "InPlace"}};
                     },
                     "spec.runPolicy.recovery", "in-place recovery is for MultiWorkerMirrored groups, not ParameterServer"},
+        testing::ManifestCase{"ElasticParameterServer", [](json& j) {
+                      j["spec"]["strategy"] = "ParameterServer";
+                      Specs(j).erase("Chief");
+                      Specs(j)["PS"] = Replica(1);
+                      j["spec"]["runPolicy"] = {{"elastic", {{"maxReplicas", 4}}}};
+                    },
+                    "spec.runPolicy.elastic", "elastic workers are for MultiWorkerMirrored groups, not ParameterServer"},
+        testing::ManifestCase{"ElasticRestartGroup", [](json& j) {
+                      j["spec"]["runPolicy"] = {{"recovery", "RestartGroup"}, {"elastic", {{"maxReplicas", 4}}}};
+                    },
+                    "spec.runPolicy.elastic", "needs recovery InPlace"},
+        testing::ManifestCase{"ElasticMaxBelowMin", [](json& j) {
+                      j["spec"]["runPolicy"] = {{"elastic", {{"minReplicas", 3}, {"maxReplicas", 2}}}};
+                    },
+                    "spec.runPolicy.elastic.maxReplicas", "must be at least minReplicas (3)"},
+        testing::ManifestCase{"ElasticZeroMin", [](json& j) {
+                      j["spec"]["runPolicy"] = {{"elastic", {{"minReplicas", 0}, {"maxReplicas", 2}}}};
+                    },
+                    "spec.runPolicy.elastic.minReplicas", "greater than or equal to 1"},
         testing::ManifestCase{"BadCleanPodPolicy", [](json& j) { j["spec"]["runPolicy"] = {{"cleanPodPolicy", "Some"}}; },
                     "spec.runPolicy.cleanPodPolicy", "supported values: \"All\", \"Running\", \"None\""},
         testing::ManifestCase{"MinAvailableAboveReplicas", [](json& j) {

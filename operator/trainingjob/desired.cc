@@ -147,6 +147,10 @@ json DesiredPod(const api::TrainingJob& job, api::ReplicaType type, int32_t inde
                         std::string(api::NameOf<api::Recovery>(api::kRecoveryNames,
                                                                api::EffectiveRecovery(job.spec)))),
                kept_env);
+        if (const std::optional<api::Elastic>& e = job.spec.run_policy.elastic) {
+          AddEnv(env, ValueEnv("LOCKSTEP_ELASTIC_MAX_WORKERS", std::to_string(e->max_replicas)),
+                 kept_env);
+        }
       }
       json pod_ip = {{"name", "LOCKSTEP_POD_IP"}};
       pod_ip["valueFrom"]["fieldRef"] = {{"fieldPath", "status.podIP"}};

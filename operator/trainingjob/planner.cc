@@ -10,6 +10,7 @@
 #include "operator/api/conditions.h"
 #include "operator/api/job_state.h"
 #include "operator/api/validation.h"
+#include "operator/trainingjob/elastic.h"
 #include "operator/trainingjob/failure.h"
 #include "operator/trainingjob/labels.h"
 #include "operator/trainingjob/replica_status.h"
@@ -409,6 +410,14 @@ class Planner {
       if (r.epoch <= newest) continue;
       newest = r.epoch;
       r.attempt = st_.attempt;
+      if (r.planned) {
+        Event(EventType::kNormal, "Regrouped",
+              StrCat(r.cause, "; training again at step ", r.resumed_step,
+                     r.replicas > 0 ? StrCat(" with ", r.replicas, " replicas ") : " ",
+                     absl::StrFormat("%.2f", r.recovery_seconds), "s after the change began"));
+        st_.recoveries.push_back(std::move(r));
+        continue;
+      }
       Event(EventType::kNormal, "RecoveredInPlace",
             StrCat(r.replaced.empty() ? "the group" : r.replaced + " replaced;",
                    " training again at step ", r.resumed_step, " ",
@@ -541,7 +550,13 @@ class Planner {
 }  // namespace
 
 Plan MakePlan(const Observed& observed, const PlannerOptions& options) {
-  return Planner(observed, options).Run();
+  if (!IsElastic(observed.job)) return Planner(observed, options).Run();
+  // An elastic job is planned at the Worker count accepted (elastic.h).
+  Observed held = observed;
+  std::vector<PlannedEvent> events = HoldElasticWorkers(held);
+  Plan plan = Planner(held, options).Run();
+  plan.events.insert(plan.events.begin(), events.begin(), events.end());
+  return plan;
 }
 
 }  // namespace lockstep::trainingjob

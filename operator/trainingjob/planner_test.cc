@@ -476,6 +476,90 @@ std::string EnvOf(const json& pod, const std::string& name) {
   return "<unset>";
 }
 
+// ---- elastic workers ----
+
+World Elastic(int workers, int min, int max) {
+  return {.job = Job("MultiWorkerMirrored",
+                     {{"Chief", 1, "ExitCode"}, {"Worker", workers, "ExitCode"}},
+                     {{"runPolicy", {{"elastic", {{"minReplicas", min}, {"maxReplicas", max}}}}}})};
+}
+void SetWorkers(World& w, int n) { w.job.spec.replica_specs[ReplicaType::kWorker].replicas = n; }
+std::vector<std::string> EventReasons(const Plan& p) {
+  std::vector<std::string> out;
+  for (const PlannedEvent& e : p.events) out.push_back(e.reason);
+  return out;
+}
+bool HasEvent(const Plan& p, const std::string& reason) {
+  std::vector<std::string> r = EventReasons(p);
+  return std::find(r.begin(), r.end(), reason) != r.end();
+}
+
+// `kubectl scale` within runPolicy.elastic: the added worker's pod is created (its TF_CONFIG
+// lists the new count; the trainer may grow to the bound), the removed ones' pods are deleted,
+// and the group is never restarted.
+TEST(PlannerElasticTest, AScaleWithinTheBoundsAddsAndRemovesWorkersWithoutARestart) {
+  World w = Elastic(2, 1, 4);
+  AllRunning(w);
+  w.Step();
+  ASSERT_EQ(w.state(), JobState::kRunning);
+  ASSERT_TRUE(w.job.status->elastic.has_value());
+  EXPECT_EQ(w.job.status->elastic->workers, 2);
+  SetWorkers(w, 3);
+  Plan p = w.Step();
+  ASSERT_EQ(Created(p), (V{"t-worker-2"}));
+  EXPECT_TRUE(Deleted(p).empty());
+  EXPECT_TRUE(HasEvent(p, "Resized")) << ::testing::PrintToString(EventReasons(p));
+  const json& pod = p.actions.back().object;
+  EXPECT_EQ(EnvOf(pod, "LOCKSTEP_ELASTIC_MAX_WORKERS"), "4");
+  json tf = json::parse(EnvOf(pod, "TF_CONFIG"));
+  EXPECT_EQ(tf["cluster"]["worker"].size(), 3u);
+  EXPECT_EQ(w.job.status->elastic->workers, 3);
+  w.pods.push_back(MakePod(w.job, ReplicaType::kWorker, 2, 0, PodPhase::kRunning));
+  w.Step();
+  SetWorkers(w, 1);
+  p = w.Step();
+  EXPECT_EQ(Deleted(p), (V{"t-worker-1", "t-worker-2"}));  // the highest indices
+  EXPECT_TRUE(Created(p).empty());
+  EXPECT_EQ(w.state(), JobState::kRunning);
+  EXPECT_EQ(w.job.status->attempt, 0);
+  EXPECT_EQ(w.job.status->restart_count, 0);
+}
+
+// A count outside the bounds (an API server without CEL let it through), or one whose group
+// would not divide the global batch the chief reports, is refused once with an event and
+// recorded in status.elastic; the job stays at the count it runs at.
+TEST(PlannerElasticTest, ACountOutsideTheBoundsOrNotDividingTheGlobalBatchIsRefused) {
+  World w = Elastic(2, 1, 3);
+  AllRunning(w);
+  w.Step();
+  SetWorkers(w, 5);
+  Plan p = w.Step();
+  EXPECT_TRUE(Created(p).empty());
+  EXPECT_TRUE(HasEvent(p, "ResizeRefused"));
+  EXPECT_EQ(w.job.status->elastic->workers, 2);
+  EXPECT_THAT(w.job.status->elastic->refused,
+              HasSubstr("Worker replicas 5 lies outside runPolicy.elastic (1 to 3); the job "
+                        "stays at 2 workers"));
+  p = w.Step();
+  EXPECT_FALSE(HasEvent(p, "ResizeRefused"));  // once per request
+  EXPECT_TRUE(Created(p).empty());
+  EXPECT_TRUE(Deleted(p).empty());
+
+  w.progress = api::Progress{.step = 10, .global_batch = 90};
+  SetWorkers(w, 3);  // 1 chief + 3 workers: 4 replicas do not divide 90
+  p = w.Step();
+  EXPECT_TRUE(Created(p).empty());
+  EXPECT_TRUE(HasEvent(p, "ResizeRefused"));
+  EXPECT_THAT(w.job.status->elastic->refused,
+              HasSubstr("the global batch 90 does not divide over 4 replicas (1 chief and 3 "
+                        "workers); the job stays at 2 workers"));
+  SetWorkers(w, 1);  // 2 replicas divide it
+  p = w.Step();
+  EXPECT_EQ(Deleted(p), (V{"t-worker-1"}));
+  EXPECT_EQ(w.job.status->elastic->refused, "");
+  EXPECT_EQ(w.job.status->elastic->workers, 1);
+}
+
 TEST(PlannerInPlaceTest, ALostWorkerIsReplacedAloneAsItsNextIncarnation) {
   World w = Mwm(3);
   AllRunning(w);

@@ -167,6 +167,7 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
   }
   if (d_.metrics) {
     for (const api::RecoveryRecord& r : plan.status.recoveries) {
+      if (r.planned) continue;  // an elastic change, not a recovery
       if (std::find(old_status.recoveries.begin(), old_status.recoveries.end(), r) ==
           old_status.recoveries.end()) {
         d_.metrics->Observe(kRecoverySecondsMetric, {}, r.recovery_seconds);

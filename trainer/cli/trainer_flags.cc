@@ -148,6 +148,9 @@ Strategies (LOCKSTEP_STRATEGY, or --strategy):
                                   LOCKSTEP_RECOVERY, else RestartGroup)
   --rejoin-timeout=SECONDS        InPlace: how long survivors wait for the group to re-form
                                   before exiting, retryable (default 300)
+  --elastic-max-workers=N         MultiWorkerMirrored: workers may join and leave the running
+                                  group, up to N workers; SIGTERM makes a worker leave at a step
+                                  boundary (default LOCKSTEP_ELASTIC_MAX_WORKERS, else fixed)
   --ps-mode=async|sync            ParameterServer updates (default async)
   --backup-workers=B              sync mode: each step takes the first N-B workers' gradients
 
@@ -171,6 +174,7 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
   bool lr_set = false, dataset_set = false;
   std::optional<std::string> strategy;
   std::optional<std::string> recovery;
+  std::optional<std::string> elastic_max;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
     if (arg.rfind("--", 0) != 0) {
@@ -294,6 +298,8 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
       recovery = value;
     } else if (name == "rejoin-timeout") {
       s = positive(&c.rejoin_timeout_seconds);
+    } else if (name == "elastic-max-workers") {
+      elastic_max = value;
     } else if (name == "device") {
       s = ParseInto(name, ParseDevice(value), &c.device);
     } else if (name == "precision") {
@@ -360,6 +366,16 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
       return Bad("recovery", *recovery, "InPlace or RestartGroup");
     }
     c.recover_in_place = *recovery == "InPlace";
+  }
+  if (!elastic_max) {
+    if (std::string e = get("LOCKSTEP_ELASTIC_MAX_WORKERS"); !e.empty()) elastic_max = e;
+  }
+  if (elastic_max) {
+    int64_t v = 0;
+    if (!ParseNumber(*elastic_max, &v) || v < 1 || v > 1024) {
+      return Bad("elastic-max-workers", *elastic_max, "a worker count from 1 to 1024");
+    }
+    c.elastic_max_workers = static_cast<int>(v);
   }
   c.job_token = get("LOCKSTEP_JOB_TOKEN");
   if (c.tensorboard_dir.empty()) c.tensorboard_dir = get("AIP_TENSORBOARD_LOG_DIR");

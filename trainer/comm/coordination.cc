@@ -19,7 +19,9 @@ namespace pb = lockstep::trainer::proto;
 
 class Service final : public pb::Coordination::Service {
  public:
-  explicit Service(CoordinationServer::Options o) : o_(std::move(o)) {}
+  explicit Service(CoordinationServer::Options o) : o_(std::move(o)) {
+    for (int t = 0; t < o_.world_size; ++t) expected_.insert(t);
+  }
 
   void Shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -30,29 +32,63 @@ class Service final : public pb::Coordination::Service {
   grpc::Status Join(grpc::ServerContext* ctx, const pb::JoinRequest* req,
                     pb::JoinResponse* resp) override {
     if (grpc::Status s = CheckToken(ctx, o_.token); !s.ok()) return s;
-    if (req->world_size() != o_.world_size || req->rank() < 0 || req->rank() >= o_.world_size) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("rank ", req->rank(), " of ", req->world_size(),
-                                       " does not fit this group of ", o_.world_size));
+    const int t = req->task_id();
+    if (elastic() ? (t < 0 || t >= o_.max_world_size)
+                  : (req->world_size() != o_.world_size || t < 0 || t >= o_.world_size)) {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          elastic() ? absl::StrCat("task ", t, " (", req->task(), ") is beyond this group's ",
+                                   o_.max_world_size, " tasks at most")
+                    : absl::StrCat("rank ", t, " of ", req->world_size(),
+                                   " does not fit this group of ", o_.world_size));
     }
     std::unique_lock<std::mutex> lock(mu_);
-    const int rank = req->rank();
-    if (!forming_ && req->epoch_seen() < epoch_ && members_.contains(rank) &&
-        members_[rank].incarnation == req->incarnation()) {
+    const Member me{.incarnation = req->incarnation(), .task = req->task()};
+    if (!forming_ && req->epoch_seen() < epoch_ && IsMember(t, me.incarnation)) {
       // A member of the formed epoch whose join's answer never arrived (its call ended first):
       // the epoch is its own already.
-      return Answer(resp);
+      return Answer(t, resp);
     }
-    if (!forming_) {
-      // The group is formed: this join begins the next epoch.
-      const bool fresh =
-          members_.contains(rank) && members_[rank].incarnation != req->incarnation();
-      BeginEpoch(fresh ? absl::StrCat("rank ", rank, " (", req->task(), ") was replaced")
-                       : absl::StrCat("rank ", rank, " (", req->task(), ") lost a peer"));
+    if (expected_.contains(t) || (!forming_ && members_.contains(t))) {
+      if (!forming_) {
+        // The group is formed: this join begins the next epoch.
+        const bool fresh = members_[t].incarnation != me.incarnation;
+        if (fresh) {
+          BeginEpoch(absl::StrCat(Name(t, me.task), " was replaced"), /*planned=*/false);
+        } else if (req->planned()) {
+          // Ahead of the leave or join that it is for, which then names the epoch.
+          BeginEpoch(absl::StrCat(Name(t, me.task), " regroups at a step boundary"),
+                     /*planned=*/true);
+          why_is_placeholder_ = true;
+        } else {
+          BeginEpoch(absl::StrCat(Name(t, me.task), " lost a peer"), /*planned=*/false);
+        }
+      }
+      joining_[t] = me;
+      last_seen_[t] = absl::Now();
+      lobby_.erase(t);
+    } else {
+      // A task new to the group (an elastic group grew): it waits to be admitted, answering
+      // before the caller's deadline so that it hears why.
+      const uint64_t call = ++calls_;
+      lobby_[t] = me;
+      lobby_[t].call = call;
+      Admit();
+      grpc::Status s = WaitFor(
+          ctx, lock, [&] { return !InLobby(t, me.incarnation); }, "admission to the group",
+          absl::Milliseconds(250));
+      if (!s.ok()) {
+        // Out of the lobby, unless a later call of the same process is there now.
+        if (InLobby(t, me.incarnation) && lobby_[t].call == call) lobby_.erase(t);
+        if (!refused_.empty()) return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, refused_);
+        return s;
+      }
+      if (!joining_.contains(t) || joining_[t].incarnation != me.incarnation) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            absl::StrCat(Name(t, me.task), " was taken over by a newer process"));
+      }
     }
-    joining_[rank] = {.incarnation = req->incarnation(), .task = req->task()};
-    last_seen_[rank] = absl::Now();
-    if (static_cast<int>(joining_.size()) == o_.world_size) FormEpoch();
+    MaybeForm();
     cv_.notify_all();
     const int64_t epoch = epoch_;
     grpc::Status s = WaitFor(
@@ -62,11 +98,35 @@ class Service final : public pb::Coordination::Service {
       return grpc::Status(grpc::StatusCode::ABORTED,
                           absl::StrCat("the group moved on to epoch ", epoch_, " while joining"));
     }
-    if (members_[rank].incarnation != req->incarnation()) {
+    if (!IsMember(t, me.incarnation)) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          absl::StrCat("rank ", rank, " was taken over by a newer process"));
+                          absl::StrCat(Name(t, me.task), " was taken over by a newer process"));
     }
-    return Answer(resp);
+    return Answer(t, resp);
+  }
+
+  grpc::Status Leave(grpc::ServerContext* ctx, const pb::LeaveRequest* req,
+                     pb::LeaveResponse*) override {
+    if (grpc::Status s = CheckToken(ctx, o_.token); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    const int t = req->task_id();
+    if (Superseded(t, req->incarnation())) return grpc::Status::OK;  // not its rank anymore
+    left_.insert(req->incarnation());
+    lobby_.erase(t);
+    if (!members_.contains(t) && !expected_.contains(t)) return grpc::Status::OK;
+    const std::string what = absl::StrCat(NameOf(t), " left the group");
+    if (!forming_) {
+      BeginEpoch(what, /*planned=*/true);
+    } else {
+      AddCause(what);
+    }
+    expected_.erase(t);
+    joining_.erase(t);
+    last_seen_.erase(t);
+    Admit();
+    MaybeForm();
+    cv_.notify_all();
+    return grpc::Status::OK;
   }
 
   grpc::Status Barrier(grpc::ServerContext* ctx, const pb::BarrierRequest* req,
@@ -74,11 +134,10 @@ class Service final : public pb::Coordination::Service {
     if (grpc::Status s = CheckToken(ctx, o_.token); !s.ok()) return s;
     std::unique_lock<std::mutex> lock(mu_);
     const std::string name = absl::StrCat(req->epoch(), "/", req->name());
-    barriers_[name].insert(req->rank());
+    barriers_[name].insert(req->task_id());
     cv_.notify_all();
     return WaitInEpoch(
-        ctx, lock, req->epoch(),
-        [&] { return static_cast<int>(barriers_[name].size()) == o_.world_size; },
+        ctx, lock, req->epoch(), [&] { return barriers_[name].size() == members_.size(); },
         "barrier " + req->name());
   }
 
@@ -106,21 +165,24 @@ class Service final : public pb::Coordination::Service {
     if (grpc::Status s = CheckToken(ctx, o_.token); !s.ok()) return s;
     std::lock_guard<std::mutex> lock(mu_);
     const absl::Time now = absl::Now();
-    if (Superseded(req->rank(), req->incarnation())) {
-      resp->set_lost(absl::StrCat("rank ", req->rank(), " was taken over by a newer process"));
+    const int t = req->task_id();
+    if (Superseded(t, req->incarnation())) {
+      resp->set_lost(absl::StrCat("task ", t, " was taken over by a newer process"));
       return grpc::Status::OK;
     }
-    last_seen_[req->rank()] = now;
     if (req->stop_requested()) stop_ = true;
+    // Silence is watched for the members and the joining, not a task that left.
+    if (!left_.contains(req->incarnation()) && (members_.contains(t) || joining_.contains(t))) {
+      last_seen_[t] = now;
+    }
     // Silence counts only in a formed epoch: ranks still joining are starting up.
     if (lost_.empty() && !forming_) {
-      for (const auto& [rank, seen] : last_seen_) {
+      for (const auto& [task, seen] : last_seen_) {
         if (now - seen <= o_.peer_timeout) continue;
         std::string what =
-            absl::StrCat("rank ", rank, " (", members_[rank].task, ") sent no heartbeat for ",
-                         absl::FormatDuration(now - seen));
+            absl::StrCat(NameOf(task), " sent no heartbeat for ", absl::FormatDuration(now - seen));
         if (o_.recover_in_place) {
-          BeginEpoch(what);
+          BeginEpoch(what, /*planned=*/false);
           cv_.notify_all();
         } else {
           lost_ = what;
@@ -132,6 +194,7 @@ class Service final : public pb::Coordination::Service {
     resp->set_stop(stop_);
     resp->set_epoch(epoch_);
     resp->set_why(why_);
+    resp->set_planned(forming_ && planned_);
     return grpc::Status::OK;
   }
 
@@ -139,53 +202,138 @@ class Service final : public pb::Coordination::Service {
   struct Member {
     uint64_t incarnation = 0;
     std::string task;
+    uint64_t call = 0;  // the Join call waiting in the lobby
   };
 
-  // The formed epoch, as Join answers it.
-  grpc::Status Answer(pb::JoinResponse* resp) const {
+  bool elastic() const { return o_.max_world_size > 0; }
+
+  static std::string Name(int t, const std::string& task) {
+    return task.empty() ? absl::StrCat("task ", t) : task;
+  }
+
+  std::string NameOf(int t) const {
+    if (auto m = members_.find(t); m != members_.end()) return Name(t, m->second.task);
+    if (auto j = joining_.find(t); j != joining_.end()) return Name(t, j->second.task);
+    return Name(t, "");
+  }
+
+  bool IsMember(int t, uint64_t incarnation) const {
+    auto m = members_.find(t);
+    return m != members_.end() && m->second.incarnation == incarnation;
+  }
+
+  bool InLobby(int t, uint64_t incarnation) const {
+    auto l = lobby_.find(t);
+    return l != lobby_.end() && l->second.incarnation == incarnation;
+  }
+
+  bool Divides(size_t size) const {
+    return o_.global_batch <= 0 || (size > 0 && o_.global_batch % static_cast<int64_t>(size) == 0);
+  }
+
+  // The formed epoch, as Join answers it for task `t`.
+  grpc::Status Answer(int t, pb::JoinResponse* resp) const {
     resp->set_epoch(epoch_);
     for (int r : replaced_) resp->add_replaced(r);
     resp->set_why(why_);
+    int rank = 0;
+    for (const auto& [task, m] : members_) {
+      if (task == t) resp->set_rank(rank);
+      resp->add_task_ids(task);
+      ++rank;
+    }
     return grpc::Status::OK;
   }
 
-  // Whether another process took `rank` over after the one presenting `incarnation` (the
-  // last to join a rank holds it).
-  bool Superseded(int rank, uint64_t incarnation) const {
-    if (auto j = joining_.find(rank); j != joining_.end())
-      return j->second.incarnation != incarnation;
-    auto m = members_.find(rank);
+  // Whether another process took task `t` over after the one presenting `incarnation` (the
+  // last to join a task holds it).
+  bool Superseded(int t, uint64_t incarnation) const {
+    if (auto j = joining_.find(t); j != joining_.end()) return j->second.incarnation != incarnation;
+    if (auto l = lobby_.find(t); l != lobby_.end()) return l->second.incarnation != incarnation;
+    auto m = members_.find(t);
     return m != members_.end() && m->second.incarnation != incarnation;
   }
 
-  void BeginEpoch(std::string why) {
+  // Every member of the formed epoch is expected in the next one (a lost one's replacement
+  // takes its place); a planned epoch lets the members finish their step first.
+  // Names a cause of the epoch forming besides the one that began it.
+  void AddCause(const std::string& what) {
+    why_ = why_is_placeholder_ ? what : absl::StrCat(why_, "; ", what);
+    why_is_placeholder_ = false;
+  }
+
+  void BeginEpoch(std::string why, bool planned) {
+    why_is_placeholder_ = false;
     ++epoch_;
     forming_ = true;
+    planned_ = planned;
     joining_.clear();
+    expected_.clear();
+    for (const auto& [t, m] : members_) expected_.insert(t);
     why_ = std::move(why);
     barriers_.clear();  // an older epoch's are done with
   }
 
-  void FormEpoch() {
+  // Admits every task of the lobby into the next epoch, all or none: the group's size must
+  // divide the global batch.
+  void Admit() {
+    if (lobby_.empty()) return;
+    const size_t size = (forming_ ? expected_.size() : members_.size()) + lobby_.size();
+    if (!Divides(size)) {
+      refused_ =
+          absl::StrCat("the group stays at ", size - lobby_.size(), " replicas: the global batch ",
+                       o_.global_batch, " does not divide over ", size);
+      return;
+    }
+    refused_.clear();
+    std::string who;
+    for (const auto& [t, m] : lobby_)
+      absl::StrAppend(&who, who.empty() ? "" : ", ", Name(t, m.task));
+    if (forming_) {
+      AddCause(who + " joined the group");
+    } else {
+      BeginEpoch(who + " joined the group", /*planned=*/true);
+    }
+    for (const auto& [t, m] : lobby_) {
+      expected_.insert(t);
+      joining_[t] = m;
+      last_seen_[t] = absl::Now();
+    }
+    lobby_.clear();
+  }
+
+  void MaybeForm() {
+    if (forming_) Admit();
+    if (!forming_ || expected_.empty() || joining_.size() != expected_.size() ||
+        !Divides(expected_.size())) {
+      return;
+    }
+    for (const auto& [t, m] : joining_) {
+      if (!expected_.contains(t)) return;
+    }
     replaced_.clear();
-    for (const auto& [rank, m] : joining_) {
-      auto old = members_.find(rank);
+    for (const auto& [t, m] : joining_) {
+      auto old = members_.find(t);
       if (old != members_.end() && old->second.incarnation != m.incarnation) {
-        replaced_.push_back(rank);
+        replaced_.push_back(t);
       }
     }
     members_ = joining_;
     forming_ = false;
+    planned_ = false;
     const absl::Time now = absl::Now();
-    for (auto& [rank, seen] : last_seen_) seen = now;
+    last_seen_.clear();
+    for (const auto& [t, m] : members_) last_seen_[t] = now;
   }
 
+  // Waits until `ready`, ending with DeadlineExceeded `margin` before the caller's deadline.
   template <typename Pred>
   grpc::Status WaitFor(grpc::ServerContext* ctx, std::unique_lock<std::mutex>& lock, Pred ready,
-                       const std::string& what) {
+                       const std::string& what, absl::Duration margin = absl::ZeroDuration()) {
+    const auto early = absl::ToChronoMilliseconds(margin);
     while (!ready()) {
       if (shutdown_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator stopping");
-      if (ctx->IsCancelled() || std::chrono::system_clock::now() > ctx->deadline()) {
+      if (ctx->IsCancelled() || std::chrono::system_clock::now() + early > ctx->deadline()) {
         return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "timed out waiting for " + what);
       }
       cv_.wait_for(lock, std::chrono::milliseconds(100));
@@ -213,10 +361,17 @@ class Service final : public pb::Coordination::Service {
   bool shutdown_ = false;
   int64_t epoch_ = 0;
   bool forming_ = true;
+  bool planned_ = false;
   std::string why_;
-  std::map<int, Member> joining_;  // of the epoch forming
-  std::map<int, Member> members_;  // of the last epoch formed
-  std::vector<int> replaced_;      // by the last epoch formed
+  bool why_is_placeholder_ = false;  // why_ awaits the change a boundary rejoin is for
+  std::set<int> expected_;           // the tasks of the epoch forming
+  std::map<int, Member> joining_;    // of the epoch forming
+  std::map<int, Member> members_;    // of the last epoch formed, by task
+  std::map<int, Member> lobby_;      // tasks new to an elastic group, waiting to be admitted
+  std::set<uint64_t> left_;          // incarnations that left the group
+  std::string refused_;              // why the lobby waits ("" when it does not)
+  uint64_t calls_ = 0;               // lobby calls so far
+  std::vector<int> replaced_;        // by the last epoch formed
   std::map<int, absl::Time> last_seen_;
   std::map<std::string, std::set<int>> barriers_;
   std::map<std::string, std::string> kv_;
@@ -286,17 +441,18 @@ CoordinationClient::~CoordinationClient() {
   if (heartbeat_.joinable()) heartbeat_.join();
 }
 
-absl::StatusOr<Membership> CoordinationClient::Join(absl::Duration timeout) {
+absl::StatusOr<Membership> CoordinationClient::Join(absl::Duration timeout, bool planned) {
   grpc::ClientContext ctx;
   AttachToken(&ctx, impl_->token);
   ctx.set_deadline(GrpcDeadline(timeout));
   ctx.set_wait_for_ready(true);  // the server may not be up yet
   pb::JoinRequest req;
-  req.set_rank(impl_->rank);
+  req.set_task_id(impl_->rank);
   req.set_world_size(impl_->world_size);
   req.set_task(impl_->task);
   req.set_incarnation(incarnation_);
   req.set_epoch_seen(epoch_);
+  req.set_planned(planned);
   pb::JoinResponse resp;
   if (absl::Status s = FromGrpc(impl_->stub->Join(&ctx, req, &resp),
                                 "joining the group at the coordinator " + impl_->address);
@@ -306,7 +462,22 @@ absl::StatusOr<Membership> CoordinationClient::Join(absl::Duration timeout) {
   epoch_ = resp.epoch();
   return Membership{.epoch = resp.epoch(),
                     .replaced = {resp.replaced().begin(), resp.replaced().end()},
-                    .why = resp.why()};
+                    .why = resp.why(),
+                    .rank = resp.rank(),
+                    .tasks = {resp.task_ids().begin(), resp.task_ids().end()}};
+}
+
+absl::Status CoordinationClient::Leave() {
+  quit_ = true;
+  if (heartbeat_.joinable()) heartbeat_.join();
+  grpc::ClientContext ctx;
+  AttachToken(&ctx, impl_->token);
+  ctx.set_deadline(GrpcDeadline(absl::Seconds(10)));
+  pb::LeaveRequest req;
+  req.set_task_id(impl_->rank);
+  req.set_incarnation(incarnation_);
+  pb::LeaveResponse resp;
+  return FromGrpc(impl_->stub->Leave(&ctx, req, &resp), "leaving the group");
 }
 
 absl::Status CoordinationClient::Barrier(const std::string& name, absl::Duration timeout) {
@@ -315,7 +486,7 @@ absl::Status CoordinationClient::Barrier(const std::string& name, absl::Duration
   ctx.set_deadline(GrpcDeadline(timeout));
   pb::BarrierRequest req;
   req.set_name(name);
-  req.set_rank(impl_->rank);
+  req.set_task_id(impl_->rank);
   req.set_epoch(epoch_);
   pb::BarrierResponse resp;
   return FromGrpc(impl_->stub->Barrier(&ctx, req, &resp), "barrier " + name);
@@ -349,7 +520,7 @@ absl::StatusOr<std::string> CoordinationClient::Get(const std::string& key,
 
 void CoordinationClient::StartHeartbeats(
     absl::Duration interval, absl::Duration peer_timeout, std::function<void(absl::Status)> on_lost,
-    std::function<void(int64_t, const std::string&)> on_new_epoch) {
+    std::function<void(int64_t, const std::string&, bool)> on_new_epoch) {
   heartbeat_ = std::thread([this, interval, peer_timeout, on_lost = std::move(on_lost),
                             on_new_epoch = std::move(on_new_epoch)] {
     int64_t told = -1;  // the newest epoch on_new_epoch heard of
@@ -359,7 +530,7 @@ void CoordinationClient::StartHeartbeats(
       AttachToken(&ctx, impl_->token);
       ctx.set_deadline(GrpcDeadline(std::min(interval * 2, peer_timeout)));
       pb::HeartbeatRequest req;
-      req.set_rank(impl_->rank);
+      req.set_task_id(impl_->rank);
       req.set_stop_requested(stop_requested_);
       req.set_incarnation(incarnation_);
       pb::HeartbeatResponse resp;
@@ -372,7 +543,7 @@ void CoordinationClient::StartHeartbeats(
         lost = resp.lost();
         if (lost.empty() && on_new_epoch && resp.epoch() > epoch_ && resp.epoch() > told) {
           told = resp.epoch();
-          on_new_epoch(resp.epoch(), resp.why());
+          on_new_epoch(resp.epoch(), resp.why(), resp.planned());
         }
       } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
         lost = "the coordinator refused this task's job token";

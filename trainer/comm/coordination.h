@@ -21,7 +21,16 @@
 // aborts them and rejoins). With `recover_in_place`, a rank silent for the peer timeout begins a
 // new epoch instead of ending the group, and the survivors wait for its replacement. Barriers and
 // keys belong to the epoch they were made in: a wait in an older epoch ends with Aborted. A process
-// whose rank was taken over by a newer incarnation hears that it is lost. Every call presents the
+// whose rank was taken over by a newer incarnation hears that it is lost.
+//
+// Elastic groups (`max_world_size` set). Tasks are named by their TF_CONFIG position (the
+// chiefs, then the workers: the task id); an epoch's members are ranked 0..size-1 in task
+// order. A task new to the group (a worker added by a scale-up, whose TF_CONFIG lists more
+// workers than the chief's) waits in a lobby until it can be admitted: it begins a *planned*
+// epoch of the members and the lobby, all or none, when that size divides the global batch.
+// A member asked to go (a scale-down) leaves, which begins a planned epoch without it. Members
+// hear of a planned epoch through heartbeats, finish the step in flight and rejoin at the step
+// boundary. An epoch forms only at a size that divides the global batch. Every call presents the
 // job token; the server refuses others. Thread-safety: thread-safe.
 
 #include <atomic>
@@ -45,6 +54,11 @@ class CoordinationServer {
     // A silent rank begins a new membership epoch (the group waits for its replacement)
     // rather than ending the group.
     bool recover_in_place = false;
+    // Elastic: tasks 0..max_world_size-1 may join, whatever their TF_CONFIG's size (0: the
+    // group is fixed at world_size).
+    int max_world_size = 0;
+    // Elastic: every epoch's size divides it (0: any size).
+    int64_t global_batch = 0;
   };
   // Listens on host:port (port 0 picks one).
   static absl::StatusOr<std::unique_ptr<CoordinationServer>> Start(const std::string& host,
@@ -62,20 +76,30 @@ class CoordinationServer {
 // A formed membership epoch, as Join answers it.
 struct Membership {
   int64_t epoch = 0;
-  std::vector<int> replaced;  // ranks whose process changed since the previous epoch
+  std::vector<int> replaced;  // tasks whose process changed since the previous epoch
   std::string why;            // what began the epoch ("" for the first)
+  int rank = 0;               // this task's rank in the epoch
+  std::vector<int> tasks;     // the members' task ids, by rank
+  int size() const { return static_cast<int>(tasks.size()); }
 };
 
 class CoordinationClient {
  public:
-  CoordinationClient(const std::string& address, std::string token, int rank, int world_size,
+  // `task_id`: this task's TF_CONFIG position (the chiefs, then the workers); `world_size`:
+  // the tasks its TF_CONFIG lists.
+  CoordinationClient(const std::string& address, std::string token, int task_id, int world_size,
                      std::string task);
   ~CoordinationClient();
 
   // Waits for the server to come up and every rank to join, up to `timeout`. The first call
   // joins as a new process; a later one (after a collective failed) begins or joins the next
-  // epoch. Keys and barriers from then on belong to the epoch joined.
-  absl::StatusOr<Membership> Join(absl::Duration timeout);
+  // epoch. Keys and barriers from then on belong to the epoch joined. A task new to an elastic
+  // group that is still waiting for admission at the deadline gets ResourceExhausted, naming
+  // why, when the size it would make does not divide the global batch.
+  // `planned`: a member rejoining at the step boundary of a planned change.
+  absl::StatusOr<Membership> Join(absl::Duration timeout, bool planned = false);
+  // Leaves an elastic group (scaled down); heartbeats then end.
+  absl::Status Leave();
   int64_t epoch() const { return epoch_; }
   absl::Status Barrier(const std::string& name, absl::Duration timeout);
   absl::Status Set(const std::string& key, const std::string& value);
@@ -84,10 +108,12 @@ class CoordinationClient {
   // Starts heartbeats; `on_lost` is called once, from the heartbeat thread, with an
   // Unavailable status naming the lost peer (heartbeats then end). `on_new_epoch`, when set,
   // is called from that thread whenever the group has begun an epoch newer than this task's,
-  // with what began it.
-  void StartHeartbeats(absl::Duration interval, absl::Duration peer_timeout,
-                       std::function<void(absl::Status)> on_lost,
-                       std::function<void(int64_t, const std::string&)> on_new_epoch = nullptr);
+  // with what began it and whether it is planned (finish the step, then rejoin) rather than
+  // a lost peer's (abort the step).
+  void StartHeartbeats(
+      absl::Duration interval, absl::Duration peer_timeout,
+      std::function<void(absl::Status)> on_lost,
+      std::function<void(int64_t, const std::string&, bool planned)> on_new_epoch = nullptr);
   // The next heartbeats tell the group this task was asked to stop.
   void RequestStop() { stop_requested_ = true; }
   // Some task of the group was asked to stop.

@@ -17,13 +17,16 @@ struct Group {
   std::string address;
 };
 
-Group MakeGroup(int n, absl::Duration peer_timeout = absl::Seconds(30), bool in_place = false) {
+Group MakeGroup(int n, absl::Duration peer_timeout = absl::Seconds(30), bool in_place = false,
+                int max_world_size = 0, int64_t global_batch = 0) {
   Group g;
   auto s = CoordinationServer::Start("127.0.0.1", 0,
                                      {.world_size = n,
                                       .token = "tok",
                                       .peer_timeout = peer_timeout,
-                                      .recover_in_place = in_place});
+                                      .recover_in_place = in_place,
+                                      .max_world_size = max_world_size,
+                                      .global_batch = global_batch});
   EXPECT_TRUE(s.ok()) << s.status();
   g.server = std::move(*s);
   g.address = "127.0.0.1:" + std::to_string(g.server->port());
@@ -104,7 +107,7 @@ TEST(CoordinationTest, ASilentPeerIsReportedLostToTheOthers) {
   ASSERT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   absl::Status s = f.get();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(s.message().find("rank 2 (worker 2)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("worker 2 sent no heartbeat"), std::string::npos) << s;
 }
 
 TEST(CoordinationTest, AnUnreachableCoordinatorIsAPeerLost) {
@@ -221,7 +224,8 @@ TEST(CoordinationTest, InPlaceASilentRankBeginsANewEpochAndItsOldProcessIsLost) 
   for (int r : {0, 1}) {
     g.clients[r]->StartHeartbeats(
         absl::Milliseconds(50), absl::Seconds(30), [&](absl::Status) { lost = true; },
-        [&](int64_t epoch, const std::string& why) {
+        [&](int64_t epoch, const std::string& why, bool planned) {
+          EXPECT_FALSE(planned);
           if (!told.exchange(true)) announced.set_value({epoch, why});
         });
   }
@@ -229,7 +233,7 @@ TEST(CoordinationTest, InPlaceASilentRankBeginsANewEpochAndItsOldProcessIsLost) 
   ASSERT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   auto [epoch, why] = f.get();
   EXPECT_EQ(epoch, 1);
-  EXPECT_NE(why.find("rank 2 (worker 2) sent no heartbeat"), std::string::npos) << why;
+  EXPECT_NE(why.find("worker 2 sent no heartbeat"), std::string::npos) << why;
   EXPECT_FALSE(lost);
   // The survivors and a replacement form epoch 1.
   CoordinationClient replacement(g.address, "tok", 2, 3, "worker 2");
@@ -253,6 +257,119 @@ TEST(CoordinationTest, InPlaceASilentRankBeginsANewEpochAndItsOldProcessIsLost) 
   ASSERT_EQ(o.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   EXPECT_NE(o.get().message().find("taken over by a newer process"), std::string::npos);
   EXPECT_FALSE(lost);
+}
+
+// Heartbeats that report the first newer epoch they hear of, and whether it is planned.
+struct Announcement {
+  std::promise<std::tuple<int64_t, std::string, bool>> promise;
+  std::atomic<bool> told{false};
+  std::atomic<bool> lost{false};
+  void Listen(CoordinationClient& c) {
+    c.StartHeartbeats(
+        absl::Milliseconds(50), absl::Seconds(30), [this](absl::Status) { lost = true; },
+        [this](int64_t epoch, const std::string& why, bool planned) {
+          if (!told.exchange(true)) promise.set_value({epoch, why, planned});
+        });
+  }
+  std::tuple<int64_t, std::string, bool> Wait() {
+    auto f = promise.get_future();
+    EXPECT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+    return f.get();
+  }
+};
+
+std::vector<absl::StatusOr<Membership>> JoinTogether(std::vector<CoordinationClient*> clients) {
+  std::vector<std::future<absl::StatusOr<Membership>>> f;
+  for (CoordinationClient* c : clients) {
+    f.push_back(std::async(std::launch::async, [c] { return c->Join(absl::Seconds(20)); }));
+  }
+  std::vector<absl::StatusOr<Membership>> out;
+  for (auto& x : f) out.push_back(x.get());
+  return out;
+}
+
+// Elastic: a task beyond the chief's TF_CONFIG (a worker added by a scale-up) is admitted into
+// a planned epoch, which the members hear of through heartbeats; ranks follow task order.
+TEST(CoordinationTest, ElasticANewTaskIsAdmittedInAPlannedEpoch) {
+  Group g = MakeGroup(2, absl::Seconds(30), /*in_place=*/true, /*max_world_size=*/4);
+  ASSERT_TRUE(JoinAll(g).ok());
+  Announcement a;
+  a.Listen(*g.clients[0]);
+  // Task 3 (its TF_CONFIG lists four tasks); task 2 never comes.
+  CoordinationClient newcomer(g.address, "tok", 3, 4, "worker 3");
+  auto admitted = std::async(std::launch::async, [&] { return newcomer.Join(absl::Seconds(20)); });
+  auto [epoch, why, planned] = a.Wait();
+  EXPECT_EQ(epoch, 1);
+  EXPECT_TRUE(planned);
+  EXPECT_NE(why.find("worker 3 joined the group"), std::string::npos) << why;
+  auto members = JoinTogether({g.clients[0].get(), g.clients[1].get()});
+  absl::StatusOr<Membership> n = admitted.get();
+  ASSERT_TRUE(n.ok()) << n.status();
+  members.push_back(n);
+  const std::vector<int> tasks = {0, 1, 3};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(members[i].ok()) << members[i].status();
+    EXPECT_EQ(members[i]->epoch, 1);
+    EXPECT_EQ(members[i]->rank, i);
+    EXPECT_EQ(members[i]->tasks, tasks);
+    EXPECT_TRUE(members[i]->replaced.empty());
+  }
+  EXPECT_FALSE(a.lost);
+  // A task beyond the group's bound is refused by name.
+  CoordinationClient beyond(g.address, "tok", 4, 5, "worker 4");
+  absl::Status s = beyond.Join(absl::Seconds(5)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("beyond this group's 4 tasks"), std::string::npos) << s;
+}
+
+// Elastic: a member that leaves begins a planned epoch without it; the others re-form, ranked
+// again, and barriers count the new membership.
+TEST(CoordinationTest, ElasticAMemberLeavesAndTheOthersReform) {
+  Group g = MakeGroup(3, absl::Seconds(30), /*in_place=*/true, /*max_world_size=*/3);
+  ASSERT_TRUE(JoinAll(g).ok());
+  Announcement a;
+  a.Listen(*g.clients[0]);
+  ASSERT_TRUE(g.clients[1]->Leave().ok());
+  auto [epoch, why, planned] = a.Wait();
+  EXPECT_EQ(epoch, 1);
+  EXPECT_TRUE(planned);
+  EXPECT_NE(why.find("worker 1 left the group"), std::string::npos) << why;
+  auto members = JoinTogether({g.clients[0].get(), g.clients[2].get()});
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(members[i].ok()) << members[i].status();
+    EXPECT_EQ(members[i]->rank, i);
+    EXPECT_EQ(members[i]->tasks, (std::vector<int>{0, 2}));
+  }
+  auto b0 = std::async(std::launch::async,
+                       [&] { return g.clients[0]->Barrier("after", absl::Seconds(20)); });
+  EXPECT_TRUE(g.clients[2]->Barrier("after", absl::Seconds(20)).ok());
+  EXPECT_TRUE(b0.get().ok());
+  EXPECT_FALSE(a.lost);
+}
+
+// Elastic with a global batch: newcomers are admitted all together, and only at a size that
+// divides the batch; one that would make another size waits, and is told why.
+TEST(CoordinationTest, ElasticAdmissionWaitsForASizeThatDividesTheGlobalBatch) {
+  Group g = MakeGroup(2, absl::Seconds(30), /*in_place=*/true, /*max_world_size=*/4,
+                      /*global_batch=*/8);
+  ASSERT_TRUE(JoinAll(g).ok());
+  CoordinationClient third(g.address, "tok", 2, 3, "worker 2");
+  absl::Status s = third.Join(absl::Milliseconds(800)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("the global batch 8 does not divide over 3"), std::string::npos) << s;
+  Announcement a;
+  a.Listen(*g.clients[0]);
+  CoordinationClient fourth(g.address, "tok", 3, 4, "worker 3");
+  auto newcomers = std::async(std::launch::async, [&] { return JoinTogether({&third, &fourth}); });
+  auto [epoch, why, planned] = a.Wait();
+  EXPECT_TRUE(planned);
+  EXPECT_EQ(epoch, 1);
+  auto members = JoinTogether({g.clients[0].get(), g.clients[1].get()});
+  for (auto& m : newcomers.get()) members.push_back(m);
+  for (const auto& m : members) {
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(m->size(), 4);
+  }
 }
 
 }  // namespace

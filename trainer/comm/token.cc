@@ -38,6 +38,8 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
       return absl::NotFoundError(msg);
     case grpc::StatusCode::ABORTED:
       return absl::AbortedError(msg);
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return absl::ResourceExhaustedError(msg);
     default:
       return absl::UnavailableError(msg);
   }

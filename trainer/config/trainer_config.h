@@ -96,6 +96,10 @@ struct TrainerConfig {
   // checkpoint.
   bool recover_in_place = false;
   int64_t rejoin_timeout_seconds = 300;
+  // An elastic MultiWorkerMirrored group (--elastic-max-workers, else
+  // LOCKSTEP_ELASTIC_MAX_WORKERS): workers join and leave the running group, up to this many
+  // (0: the group is fixed by TF_CONFIG).
+  int elastic_max_workers = 0;
   // GPUs.
   Device device = Device::kAuto;
   Precision precision = Precision::kFloat32;

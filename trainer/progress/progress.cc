@@ -49,14 +49,23 @@ constexpr size_t kKeptRecoveries = 10;
 
 void ProgressTracker::Recovered(RecoveryRecord r) {
   std::lock_guard lock(mu_);
+  if (!r.planned) {  // the metrics count failures recovered, not elastic changes
+    ++recoveries_total_;
+    last_recovery_seconds_ = r.seconds;
+  }
   recoveries_.push_back(std::move(r));
   if (recoveries_.size() > kKeptRecoveries) recoveries_.erase(recoveries_.begin());
-  ++recoveries_total_;
 }
 
 void ProgressTracker::Checkpointed(int64_t step) {
   std::lock_guard lock(mu_);
   last_checkpoint_ = step;
+}
+
+void ProgressTracker::SetGroup(int replicas, int64_t global_batch) {
+  std::lock_guard lock(mu_);
+  replicas_ = replicas;
+  global_batch_ = global_batch;
 }
 
 double ProgressTracker::SteadySamplesPerSecond() const {
@@ -74,6 +83,8 @@ nlohmann::json ProgressTracker::ProgressJson() const {
     j["samplesPerSecond"] = recent_rate_;
   }
   if (last_checkpoint_) j["lastCheckpointStep"] = *last_checkpoint_;
+  if (replicas_ > 0) j["replicas"] = replicas_;
+  if (global_batch_ > 0) j["globalBatch"] = global_batch_;
   for (const RecoveryRecord& r : recoveries_) {
     // The shape of status.recoveries' entries (the operator adds the attempt).
     const absl::Time seen = absl::UnixEpoch() + absl::Seconds(r.detected_unix);
@@ -86,7 +97,9 @@ nlohmann::json ProgressTracker::ProgressJson() const {
          {"stateTransferSeconds", r.transfer_seconds},
          {"recoverySeconds", r.seconds},
          {"resumedStep", r.resumed_step},
-         {"stepsLost", r.steps_lost}});
+         {"stepsLost", r.steps_lost},
+         {"planned", r.planned},
+         {"replicas", r.replicas}});
   }
   if (recent_rate_ > 0 && last_samples_ > 0 && total_ >= step_) {
     j["estimatedRemainingSeconds"] = static_cast<int64_t>(
@@ -121,8 +134,8 @@ std::string ProgressTracker::MetricsText() const {
     m.Set("lockstep_trainer_corrupt_records_skipped", {},
           static_cast<double>(corrupt_records_skipped_));
     m.Set("lockstep_trainer_recoveries", {}, static_cast<double>(recoveries_total_));
-    if (!recoveries_.empty()) {
-      m.Set("lockstep_trainer_last_recovery_seconds", {}, recoveries_.back().seconds);
+    if (recoveries_total_ > 0) {
+      m.Set("lockstep_trainer_last_recovery_seconds", {}, last_recovery_seconds_);
     }
     if (last_checkpoint_) {
       m.Set("lockstep_trainer_last_checkpoint_step", {}, static_cast<double>(*last_checkpoint_));

@@ -18,8 +18,9 @@
 
 namespace lockstep::trainer {
 
-// One in-place recovery of a MultiWorkerMirrored group, as the chief saw it. /progress lists
-// the last few; the operator copies them into status.recoveries.
+// One in-place recovery of a MultiWorkerMirrored group, or a planned change of an elastic
+// group's members, as the chief saw it. /progress lists the last few; the operator copies them
+// into status.recoveries.
 struct RecoveryRecord {
   int64_t epoch = 0;              // the membership epoch the group re-formed into
   std::string replaced;           // the tasks whose process changed ("worker 1"), "" if none
@@ -30,6 +31,8 @@ struct RecoveryRecord {
   double seconds = 0;             // failure seen -> the first step completed again
   int64_t resumed_step = 0;       // the step training went on from
   int64_t steps_lost = 0;         // completed steps not kept (the chief's before, less resumed)
+  bool planned = false;           // a member joined or left (elastic), rather than a failure
+  int replicas = 0;               // the group's size after
 };
 
 class ProgressTracker {
@@ -45,6 +48,8 @@ class ProgressTracker {
   // Corrupt records the data loading skipped (a data spec's skip_corrupt).
   void SetCorruptRecordsSkipped(int64_t n);
   void Recovered(RecoveryRecord r);
+  // The group training now (its replicas) and the global batch they share.
+  void SetGroup(int replicas, int64_t global_batch);
 
   nlohmann::json ProgressJson() const;
   std::string MetricsText() const;
@@ -61,8 +66,11 @@ class ProgressTracker {
   std::optional<double> accuracy_;  // moving average
   std::optional<int64_t> last_checkpoint_;
   int64_t corrupt_records_skipped_ = 0;
+  int replicas_ = 0;
+  int64_t global_batch_ = 0;
   std::vector<RecoveryRecord> recoveries_;  // the last kKeptRecoveries
-  int64_t recoveries_total_ = 0;
+  int64_t recoveries_total_ = 0;            // of failures (not planned changes)
+  double last_recovery_seconds_ = 0;
   int64_t steps_seen_ = 0;
   double steady_start_ = 0;
   int64_t steady_samples_ = 0;

@@ -37,12 +37,15 @@ struct Run {
   double recovering_since = 0;  // monotonic seconds when the failure was seen
   // A run resumed from a checkpoint (a group restart) says when its first step completes.
   std::optional<int64_t> resumed_from;
+  // RunSteps stopped at a step boundary for a planned membership change.
+  bool membership_change = false;
 };
 
 // The step trailer every replica all-reduces (so each slot is a sum over replicas): a stop
-// request on any replica ends every replica at the same step, and the chief reports the
-// global batch's loss and accuracy.
-enum TrailerSlot { kStop, kLossSum, kCorrect, kSamples, kTrailerSlots };
+// request on any replica ends every replica at the same step, a planned membership change
+// regroups every replica after the same step, and the chief reports the global batch's loss
+// and accuracy.
+enum TrailerSlot { kStop, kRegroup, kLossSum, kCorrect, kSamples, kTrailerSlots };
 using Trailer = std::array<float, kTrailerSlots>;
 
 // The chief's checkpoint of the engine's state at `pos` (nothing elsewhere, or without
@@ -90,6 +93,7 @@ absl::Status RunSteps(Run& run, Batcher& batches, int64_t total, int64_t every, 
   if (!rate.ok()) return rate.status();
   while (pos.step < total) {
     const bool stop_here = r.stop_requested && r.stop_requested();
+    const bool regroup_here = r.regroup_due && r.regroup_due();
     Batch b = batches.Next();
     const float lr = rate->At(pos.step, total);
     absl::StatusOr<cpu::XentResult> out = run.engine.TrainStep(b);
@@ -97,6 +101,7 @@ absl::Status RunSteps(Run& run, Batcher& batches, int64_t total, int64_t every, 
     const float samples = static_cast<float>(b.labels.size());
     Trailer trailer;
     trailer[kStop] = stop_here ? 1.0f : 0.0f;
+    trailer[kRegroup] = regroup_here ? 1.0f : 0.0f;
     trailer[kLossSum] = static_cast<float>(out->loss) * samples;  // loss x samples
     trailer[kCorrect] = static_cast<float>(out->correct);
     trailer[kSamples] = samples;
@@ -135,9 +140,10 @@ absl::Status RunSteps(Run& run, Batcher& batches, int64_t total, int64_t every, 
     run.resumed_from.reset();
     if (run.recovering) {
       run.recovering->seconds = MonotonicSeconds() - run.recovering_since;
-      common::LogInfo("recovery", "every rank is stepping again at step ", pos.step, ", ",
-                      absl::StrFormat("%.2f", run.recovering->seconds),
-                      " s after the failure was seen");
+      common::LogInfo(
+          "recovery", "every rank is stepping again at step ", pos.step, ", ",
+          absl::StrFormat("%.2f", run.recovering->seconds),
+          run.recovering->planned ? " s after the change began" : " s after the failure was seen");
       if (r.progress) r.progress->Recovered(*run.recovering);
       run.recovering.reset();
     }
@@ -149,6 +155,10 @@ absl::Status RunSteps(Run& run, Batcher& batches, int64_t total, int64_t every, 
     }
     if (pos.step % every == 0 || pos.step == total) {
       if (absl::Status s = Save(run, pos); !s.ok()) return s;
+    }
+    if (trailer[kRegroup] > 0 && pos.step < total) {
+      run.membership_change = true;
+      return absl::OkStatus();
     }
   }
   return absl::OkStatus();
@@ -191,16 +201,21 @@ bool IsPeerLost(const absl::Status& s) {
   return absl::IsAborted(s) && absl::StartsWith(s.message(), "peer lost");
 }
 
-// In-place recovery after `failed`: the group re-forms, every member takes over the state of
-// the one furthest along, and the replica goes on from there. On success `pos` is where
-// training goes on and run.comm the new group's collective.
-absl::Status Recover(Run& run, const absl::Status& failed, Position& pos) {
+// In-place recovery after `failed` (or, `planned`, a membership change at a step boundary):
+// the group re-forms, every member takes over the state of the one furthest along, and the
+// replica goes on from there. On success `pos` is where training goes on and run.comm the new
+// group's collective.
+absl::Status Recover(Run& run, const absl::Status& failed, Position& pos, bool planned) {
   const double seen = MonotonicSeconds();
   const int64_t before = pos.step;
   RecoveryRecord rec{.detected_unix = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch())};
-  common::LogWarning("recovery", "a collective failed at step ", pos.step, " (", failed.message(),
-                     "); keeping this replica's state and waiting for the "
-                     "group to re-form");
+  if (planned) {
+    common::LogInfo("recovery", "the group's membership changes at step ", pos.step,
+                    "; regrouping");
+  } else {
+    common::LogWarning("recovery", "a collective failed at step ", pos.step, " (", failed.message(),
+                       "); keeping this replica's state and waiting for the group to re-form");
+  }
   absl::Status last = failed;
   for (;;) {
     absl::StatusOr<Regrouped> g = run.r.regroup(last);
@@ -225,12 +240,14 @@ absl::Status Recover(Run& run, const absl::Status& failed, Position& pos) {
     rec.transfer_seconds = MonotonicSeconds() - formed;
     rec.resumed_step = pos.step;
     rec.steps_lost = std::max<int64_t>(0, before - pos.step);
-    common::LogInfo("recovery", "the group re-formed in epoch ", g->epoch,
-                    g->replaced.empty() ? "" : " with a new " + g->replaced, " after ",
-                    absl::StrFormat("%.2f", rec.rendezvous_seconds), " s; rank ", st->source,
-                    "'s state taken over in ", absl::StrFormat("%.2f", rec.transfer_seconds),
-                    " s; going on from step ", pos.step, " (", rec.steps_lost,
-                    " completed steps lost)");
+    rec.planned = planned;
+    rec.replicas = run.size;
+    common::LogInfo("recovery", "the group re-formed in epoch ", g->epoch, " (", g->cause, "), ",
+                    run.size, " replicas", g->replaced.empty() ? "" : " with a new " + g->replaced,
+                    " after ", absl::StrFormat("%.2f", rec.rendezvous_seconds), " s; rank ",
+                    st->source, "'s state taken over in ",
+                    absl::StrFormat("%.2f", rec.transfer_seconds), " s; going on from step ",
+                    pos.step, " (", rec.steps_lost, " completed steps lost)");
     run.recovering = rec;
     run.recovering_since = seen;
     return absl::OkStatus();
@@ -292,6 +309,7 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   const int64_t total = c.steps ? *c.steps : c.epochs * per_epoch;
   const int64_t every = c.checkpoint_every ? *c.checkpoint_every : per_epoch;
   if (r.progress) r.progress->SetTotalSteps(total);
+  if (r.progress) r.progress->SetGroup(size, c.batch_size);
   if (rank == 0) {
     common::LogInfo("trainer", c.model, " (", engine.model().NumParams(), " parameters), ",
                     data.train.size(), " training examples, ", per_epoch, " steps per epoch, ",
@@ -315,12 +333,17 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   const double loop_start = MonotonicSeconds();
   double waited = 0;  // in batchers replaced by a recovery
   absl::Status trained = RunSteps(run, *batches, total, every, pos);
-  // In place: a lost peer's replacement joins, and the group goes on from the same position.
-  while (!trained.ok() && r.regroup && IsPeerLost(trained)) {
-    if (absl::Status s = Recover(run, trained, pos); !s.ok()) {
+  // In place: a lost peer's replacement joins, and the group goes on from the same position;
+  // an elastic group's members change at a step boundary, likewise.
+  for (;;) {
+    const bool planned = trained.ok() && run.membership_change;
+    if (!planned && !(!trained.ok() && r.regroup && IsPeerLost(trained))) break;
+    run.membership_change = false;
+    if (absl::Status s = Recover(run, trained, pos, planned); !s.ok()) {
       trained = s;
       break;
     }
+    if (r.progress) r.progress->SetGroup(run.size, c.batch_size);
     absl::StatusOr<BatcherOptions> again = BatchingFor(run, data);
     if (!again.ok()) {
       trained = again.status();

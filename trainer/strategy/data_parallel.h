@@ -25,6 +25,10 @@
 // replacement itself starts there instead of step 1) and goes on from the same data
 // position, so no completed step is lost and none is trained twice. The chief records each
 // recovery in its progress (status.recoveries).
+// Elastic groups (multi_worker.h) change members at a step boundary: when `regroup_due` says a
+// change is due, the replica raises it in the step's trailer; every replica sees the sum, applies
+// that step's update and regroups in the same way (the global batch stays; each replica's share
+// becomes global / size), the newcomers taking the state over from the members.
 // Errors: as RunOneDevice's, plus Aborted ("peer lost: ...") when a collective fails (and no
 // regroup is possible).
 // Thread-safety: one call per replica thread.
@@ -78,6 +82,8 @@ struct Replica {
   std::function<absl::StatusOr<Regrouped>(const absl::Status& why)> regroup;
   // This replica replaces a lost one in a running group (the group's state, not a checkpoint).
   bool replacement = false;
+  // Elastic groups: a planned membership change is due (regroup at the next step boundary).
+  std::function<bool()> regroup_due;
 };
 
 absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& data,

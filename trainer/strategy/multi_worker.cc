@@ -54,10 +54,14 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
   absl::StatusOr<World> world = TrainingWorld(*c.tf_config);
   if (!world.ok()) return world.status();
   const int n = static_cast<int>(world->addresses.size());
-  const int rank = world->rank;
-  if (n == 1) return RunOneDevice(c, progress, stop);
+  const int task_id = world->rank;  // the TF_CONFIG position; the rank is the epoch's
+  const bool elastic = c.elastic_max_workers > 0;
+  if (n == 1 && !elastic) return RunOneDevice(c, progress, stop);
   cpu::SetCpuThreads(c.threads);
-  absl::StatusOr<Datasets> data = LoadDatasets(c, {.index = rank, .count = n});
+  // An elastic group shards every global batch by record: a membership change would move
+  // files between workers mid-epoch.
+  absl::StatusOr<Datasets> data =
+      LoadDatasets(c, elastic ? FileShard{} : FileShard{.index = task_id, .count = n});
   if (!data.ok()) return data.status();
   if (progress != nullptr) progress->SetCorruptRecordsSkipped(data->corrupt_records_skipped);
 
@@ -65,7 +69,7 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
   const absl::Duration setup = absl::Seconds(c.peer_timeout_seconds * 10);
   const absl::Duration peer_timeout = absl::Seconds(c.peer_timeout_seconds);
   const std::string task = absl::StrCat(c.tf_config->task_type, " ", c.tf_config->task_index);
-  absl::StatusOr<std::pair<std::string, int>> self = comm::SplitHostPort(world->addresses[rank]);
+  absl::StatusOr<std::pair<std::string, int>> self = comm::SplitHostPort(world->addresses[task_id]);
   if (!self.ok()) return self.status();
 
   // The backend is chosen before any connection: a configuration no candidate serves is
@@ -77,25 +81,35 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
   if (!choice.ok()) return choice.status();
 
   std::unique_ptr<comm::CoordinationServer> server;
-  if (rank == 0) {
-    auto s = comm::CoordinationServer::Start(c.bind_address, self->second,
-                                             {.world_size = n,
-                                              .token = c.job_token,
-                                              .peer_timeout = peer_timeout,
-                                              .recover_in_place = c.recover_in_place});
+  const int chiefs = static_cast<int>(c.tf_config->Hosts("chief").size());
+  if (task_id == 0) {
+    auto s = comm::CoordinationServer::Start(
+        c.bind_address, self->second,
+        {.world_size = n,
+         .token = c.job_token,
+         .peer_timeout = peer_timeout,
+         .recover_in_place = c.recover_in_place || elastic,
+         .max_world_size = elastic ? chiefs + c.elastic_max_workers : 0,
+         .global_batch = elastic ? c.batch_size : 0});
     if (!s.ok()) return absl::UnavailableError(s.status().message());
     server = std::move(*s);
   }
-  comm::CoordinationClient coord(world->addresses[0], c.job_token, rank, n, task);
+  comm::CoordinationClient coord(world->addresses[0], c.job_token, task_id, n, task);
   absl::StatusOr<comm::Membership> joined = coord.Join(setup);
+  // A worker added to an elastic group waits while its admission would make a size that does
+  // not divide the global batch.
+  while (!joined.ok() && absl::IsResourceExhausted(joined.status()) && !stop->load()) {
+    common::LogWarning("collective", task, " waits to join the group: ", joined.status().message());
+    joined = coord.Join(setup);
+  }
   if (!joined.ok()) {
     if (absl::IsPermissionDenied(joined.status())) {
       return absl::PermissionDeniedError(joined.status().message());
     }
     return PeerLost(joined.status());
   }
-  CollectiveSetup how{.rank = rank,
-                      .world_size = n,
+  CollectiveSetup how{.rank = joined->rank,
+                      .world_size = joined->size(),
                       .self_host = self->first,
                       .bind_address = c.bind_address,
                       .token = c.job_token,
@@ -105,8 +119,9 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
   absl::StatusOr<std::unique_ptr<comm::Collective>> first = choice->chosen->connect(how);
   if (!first.ok()) return first.status();
   common::LogInfo(
-      "collective", "MultiWorkerMirrored rank ", rank, " of ", n, " (", task,
+      "collective", "MultiWorkerMirrored rank ", joined->rank, " of ", joined->size(), " (", task,
       "); collectives: ", choice->Describe(), place->gpu ? "" : " (CPU tensors)",
+      elastic ? absl::StrCat("; elastic up to ", c.elastic_max_workers, " workers") : "",
       joined->epoch > 0 ? absl::StrCat("; joined the running group in epoch ", joined->epoch) : "");
 
   // The group's collective now, and the epoch it belongs to: the heartbeat thread aborts it
@@ -119,6 +134,12 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
   } cur;
   cur.comm = std::move(*first);
   cur.epoch = joined->epoch;
+  // A planned membership change is due (a worker joins or leaves an elastic group): every
+  // member finishes its step and regroups at the same step boundary.
+  std::atomic<bool> change_due{false};
+  // This worker was asked to stop (SIGTERM) in an elastic group: it leaves at the next step
+  // boundary and the others go on. The task hosting the coordinator stops the group instead.
+  std::atomic<bool> leaving{false};
   coord.StartHeartbeats(
       std::clamp(peer_timeout / 10, absl::Milliseconds(100), absl::Seconds(2)), peer_timeout,
       [&](absl::Status s) {
@@ -126,13 +147,20 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
         cur.lost = s;
         cur.comm->Abort(s);
       },
-      [&](int64_t epoch, const std::string& why) {
+      [&](int64_t epoch, const std::string& why, bool planned) {
         std::lock_guard<std::mutex> lock(cur.mu);
-        if (cur.epoch < epoch) {
+        if (cur.epoch >= epoch) return;
+        if (planned) {
+          change_due = true;
+        } else {
           cur.comm->Abort(absl::UnavailableError("the group is re-forming: " + why));
         }
       });
   auto stop_requested = [&] {
+    if (stop->load() && elastic && task_id != 0) {
+      leaving = true;
+      return coord.StopSeen();
+    }
     if (stop->load()) coord.RequestStop();
     return stop->load() || coord.StopSeen();
   };
@@ -154,13 +182,25 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
       if (stop_requested()) {
         return absl::CancelledError("stopped by SIGTERM while the group was re-forming");
       }
+      if (leaving) {
+        if (absl::Status s = coord.Leave(); !s.ok()) {
+          common::LogWarning("collective", task,
+                             " could not tell the group it leaves: ", s.message());
+        }
+        return absl::CancelledError(
+            absl::StrCat(task,
+                         " left the group at a step boundary (stopped by SIGTERM; the "
+                         "other members go on without it)"));
+      }
       const absl::Duration left = regroup_deadline - absl::Now();
       if (left <= absl::ZeroDuration()) {
         return PeerLost(absl::DeadlineExceededError(absl::StrCat(
             "the group did not re-form within --rejoin-timeout=", c.rejoin_timeout_seconds,
             "s; last: ", last.message())));
       }
-      absl::StatusOr<comm::Membership> m = coord.Join(std::min(left, absl::Seconds(5)));
+      // An OK `why`: a planned change at a step boundary (elastic), not a failure.
+      absl::StatusOr<comm::Membership> m =
+          coord.Join(std::min(left, absl::Seconds(5)), /*planned=*/why.ok());
       if (!m.ok()) {
         if (absl::IsPermissionDenied(m.status()) || absl::IsFailedPrecondition(m.status())) {
           return absl::AbortedError(m.status().message());  // taken over: this process ends
@@ -168,7 +208,10 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
         last = m.status();
         continue;
       }
+      change_due = false;
       CollectiveSetup again = how;
+      again.rank = m->rank;
+      again.world_size = m->size();
       again.setup_timeout = std::min(left, peer_timeout);
       absl::StatusOr<std::unique_ptr<comm::Collective>> next = choice->chosen->connect(again);
       if (!next.ok()) {
@@ -196,10 +239,11 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
             .placement = *place,
             .collective_timeout = absl::Seconds(c.collective_timeout_seconds),
             .stop_requested = stop_requested,
-            .progress = rank == 0 ? progress : nullptr,
-            .evaluate = rank == 0,
+            .progress = task_id == 0 ? progress : nullptr,
+            .evaluate = task_id == 0,
             .replacement = joined->epoch > 0};
-  if (c.recover_in_place) r.regroup = regroup;
+  if (c.recover_in_place || elastic) r.regroup = regroup;
+  if (elastic) r.regroup_due = [&] { return change_due.load() || leaving.load(); };
   absl::StatusOr<TrainResult> result = RunReplica(c, *data, r);
   if (!result.ok()) {
     std::lock_guard<std::mutex> lock(cur.mu);

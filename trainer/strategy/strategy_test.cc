@@ -613,5 +613,111 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_pair("LostDuringTheRendezvous", Deaths{{{2, {5, -1}}}})),
     [](const auto& p) { return p.param.first; });
 
+// Elastic membership among threads: each epoch is formed by the `size` threads that join it
+// (the coordination service's part in an elastic group).
+class ElasticRegrouper {
+ public:
+  comm::Collective* Join(int rank, int size) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (waiting_ == 0) next_ = comm::InProcessGroup::Create(size, absl::Seconds(60));
+    std::shared_ptr<comm::InProcessGroup> group = next_;
+    const int64_t epoch = epoch_;
+    if (++waiting_ == size) {
+      waiting_ = 0;
+      ++epoch_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return epoch_ > epoch; });
+    }
+    owned_.push_back(group->Member(rank));
+    return owned_.back().get();
+  }
+  int64_t epochs() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return epoch_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<comm::InProcessGroup> next_;
+  int waiting_ = 0;
+  int64_t epoch_ = 0;
+  std::vector<std::unique_ptr<comm::Collective>> owned_;
+};
+
+// An elastic group grows from two replicas to three after 10 steps (a worker joins and takes
+// the state over) and shrinks back to two after 20 (it leaves at a step boundary); the global
+// batch stays 48, each replica's share going 24 -> 16 -> 24. The run ends with the weights of
+// an unbroken two-replica run, to float rounding (the per-replica means are summed in a
+// different grouping), and the chief recorded both changes as planned, losing no step.
+TEST(ElasticTest, WorkersJoinAndLeaveAtStepBoundariesAndTheRunMatchesAFixedOne) {
+  const std::string fixed = TempDir("elastic-fixed");
+  const std::string elastic = TempDir("elastic-changing");
+  TrainerConfig c = Config(fixed, "sgd", 48, 30);
+  auto data = LoadDatasets(c);
+  ASSERT_TRUE(data.ok());
+  auto two = InProcess(2);
+  for (auto& r : RunGroup(c, *data, two)) ASSERT_TRUE(r.ok()) << r.status();
+
+  TrainerConfig e = Config(elastic, "sgd", 48, 30);
+  ProgressTracker progress(30);
+  ElasticRegrouper regroup;
+  auto first = comm::InProcessGroup::Create(2, absl::Seconds(60));
+  std::vector<absl::StatusOr<TrainResult>> out(3, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      const bool newcomer = i == 2;
+      int steps = 0;  // this replica's own
+      std::unique_ptr<comm::Collective> initial;
+      Replica r{.evaluate = false, .replacement = newcomer};
+      r.progress = i == 0 ? &progress : nullptr;
+      if (newcomer) {
+        r.comm = regroup.Join(2, 3);
+      } else {
+        initial = first->Member(i);
+        r.comm = initial.get();
+      }
+      r.stop_requested = [&] {
+        ++steps;
+        return false;
+      };
+      // The chief hears of the newcomer before its 10th step; the newcomer is asked to go
+      // before its own 10th (the group's 20th).
+      r.regroup_due = [&] { return steps == 10; };
+      r.regroup = [&](const absl::Status&) -> absl::StatusOr<Regrouped> {
+        if (newcomer) return absl::CancelledError("left the group");
+        const int size = regroup.epochs() == 0 ? 3 : 2;
+        return Regrouped{.comm = regroup.Join(i, size),
+                         .epoch = regroup.epochs(),
+                         .cause = size == 3 ? "worker 1 joined the group" : "worker 1 left"};
+      };
+      out[i] = RunReplica(e, *data, r);
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(out[0].ok()) << out[0].status();
+  ASSERT_TRUE(out[1].ok()) << out[1].status();
+  EXPECT_EQ(out[0]->steps, 30);
+  EXPECT_TRUE(absl::IsCancelled(out[2].status())) << out[2].status();
+  ExpectClose(FinalParams(fixed), FinalParams(elastic), 2e-6f);
+
+  nlohmann::json p = progress.ProgressJson();
+  ASSERT_EQ(p["recoveries"].size(), 2u) << p.dump();
+  EXPECT_EQ(p["recoveries"][0]["resumedStep"], 10);
+  EXPECT_EQ(p["recoveries"][0]["replicas"], 3);
+  EXPECT_EQ(p["recoveries"][1]["resumedStep"], 20);
+  EXPECT_EQ(p["recoveries"][1]["replicas"], 2);
+  for (const auto& rec : p["recoveries"]) {
+    EXPECT_TRUE(rec["planned"].get<bool>()) << rec.dump();
+    EXPECT_EQ(rec["stepsLost"], 0) << rec.dump();
+  }
+  EXPECT_EQ(p["replicas"], 2);
+  EXPECT_EQ(p["globalBatch"], 48);
+  fs::remove_all(fixed);
+  fs::remove_all(elastic);
+}
+
 }  // namespace
 }  // namespace lockstep::trainer
