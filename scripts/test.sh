@@ -39,5 +39,7 @@ if ! wait "$asan_build"; then
   exit 1
 fi
 echo "== sanitizer tests"
-ctest --test-dir build/asan --output-on-failure -j "$jobs"
+# The shipped MultiWorkerMirrored example's five epochs run in the release build; under the
+# sanitizers its shorter variants (mwm-kill, mwm-inplace, mwm-elastic) cover the same code.
+ctest --test-dir build/asan --output-on-failure -j "$jobs" -E '^e2e_strategies_mwm$'
 exit "$release"
