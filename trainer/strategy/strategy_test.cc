@@ -482,16 +482,18 @@ TEST(DataParallelTest, ABatchThatDoesNotDivideOverTheReplicasIsRefused) {
 }
 
 // In-place recovery among threads: the coordination service's part played by a Regrouper,
-// which hands every rank that rejoins a member of a fresh in-process group once all have.
+// which hands every rank that rejoins a member of a fresh in-process group once all have (`n`,
+// or the `size` an elastic group's epoch has).
 class Regrouper {
  public:
-  explicit Regrouper(int n) : n_(n) {}
-  comm::Collective* Join(int rank) {
+  explicit Regrouper(int n = 0) : n_(n) {}
+  comm::Collective* Join(int rank, int size = 0) {
+    if (size == 0) size = n_;
     std::unique_lock<std::mutex> lock(mu_);
-    if (waiting_ == 0) next_ = comm::InProcessGroup::Create(n_, absl::Seconds(60));
+    if (waiting_ == 0) next_ = comm::InProcessGroup::Create(size, absl::Seconds(60));
     std::shared_ptr<comm::InProcessGroup> group = next_;
     const int64_t epoch = epoch_;
-    if (++waiting_ == n_) {
+    if (++waiting_ == size) {
       waiting_ = 0;
       ++epoch_;
       cv_.notify_all();
@@ -613,39 +615,6 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_pair("LostDuringTheRendezvous", Deaths{{{2, {5, -1}}}})),
     [](const auto& p) { return p.param.first; });
 
-// Elastic membership among threads: each epoch is formed by the `size` threads that join it
-// (the coordination service's part in an elastic group).
-class ElasticRegrouper {
- public:
-  comm::Collective* Join(int rank, int size) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (waiting_ == 0) next_ = comm::InProcessGroup::Create(size, absl::Seconds(60));
-    std::shared_ptr<comm::InProcessGroup> group = next_;
-    const int64_t epoch = epoch_;
-    if (++waiting_ == size) {
-      waiting_ = 0;
-      ++epoch_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return epoch_ > epoch; });
-    }
-    owned_.push_back(group->Member(rank));
-    return owned_.back().get();
-  }
-  int64_t epochs() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return epoch_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::shared_ptr<comm::InProcessGroup> next_;
-  int waiting_ = 0;
-  int64_t epoch_ = 0;
-  std::vector<std::unique_ptr<comm::Collective>> owned_;
-};
-
 // An elastic group grows from two replicas to three after 10 steps (a worker joins and takes
 // the state over) and shrinks back to two after 20 (it leaves at a step boundary); the global
 // batch stays 48, each replica's share going 24 -> 16 -> 24. The run ends with the weights of
@@ -662,7 +631,7 @@ TEST(ElasticTest, WorkersJoinAndLeaveAtStepBoundariesAndTheRunMatchesAFixedOne) 
 
   TrainerConfig e = Config(elastic, "sgd", 48, 30);
   ProgressTracker progress(30);
-  ElasticRegrouper regroup;
+  Regrouper regroup;
   auto first = comm::InProcessGroup::Create(2, absl::Seconds(60));
   std::vector<absl::StatusOr<TrainResult>> out(3, absl::UnknownError("not run"));
   std::vector<std::thread> threads;
