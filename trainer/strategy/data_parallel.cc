@@ -229,6 +229,7 @@ absl::Status Recover(Run& run, const absl::Status& failed, Position& pos, bool p
         SyncRecoveredState(run.engine, g->comm, pos, run.r.collective_timeout);
     if (!st.ok() && IsPeerLost(st.status())) {
       last = st.status();  // lost again while taking the state over: regroup again
+      common::LogInfo("recovery", "the group failed while taking the state over: ", last.message());
       continue;
     }
     if (!st.ok()) return st.status();

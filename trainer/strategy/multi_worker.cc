@@ -206,8 +206,10 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
           return absl::AbortedError(m.status().message());  // taken over: this process ends
         }
         last = m.status();
+        common::LogInfo("collective", "joining the group again: ", last.message());
         continue;
       }
+      if (leaving) continue;  // asked to go while joining: leave (above) rather than connect
       change_due = false;
       CollectiveSetup again = how;
       again.rank = m->rank;
@@ -216,6 +218,8 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
       absl::StatusOr<std::unique_ptr<comm::Collective>> next = choice->chosen->connect(again);
       if (!next.ok()) {
         last = next.status();
+        common::LogInfo("collective", "connecting the group of epoch ", m->epoch,
+                        " failed; joining again: ", last.message());
         continue;
       }
       std::string replaced;
