@@ -9,6 +9,7 @@
 #include "common/str_util.h"
 #include "operator/api/conditions.h"
 #include "operator/api/job_state.h"
+#include "operator/api/json_reader.h"
 #include "operator/api/validation.h"
 #include "operator/trainingjob/elastic.h"
 #include "operator/trainingjob/failure.h"
@@ -360,9 +361,11 @@ class Planner {
       absl::Duration age = now_ - *pod->metadata.creation_timestamp;
       if (age >= pending_limit) {
         stalled_reason = "PodPending";
+        // The fact and when it began, never an age: the status changes only when the fact does.
         stalled_message =
-            StrCat("pod ", pod->metadata.name, " has been Pending for ", absl::ToInt64Seconds(age),
-                   "s (runPolicy.pendingTimeoutSeconds ",
+            StrCat("pod ", pod->metadata.name, " has been Pending since ",
+                   api::FormatKubeTime(*pod->metadata.creation_timestamp),
+                   " (runPolicy.pendingTimeoutSeconds ",
                    job_.spec.run_policy.pending_timeout_seconds, ")", PendingDetail(*pod));
         break;
       }
@@ -380,8 +383,8 @@ class Planner {
       }
       if (now_ - since >= limit) {
         stalled_reason = "NoProgress";
-        stalled_message = StrCat("no training step for ", absl::ToInt64Seconds(now_ - since),
-                                 "s (runPolicy.progressDeadlineSeconds ",
+        stalled_message = StrCat("no training step since ", api::FormatKubeTime(since),
+                                 " (runPolicy.progressDeadlineSeconds ",
                                  *job_.spec.run_policy.progress_deadline_seconds, "); last step ",
                                  st_.progress ? st_.progress->step : 0);
       } else {

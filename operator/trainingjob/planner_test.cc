@@ -818,6 +818,40 @@ TEST(PlannerTimerTest, PendingTooLongIsStalledThenClears) {
   EXPECT_EQ(w.state(), JobState::kRunning);
 }
 
+// A status changes only when something a user would act on does: a job held Stalled, one
+// Running and one Suspended, reconciled 100 times with only the clock moving, write no status
+// after the first (the Stalled message states since when, not for how long).
+TEST(PlannerTimerTest, NothingButTheClockMovingChangesNoStatus) {
+  World stalled = Mwm(2, "ExitCode", {{"runPolicy", {{"pendingTimeoutSeconds", 60}}}});
+  stalled.pods = {MakePod(stalled.job, ReplicaType::kWorker, 0, 0, PodPhase::kRunning),
+                  MakePod(stalled.job, ReplicaType::kWorker, 1, 0, PodPhase::kPending)};
+  stalled.now = kT0 + absl::Seconds(61);
+  World running = Mwm(2, "ExitCode", {{"runPolicy", {{"progressDeadlineSeconds", 100000}}}});
+  AllRunning(running);
+  World suspended = Mwm(2);
+  suspended.job.spec.run_policy.suspend = true;
+  for (World* w : {&stalled, &running, &suspended}) {
+    w->Step();
+    w->Step();  // settled
+  }
+  ASSERT_TRUE(api::IsConditionTrue(stalled.job.status->conditions, api::ConditionType::kStalled));
+  EXPECT_THAT(stalled.Cond(api::ConditionType::kStalled).message,
+              HasSubstr("has been Pending since 2"));
+  ASSERT_EQ(running.state(), JobState::kRunning);
+  ASSERT_EQ(suspended.state(), JobState::kSuspended);
+  for (World* w : {&stalled, &running, &suspended}) {
+    const api::TrainingJobStatus settled = *w->job.status;
+    for (int i = 0; i < 100; ++i) {
+      w->now += absl::Seconds(7);
+      Plan p = w->Step();
+      ASSERT_EQ(p.status, settled)
+          << "reconcile " << i << " of the "
+          << api::NameOf<JobState>(api::kJobStateNames, settled.state) << " job";
+      ASSERT_TRUE(p.events.empty()) << p.events[0].reason;
+    }
+  }
+}
+
 TEST(PlannerTimerTest, NoProgressIsStalled) {
   World w = Mwm(2, "ExitCode", {{"runPolicy", {{"progressDeadlineSeconds", 300}}}});
   AllRunning(w);
