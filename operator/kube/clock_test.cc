@@ -70,6 +70,23 @@ TEST(TokenBucketTest, BurstThenSteadyRate) {
   EXPECT_FALSE(bucket.TryAccept());
 }
 
+// The time a thread waits for tokens is its own: a reconcile tells it apart from its work.
+TEST(TokenBucketTest, EachThreadKnowsHowLongItWaited) {
+  FakeClock clock;
+  TokenBucket bucket(/*qps=*/10, /*burst=*/1, &clock);
+  absl::Duration waited;
+  std::thread t([&] {
+    EXPECT_TRUE(bucket.Wait());  // the burst
+    EXPECT_TRUE(bucket.Wait());  // 100 ms
+    waited = TokenBucket::WaitedOnThisThread();
+  });
+  clock.WaitForTimers(1);
+  clock.Advance(absl::Milliseconds(100));
+  t.join();
+  EXPECT_EQ(waited, absl::Milliseconds(100));
+  EXPECT_EQ(TokenBucket::WaitedOnThisThread(), absl::ZeroDuration());
+}
+
 TEST(TokenBucketTest, ZeroQpsNeverThrottles) {
   FakeClock clock;
   TokenBucket bucket(0, 1, &clock);

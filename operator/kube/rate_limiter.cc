@@ -3,6 +3,11 @@
 #include <algorithm>
 
 namespace lockstep::kube {
+namespace {
+
+thread_local absl::Duration waited_on_this_thread;
+
+}  // namespace
 
 TokenBucket::TokenBucket(double qps, int burst, Clock* clock)
     : qps_(qps),
@@ -40,7 +45,12 @@ bool TokenBucket::TryAccept() {
 bool TokenBucket::Wait(std::stop_token stop) {
   absl::Duration d = Reserve();
   if (d <= absl::ZeroDuration()) return !stop.stop_requested();
-  return clock_->SleepFor(d, std::move(stop));
+  const absl::Time start = clock_->Monotonic();
+  const bool slept = clock_->SleepFor(d, std::move(stop));
+  waited_on_this_thread += clock_->Monotonic() - start;
+  return slept;
 }
+
+absl::Duration TokenBucket::WaitedOnThisThread() { return waited_on_this_thread; }
 
 }  // namespace lockstep::kube

@@ -24,6 +24,10 @@ class TokenBucket {
   // Reserve() and sleep; false when `stop` was requested first (the token is spent anyway).
   bool Wait(std::stop_token stop = {});
 
+  // The time the calling thread has spent in Wait(), in any bucket, since it started: a
+  // reconcile reports its throttling apart from its own work by the difference.
+  static absl::Duration WaitedOnThisThread();
+
  private:
   void Refill();
 

@@ -1,5 +1,6 @@
 #include "operator/trainingjob/reconciler.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -8,6 +9,7 @@
 #include "operator/api/trainingjob_json.h"
 #include "operator/api/validation.h"
 #include "operator/kube/api_error.h"
+#include "operator/kube/rate_limiter.h"
 #include "operator/trainingjob/labels.h"
 #include "operator/trainingjob/observe.h"
 
@@ -85,7 +87,13 @@ void DeclareReconcilerMetrics(common::MetricsRegistry* m) {
   m->AddHistogram(kRecoverySecondsMetric,
                   "In-place recoveries: a member's failure seen to every rank stepping again.",
                   {0.5, 1, 2, 5, 10, 30, 60, 120, 300});
-  m->AddHistogram(kReconcileLatencyMetric, "Time one reconcile of a TrainingJob took.",
+  m->AddHistogram(kReconcileLatencyMetric,
+                  "Time one reconcile of a TrainingJob took: planning and API calls, without the "
+                  "waits for the client-side rate limiter.",
+                  common::LatencyBuckets());
+  m->AddHistogram(kThrottleWaitMetric,
+                  "Time one reconcile of a TrainingJob waited for the client-side rate limiter "
+                  "(--qps, --burst).",
                   common::LatencyBuckets());
 }
 
@@ -105,6 +113,7 @@ void Reconciler::Record(const api::TrainingJob& job, runtime::EventType type,
 
 absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string& key) {
   auto started = std::chrono::steady_clock::now();
+  const absl::Duration throttled_before = kube::TokenBucket::WaitedOnThisThread();
   std::shared_ptr<const JobObject> cached = d_.jobs->Get(key);
   if (!cached) {
     d_.expectations->Forget(key);
@@ -181,9 +190,12 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
     if (!s.ok() && first_error.ok()) first_error = s;
   }
   if (d_.metrics) {
-    d_.metrics->Observe(
-        kReconcileLatencyMetric, {},
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    const double throttled =
+        absl::ToDoubleSeconds(kube::TokenBucket::WaitedOnThisThread() - throttled_before);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    d_.metrics->Observe(kReconcileLatencyMetric, {}, std::max(0.0, took - throttled));
+    d_.metrics->Observe(kThrottleWaitMetric, {}, throttled);
   }
   if (!first_error.ok()) {
     if (d_.metrics) d_.metrics->Inc(kReconcileErrorsMetric);

@@ -62,6 +62,7 @@ inline constexpr char kPodsDeletedMetric[] = "lockstep_pods_deleted_total";
 inline constexpr char kRestartsMetric[] = "lockstep_job_restarts_total";
 inline constexpr char kRecoverySecondsMetric[] = "lockstep_job_recovery_seconds";
 inline constexpr char kReconcileLatencyMetric[] = "lockstep_reconcile_duration_seconds";
+inline constexpr char kThrottleWaitMetric[] = "lockstep_reconcile_throttle_wait_seconds";
 inline constexpr char kReconcileErrorsMetric[] = "lockstep_reconcile_errors_total";
 void DeclareReconcilerMetrics(common::MetricsRegistry* metrics);
 
