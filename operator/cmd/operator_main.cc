@@ -71,10 +71,14 @@ int main(int argc, char** argv) {
   }
   common::MetricsRegistry metrics;
   auto instrumented = std::make_shared<runtime::InstrumentedTransport>(*transport, &metrics);
+  // SIGTERM or SIGINT: the controller takes no more keys, its calls stop waiting for the
+  // throttle, the reconciles in flight finish, and the Lease is released.
+  std::stop_source stop;
   kube::RestClient client(
       instrumented,
       {.user_agent = StrCat("lockstep-operator/", LOCKSTEP_VERSION),
-       .throttle = std::make_shared<kube::TokenBucket>(flags->qps, flags->burst, clock.get())});
+       .throttle = std::make_shared<kube::TokenBucket>(flags->qps, flags->burst, clock.get()),
+       .stop = stop.get_token()});
 
   std::unique_ptr<trainingjob::ProgressSource> progress = trainingjob::NewHttpProgressSource();
   trainingjob::TrainingJobController controller(
@@ -125,7 +129,6 @@ int main(int argc, char** argv) {
                     endpoints->port());
   }
 
-  std::stop_source stop;
   std::jthread watch_signals([&stop](std::stop_token st) {
     while (!st.stop_requested() && !g_signalled) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -162,7 +162,7 @@ std::string RestClient::Path(const Resource& r, std::string_view ns, std::string
 void RestClient::Prepare(HttpRequest& request) {
   request.SetHeader("Accept", "application/json");
   request.SetHeader("User-Agent", options_.user_agent);
-  if (options_.throttle) options_.throttle->Wait();
+  if (options_.throttle) (void)options_.throttle->Wait(options_.stop);
 }
 
 absl::StatusOr<nlohmann::json> RestClient::Call(HttpRequest request) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <string_view>
 
@@ -99,6 +100,9 @@ struct RestClientOptions {
   // Idle limit for a watch without timeoutSeconds; otherwise timeoutSeconds plus a margin.
   absl::Duration watch_idle_timeout = absl::Minutes(10);
   std::shared_ptr<TokenBucket> throttle;  // null: no client-side throttling
+  // Once requested, requests no longer wait for the throttle: a stopping process finishes its
+  // last calls (and releases its Lease) at once.
+  std::stop_token stop;
 };
 
 class RestClient {

@@ -167,6 +167,24 @@ TEST_F(RestClientTest, ThrottleDelaysRequestsBeyondTheBurst) {
   EXPECT_EQ(transport_->requests().size(), 3u);
 }
 
+// A stopping process: a request waiting for the throttle goes at once, and so do the next.
+TEST_F(RestClientTest, AStopEndsTheWaitsForTheThrottle) {
+  FakeClock clock;
+  auto bucket = std::make_shared<TokenBucket>(/*qps=*/1, /*burst=*/1, &clock);
+  std::stop_source stop;
+  RestClient throttled(transport_, {.throttle = bucket, .stop = stop.get_token()});
+  for (int i = 0; i < 4; ++i) transport_->QueueResponse(200, "{}");
+  ASSERT_TRUE(throttled.Get(resources::kPods, "ns", "p").ok());
+  std::thread waiting([&] { EXPECT_TRUE(throttled.Get(resources::kPods, "ns", "p").ok()); });
+  clock.WaitForTimers(1);  // asleep for a second
+  stop.request_stop();
+  waiting.join();
+  EXPECT_TRUE(throttled.Get(resources::kPods, "ns", "p").ok());
+  EXPECT_TRUE(throttled.Get(resources::kPods, "ns", "p").ok());
+  EXPECT_EQ(transport_->requests().size(), 4u);
+  EXPECT_EQ(clock.Monotonic(), FakeClock().Monotonic());  // no time had to pass
+}
+
 TEST_F(RestClientTest, WatchDecodesEventsSplitAcrossChunks) {
   std::shared_ptr<FakeBody> body = transport_->QueueStream();
   absl::StatusOr<std::unique_ptr<WatchStream>> w =

@@ -72,7 +72,7 @@ void Controller::Run(std::stop_token stop) {
     std::unique_lock lock(mu);
     cv.wait(lock, stop, [] { return false; });
   }
-  queue_->ShutDown();
+  queue_->ShutDownNow();
   pool.join();
   common::LogInfo(name_, "stopped");
 }

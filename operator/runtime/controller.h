@@ -38,7 +38,8 @@ class Controller {
   // `queue` must outlive the controller.
   Controller(std::string name, WorkQueue* queue, Reconciler reconcile, int workers = 2);
 
-  // Runs the workers until `stop`, then shuts the queue down and waits for them.
+  // Runs the workers until `stop`, then stops taking keys (what is queued is dropped) and
+  // waits for the reconciles in flight.
   void Run(std::stop_token stop);
   // One key, synchronously: what a worker does (exposed for tests).
   void ProcessOne(const std::string& key);

@@ -67,6 +67,32 @@ TEST_F(ControllerTest, ThrottledErrorsWaitAsTheServerAsked) {
   EXPECT_EQ(clock_.NextDeadline() - clock_.Monotonic(), absl::Seconds(4));
 }
 
+// A stop with a full queue ends the run once the reconciles in flight are done, without
+// working through the backlog (a stopping operator must exit within its grace period).
+TEST_F(ControllerTest, AStopWithAFullQueueFinishesOnlyTheReconcilesInFlight) {
+  std::latch started(2), release(1);
+  std::atomic<int> reconciled{0};
+  Controller c(
+      "test", &queue_,
+      [&](const std::string&) -> absl::StatusOr<ReconcileResult> {
+        if (reconciled.fetch_add(1) < 2) {
+          started.count_down();
+          release.wait();
+        }
+        return ReconcileResult{};
+      },
+      /*workers=*/2);
+  for (int i = 0; i < 1000; ++i) queue_.Add("k" + std::to_string(i));
+  std::stop_source stop;
+  std::thread run([&] { c.Run(stop.get_token()); });
+  started.wait();  // both workers are in a reconcile
+  stop.request_stop();
+  while (!queue_.shutting_down()) std::this_thread::yield();
+  release.count_down();
+  run.join();
+  EXPECT_EQ(reconciled.load(), 2);
+}
+
 TEST_F(ControllerTest, AnExceptionFromTheReconcilerIsRetriedNotPropagated) {
   Controller c("test", &queue_, [](const std::string&) -> absl::StatusOr<ReconcileResult> {
     throw std::runtime_error("bug");

@@ -8,7 +8,9 @@
 //    pending delays for one key, the earliest wins;
 //  - AddRateLimited() delays a key by its own exponential backoff (base * 2^failures, capped),
 //    which Forget() resets after a success;
-//  - after ShutDown(), adds are ignored and Get() returns what is queued, then nullopt.
+//  - after ShutDown(), adds are ignored and Get() returns what is queued, then nullopt; after
+//    ShutDownNow(), Get() returns nullopt at once and what was queued is dropped (a stopping
+//    controller takes no new work: the next leader lists every object anyway).
 // Thread-safety: thread-safe.
 
 #include <condition_variable>
@@ -49,6 +51,7 @@ class WorkQueue {
   void Done(const std::string& key);
 
   void ShutDown();
+  void ShutDownNow();
   bool shutting_down() const;
   size_t Len() const;      // keys ready now
   size_t Waiting() const;  // keys with a pending delay

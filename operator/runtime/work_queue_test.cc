@@ -119,6 +119,20 @@ TEST_F(WorkQueueTest, ShutDownDrainsThenEndsAndIgnoresAdds) {
   EXPECT_EQ(clock_.PendingTimers(), 0u);
 }
 
+TEST_F(WorkQueueTest, ShutDownNowDropsWhatIsQueued) {
+  queue_.Add("a");
+  queue_.Add("b");
+  ASSERT_EQ(queue_.Get(), "a");  // in flight
+  queue_.Add("a");               // dirty: would be queued again at Done
+  queue_.AddAfter("later", absl::Seconds(1));
+  queue_.ShutDownNow();
+  EXPECT_EQ(queue_.Get(), std::nullopt);
+  queue_.Done("a");
+  EXPECT_EQ(queue_.Get(), std::nullopt);
+  EXPECT_EQ(queue_.Len(), 0u);
+  EXPECT_EQ(clock_.PendingTimers(), 0u);
+}
+
 TEST_F(WorkQueueTest, ShutDownWakesABlockedWorker) {
   std::jthread worker([&] { EXPECT_EQ(queue_.Get(), std::nullopt); });
   queue_.ShutDown();
