@@ -112,18 +112,16 @@ void WorkQueue::Done(const std::string& key) {
   }
 }
 
-void WorkQueue::ShutDownNow() {
-  std::lock_guard lock(state_->mu);
-  state_->queue.clear();
-  state_->dirty.clear();
-  state_->shutting_down = true;
-  for (const auto& [key, pending] : state_->waiting) clock_->Cancel(pending.second);
-  state_->waiting.clear();
-  state_->cv.notify_all();
-}
+void WorkQueue::ShutDownNow() { Close(/*drop_queued=*/true); }
 
-void WorkQueue::ShutDown() {
+void WorkQueue::ShutDown() { Close(/*drop_queued=*/false); }
+
+void WorkQueue::Close(bool drop_queued) {
   std::lock_guard lock(state_->mu);
+  if (drop_queued) {
+    state_->queue.clear();
+    state_->dirty.clear();
+  }
   state_->shutting_down = true;
   for (const auto& [key, pending] : state_->waiting) clock_->Cancel(pending.second);
   state_->waiting.clear();

@@ -57,6 +57,8 @@ class WorkQueue {
   size_t Waiting() const;  // keys with a pending delay
 
  private:
+  void Close(bool drop_queued);  // ShutDown, dropping what is queued or not
+
   struct State;
   std::shared_ptr<State> state_;  // shared with pending timers, which may outlive a call
   kube::Clock* clock_;

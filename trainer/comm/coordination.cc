@@ -66,7 +66,6 @@ class Service final : public pb::Coordination::Service {
       }
       joining_[t] = me;
       last_seen_[t] = absl::Now();
-      lobby_.erase(t);
     } else {
       // A task new to the group (an elastic group grew): it waits to be admitted, answering
       // before the caller's deadline so that it hears why.
@@ -254,14 +253,14 @@ class Service final : public pb::Coordination::Service {
     return m != members_.end() && m->second.incarnation != incarnation;
   }
 
-  // Every member of the formed epoch is expected in the next one (a lost one's replacement
-  // takes its place); a planned epoch lets the members finish their step first.
   // Names a cause of the epoch forming besides the one that began it.
   void AddCause(const std::string& what) {
     why_ = why_is_placeholder_ ? what : absl::StrCat(why_, "; ", what);
     why_is_placeholder_ = false;
   }
 
+  // Every member of the formed epoch is expected in the next one (a lost one's replacement
+  // takes its place); a planned epoch lets the members finish their step first.
   void BeginEpoch(std::string why, bool planned) {
     why_is_placeholder_ = false;
     ++epoch_;
@@ -302,14 +301,12 @@ class Service final : public pb::Coordination::Service {
     lobby_.clear();
   }
 
+  // Forms the epoch once every expected task has joined (the joining are always expected ones).
   void MaybeForm() {
     if (forming_) Admit();
     if (!forming_ || expected_.empty() || joining_.size() != expected_.size() ||
         !Divides(expected_.size())) {
       return;
-    }
-    for (const auto& [t, m] : joining_) {
-      if (!expected_.contains(t)) return;
     }
     replaced_.clear();
     for (const auto& [t, m] : joining_) {

@@ -201,11 +201,12 @@ bool IsPeerLost(const absl::Status& s) {
   return absl::IsAborted(s) && absl::StartsWith(s.message(), "peer lost");
 }
 
-// In-place recovery after `failed` (or, `planned`, a membership change at a step boundary):
-// the group re-forms, every member takes over the state of the one furthest along, and the
-// replica goes on from there. On success `pos` is where training goes on and run.comm the new
-// group's collective.
-absl::Status Recover(Run& run, const absl::Status& failed, Position& pos, bool planned) {
+// In-place recovery after `failed` (an OK status: a planned membership change at a step
+// boundary): the group re-forms, every member takes over the state of the one furthest along,
+// and the replica goes on from there. On success `pos` is where training goes on and run.comm
+// the new group's collective.
+absl::Status Recover(Run& run, const absl::Status& failed, Position& pos) {
+  const bool planned = failed.ok();
   const double seen = MonotonicSeconds();
   const int64_t before = pos.step;
   RecoveryRecord rec{.detected_unix = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch())};
@@ -309,8 +310,10 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   const int64_t per_epoch = batches->steps_per_epoch();
   const int64_t total = c.steps ? *c.steps : c.epochs * per_epoch;
   const int64_t every = c.checkpoint_every ? *c.checkpoint_every : per_epoch;
-  if (r.progress) r.progress->SetTotalSteps(total);
-  if (r.progress) r.progress->SetGroup(size, c.batch_size);
+  if (r.progress) {
+    r.progress->SetTotalSteps(total);
+    r.progress->SetGroup(size, c.batch_size);
+  }
   if (rank == 0) {
     common::LogInfo("trainer", c.model, " (", engine.model().NumParams(), " parameters), ",
                     data.train.size(), " training examples, ", per_epoch, " steps per epoch, ",
@@ -338,9 +341,10 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   // an elastic group's members change at a step boundary, likewise.
   for (;;) {
     const bool planned = trained.ok() && run.membership_change;
-    if (!planned && !(!trained.ok() && r.regroup && IsPeerLost(trained))) break;
+    const bool lost = !trained.ok() && r.regroup && IsPeerLost(trained);
+    if (!planned && !lost) break;
     run.membership_change = false;
-    if (absl::Status s = Recover(run, trained, pos, planned); !s.ok()) {
+    if (absl::Status s = Recover(run, trained, pos); !s.ok()) {
       trained = s;
       break;
     }

@@ -77,8 +77,9 @@ struct Replica {
   std::function<bool()> stop_requested;  // this replica was asked to stop
   ProgressTracker* progress = nullptr;   // the chief's; null elsewhere
   bool evaluate = true;                  // evaluate on the test set at the end
-  // In-place recovery, unset elsewhere: called after a collective failed with `why`; blocks
-  // until the group re-formed and returns it, or an error that ends the replica.
+  // In-place recovery, unset elsewhere: called after a collective failed with `why` (an OK
+  // `why`: a planned membership change at a step boundary); blocks until the group re-formed
+  // and returns it, or an error that ends the replica.
   std::function<absl::StatusOr<Regrouped>(const absl::Status& why)> regroup;
   // This replica replaces a lost one in a running group (the group's state, not a checkpoint).
   bool replacement = false;
