@@ -2,8 +2,12 @@
 // created one after another by one client while 3 watchers follow every pod. Reports create
 // latency (p50/p99), watch delivery latency (from the create's answer to each watcher's
 // receipt, p50/p99) and the server's resident memory. The server runs as `lockstep local
-// serve --no-runner` with a durable state directory, as users run it.
-// Usage: local_api_bench LOCKSTEP_BINARY [PODS]
+// serve --no-runner --no-controller` with a durable state directory: the API server alone (an
+// in-process controller would reconcile the benchmark's TrainingJobs and make pods of the same
+// names). Every create must succeed and the final list must hold every pod, or the run fails.
+// The figures are compared with, then added to, bench/results/local_api_bench.jsonl (history.h);
+// a figure 1.5x worse than the recent median is flagged and the run exits 3.
+// Usage: local_api_bench LOCKSTEP_BINARY [PODS] [--history FILE | --no-history]
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +22,7 @@
 #include <mutex>
 #include <thread>
 
+#include "bench/history.h"
 #include "operator/api/manifest.h"
 #include "operator/kube/cpprest_transport.h"
 #include "operator/kube/rest_client.h"
@@ -45,11 +50,25 @@ long RssKb(pid_t pid) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: %s LOCKSTEP_BINARY [PODS]\n", argv[0]);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::string history = LOCKSTEP_SOURCE_DIR "/bench/results/local_api_bench.jsonl";
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--no-history") {
+      history.clear();
+      args.erase(args.begin() + static_cast<long>(i--));
+    } else if (args[i] == "--history" && i + 1 < args.size()) {
+      history = args[i + 1];
+      args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i) + 2);
+      --i;
+    }
+  }
+  if (args.empty()) {
+    std::fprintf(stderr, "usage: %s LOCKSTEP_BINARY [PODS] [--history FILE | --no-history]\n",
+                 argv[0]);
     return 2;
   }
-  const int pods = argc > 2 ? std::atoi(argv[2]) : 5000;
+  const std::string binary = args[0];
+  const int pods = args.size() > 1 ? std::atoi(args[1].c_str()) : 5000;
   const int jobs = std::max(1, pods / 10), namespaces = 10, watchers = 3;
   std::string dir =
       std::filesystem::temp_directory_path() / ("lockstep-bench-" + std::to_string(::getpid()));
@@ -59,7 +78,7 @@ int main(int argc, char** argv) {
     std::string log = dir + "/server.log";
     std::freopen(log.c_str(), "w", stdout);
     std::freopen(log.c_str(), "a", stderr);
-    ::execl(argv[1], argv[1], "local", "serve", "--no-runner", "--state-dir", dir.c_str(), nullptr);
+    ::execl(binary.c_str(), binary.c_str(), "local", "serve", "--no-runner", "--no-controller", "--state-dir", dir.c_str(), nullptr);
     ::_exit(127);
   }
   std::string url;
@@ -115,6 +134,7 @@ int main(int argc, char** argv) {
   }
 
   std::vector<double> create_ms;
+  int failed = 0;
   auto t0 = Clock::now();
   for (int j = 0; j < jobs; ++j) {
     std::string ns = "team-" + std::to_string(j % namespaces);
@@ -151,6 +171,7 @@ int main(int argc, char** argv) {
       auto after = Clock::now();
       if (!r.ok()) {
         std::fprintf(stderr, "create failed: %s\n", std::string(r.status().message()).c_str());
+        ++failed;
         continue;
       }
       create_ms.push_back(std::chrono::duration<double, std::milli>(after - before).count());
@@ -176,5 +197,22 @@ int main(int argc, char** argv) {
   ::kill(server, SIGTERM);
   ::waitpid(server, nullptr, 0);
   std::filesystem::remove_all(dir);
-  return 0;
+  const size_t listed = all.ok() ? (*all)["items"].size() : 0;
+  const int expected = jobs * (pods / jobs);
+  if (failed > 0 || listed != static_cast<size_t>(expected) || done.load() != watchers) {
+    std::printf("FAILED: %d creates failed, %zu of %d pods listed, %d of %d watchers saw every pod\n",
+                failed, listed, expected, done.load(), watchers);
+    return 1;
+  }
+  if (history.empty()) return 0;
+  int flagged = lockstep::bench::CompareAndRecord(
+      history, "pods=" + std::to_string(expected),
+      {{"create_p50_ms", Percentile(create_ms, 0.5)},
+       {"create_p99_ms", Percentile(create_ms, 0.99)},
+       {"creates_per_s", static_cast<double>(create_ms.size()) / total_s, false},
+       {"watch_p50_ms", Percentile(delivery_ms, 0.5)},
+       {"watch_p99_ms", Percentile(delivery_ms, 0.99)},
+       {"list_ms", list_ms},
+       {"server_rss_mib", static_cast<double>(rss) / 1024.0}});
+  return flagged > 0 ? 3 : 0;
 }
