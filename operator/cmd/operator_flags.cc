@@ -27,7 +27,8 @@ Runs the TrainingJob controller against a Kubernetes API server.
   --context=NAME               kubeconfig context (default: the current one)
   --namespace=NS               watch one namespace only (default: all)
   --workers=N                  concurrent reconciles (default 4)
-  --qps=Q --burst=B            client-side write rate limit (default 20 and 40)
+  --qps=Q --burst=B            client-side request rate limit (default 20 and 40)
+  --event-qps=Q --event-burst=B   Events' own write budget, apart from --qps (default 10 and 100)
   --cluster-domain=DOMAIN      appended to ".svc" in TF_CONFIG hosts, e.g. cluster.local
   --gang-scheduler=NAME        none, volcano or scheduler-plugins (default none)
   --leader-elect               run under a coordination.k8s.io Lease (for 2+ replicas)
@@ -84,8 +85,8 @@ absl::StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>&
     } else if (name == "kubeconfig" || name == "context" || name == "namespace" ||
                name == "cluster-domain" || name == "leader-election-namespace" ||
                name == "leader-election-id" || name == "metrics-addr" || name == "workers" ||
-               name == "qps" || name == "burst" || name == "gang-scheduler" ||
-               name == "progress-interval" || name == "log-format") {
+               name == "qps" || name == "burst" || name == "event-qps" || name == "event-burst" ||
+               name == "gang-scheduler" || name == "progress-interval" || name == "log-format") {
       if (s = need(); !s.ok()) return s;
       if (name == "kubeconfig") {
         f.kubeconfig = value;
@@ -106,14 +107,15 @@ absl::StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>&
         if (!ParseInt(value, &f.workers) || f.workers < 1 || f.workers > 64) {
           return Bad(name, value, "a number of workers from 1 to 64");
         }
-      } else if (name == "burst") {
-        if (!ParseInt(value, &f.burst) || f.burst < 1)
-          return Bad(name, value, "a positive integer");
-      } else if (name == "qps") {
+      } else if (name == "burst" || name == "event-burst") {
+        int* out = name == "burst" ? &f.burst : &f.event_burst;
+        if (!ParseInt(value, out) || *out < 1) return Bad(name, value, "a positive integer");
+      } else if (name == "qps" || name == "event-qps") {
+        double* out = name == "qps" ? &f.qps : &f.event_qps;
         try {
           size_t used = 0;
-          f.qps = std::stod(value, &used);
-          if (used != value.size() || !(f.qps > 0)) return Bad(name, value, "a positive number");
+          *out = std::stod(value, &used);
+          if (used != value.size() || !(*out > 0)) return Bad(name, value, "a positive number");
         } catch (const std::exception&) {
           return Bad(name, value, "a positive number");
         }

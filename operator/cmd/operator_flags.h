@@ -19,6 +19,8 @@ struct OperatorFlags {
   int workers = 4;
   double qps = 20;
   int burst = 40;
+  double event_qps = 10;  // Events' own budget (runtime/event_recorder.h)
+  int event_burst = 100;
   std::string cluster_domain;
   trainingjob::GangScheduler gang = trainingjob::GangScheduler::kNone;
   bool leader_elect = false;

@@ -14,6 +14,8 @@ TEST(OperatorFlagsTest, Defaults) {
   EXPECT_EQ(f->workers, 4);
   EXPECT_EQ(f->qps, 20);
   EXPECT_EQ(f->burst, 40);
+  EXPECT_EQ(f->event_qps, 10);
+  EXPECT_EQ(f->event_burst, 100);
   EXPECT_EQ(f->metrics_addr, ":8080");
   EXPECT_FALSE(f->leader_elect);
   EXPECT_EQ(f->gang, trainingjob::GangScheduler::kNone);
@@ -23,9 +25,10 @@ TEST(OperatorFlagsTest, Defaults) {
 TEST(OperatorFlagsTest, EveryFlag) {
   absl::StatusOr<OperatorFlags> f = ParseOperatorFlags(
       {"--kubeconfig=/k", "--context", "c", "--namespace=ml", "--workers=8", "--qps=50.5",
-       "--burst=100", "--cluster-domain=cluster.local", "--gang-scheduler=volcano",
-       "--leader-elect", "--leader-election-namespace=ops", "--leader-election-id=lk",
-       "--metrics-addr=127.0.0.1:9090", "--progress-interval=30s", "--log-format=json"});
+       "--burst=100", "--event-qps=2.5", "--event-burst=7", "--cluster-domain=cluster.local",
+       "--gang-scheduler=volcano", "--leader-elect", "--leader-election-namespace=ops",
+       "--leader-election-id=lk", "--metrics-addr=127.0.0.1:9090", "--progress-interval=30s",
+       "--log-format=json"});
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->kubeconfig, "/k");
   EXPECT_EQ(f->context, "c");
@@ -33,6 +36,8 @@ TEST(OperatorFlagsTest, EveryFlag) {
   EXPECT_EQ(f->workers, 8);
   EXPECT_EQ(f->qps, 50.5);
   EXPECT_EQ(f->burst, 100);
+  EXPECT_EQ(f->event_qps, 2.5);
+  EXPECT_EQ(f->event_burst, 7);
   EXPECT_EQ(f->cluster_domain, "cluster.local");
   EXPECT_EQ(f->gang, trainingjob::GangScheduler::kVolcano);
   EXPECT_TRUE(f->leader_elect);
@@ -57,6 +62,8 @@ TEST(OperatorFlagsTest, BadValuesNameTheFlag) {
            {{"--workers=abc"}, "--workers"},
            {{"--qps=-1"}, "--qps"},
            {{"--burst=1.5"}, "--burst"},
+           {{"--event-qps=0"}, "--event-qps"},
+           {{"--event-burst=-3"}, "--event-burst"},
            {{"--gang-scheduler=kube-batch"}, "--gang-scheduler"},
            {{"--progress-interval=soon"}, "--progress-interval"},
            {{"--log-format=xml"}, "--log-format"},

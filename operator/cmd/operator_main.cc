@@ -87,7 +87,8 @@ int main(int argc, char** argv) {
        .workers = flags->workers,
        .reconciler = {.planner = {.desired = {.cluster_domain = flags->cluster_domain,
                                               .gang = flags->gang}}},
-       .progress = {.interval = flags->progress_interval}});
+       .progress = {.interval = flags->progress_interval},
+       .events = {.qps = flags->event_qps, .burst = flags->event_burst}});
 
   std::string lease_ns = flags->leader_election_namespace;
   if (lease_ns.empty()) {

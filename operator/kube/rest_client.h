@@ -141,6 +141,14 @@ class RestClient {
   absl::StatusOr<std::unique_ptr<WatchStream>> Watch(const Resource& r, std::string_view ns,
                                                      const WatchOptions& options = {});
 
+  // A client on the same transport with the same options but `throttle` (null: none): a
+  // budget of its own for one kind of request, as the event recorder's.
+  RestClient WithThrottle(std::shared_ptr<TokenBucket> throttle) const {
+    RestClientOptions o = options_;
+    o.throttle = std::move(throttle);
+    return RestClient(transport_, std::move(o));
+  }
+
   // "/apis/lockstep.io/v1alpha1/namespaces/ns/trainingjobs[/name[/sub]]"
   static std::string Path(const Resource& r, std::string_view ns, std::string_view name = "",
                           std::string_view subresource = "");

@@ -1,5 +1,7 @@
 #include "operator/runtime/event_recorder.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 #include "operator/kube/api_error.h"
 
@@ -7,89 +9,219 @@ namespace lockstep::runtime {
 
 namespace {
 
+constexpr char kCombinedPrefix[] = "(combined from similar events): ";
+constexpr char kEventsMetric[] = "lockstep_events_total";
+
 std::string Timestamp(absl::Time t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
+}
+
+// Keeps a map within `limit` entries by erasing those `stale` says may go, then any.
+template <typename Map, typename Stale>
+void Bound(Map& m, size_t limit, Stale stale) {
+  if (m.size() <= limit) return;
+  std::erase_if(m, [&](const auto& entry) { return stale(entry.second); });
+  while (m.size() > limit) m.erase(m.begin());
 }
 
 }  // namespace
 
 EventRecorder::EventRecorder(kube::RestClient* client, kube::Clock* clock,
                              EventRecorderOptions options)
-    : client_(client), clock_(clock), options_(std::move(options)) {}
+    : client_(client->WithThrottle(nullptr)),
+      clock_(clock),
+      options_(std::move(options)),
+      budget_(options_.qps, options_.burst, clock) {
+  if (options_.metrics != nullptr) {
+    options_.metrics->AddCounter(kEventsMetric,
+                                 "Events recorded, by outcome: created, updated (a repeat), "
+                                 "dropped_spam, dropped_queue_full, failed.");
+  }
+  writer_ = std::jthread([this](std::stop_token stop) { WriteLoop(stop); });
+}
+
+EventRecorder::~EventRecorder() {
+  writer_.request_stop();
+  cv_.notify_all();
+  writer_.join();
+  std::lock_guard lock(mu_);
+  if (!queue_.empty()) {
+    common::LogInfo("events", "stopping with ", queue_.size(), " events unwritten");
+  }
+}
+
+void EventRecorder::Count(const char* outcome) {
+  if (options_.metrics != nullptr) options_.metrics->Inc(kEventsMetric, {{"outcome", outcome}});
+}
+
+bool EventRecorder::TakeObjectToken(const std::string& object, absl::Time mono) {
+  const double burst = std::max(1, options_.object_burst);
+  auto [it, fresh] = objects_.try_emplace(object, ObjectBudget{burst, mono});
+  ObjectBudget& b = it->second;
+  if (!fresh && options_.object_qps > 0) {
+    b.tokens =
+        std::min(burst, b.tokens + absl::ToDoubleSeconds(mono - b.last) * options_.object_qps);
+    b.last = mono;
+  }
+  if (b.tokens < 1) return false;
+  b.tokens -= 1;
+  if (fresh) {
+    // A bucket that has refilled is the same as none.
+    Bound(objects_, options_.max_tracked, [&](const ObjectBudget& o) {
+      return o.tokens + absl::ToDoubleSeconds(mono - o.last) * options_.object_qps >= burst;
+    });
+  }
+  return true;
+}
 
 void EventRecorder::Record(const ObjectReference& object, EventType type, const std::string& reason,
                            const std::string& message) {
   const char* type_name = type == EventType::kWarning ? "Warning" : "Normal";
-  Key key{object.uid.empty() ? object.namespace_ + "/" + object.name : object.uid, object.kind,
-          type_name, reason, message};
+  const std::string object_id =
+      object.uid.empty() ? object.namespace_ + "/" + object.name : object.uid;
   absl::Time now = clock_->Now();
   absl::Time mono = clock_->Monotonic();
   std::string ns = object.namespace_.empty() ? "default" : object.namespace_;
 
   std::unique_lock lock(mu_);
+  if (!TakeObjectToken(object_id + "/" + object.kind, mono)) {
+    lock.unlock();
+    Count("dropped_spam");
+    return;
+  }
+
+  // Aggregation: past `similar_max` different messages, one combined Event.
+  std::string text = message;
+  Key key{object_id, object.kind, type_name, reason, message};
+  {
+    Similar& similar = similar_[{object_id, type_name, reason}];
+    if (similar.messages.empty() || mono - similar.since >= options_.window) {
+      similar = Similar{mono, {}};
+    }
+    if (similar.messages.size() < options_.similar_max) {
+      similar.messages.insert(message);
+    } else {
+      text = kCombinedPrefix + message;
+      std::get<4>(key) = kCombinedPrefix;
+    }
+    Bound(similar_, options_.max_tracked,
+          [&](const Similar& s) { return mono - s.since >= options_.window; });
+  }
+
+  if (queue_.size() >= options_.queue_size) {
+    lock.unlock();
+    Count("dropped_queue_full");
+    return;
+  }
+
+  Write w{.key = key, .ns = ns};
   auto it = seen_.find(key);
   if (it != seen_.end() && mono - it->second.last_mono < options_.window) {
     Seen& s = it->second;
     s.count += 1;
     s.last_mono = mono;
+    s.event["count"] = s.count;
+    s.event["lastTimestamp"] = Timestamp(now);
+    s.event["message"] = text;
     lru_.splice(lru_.begin(), lru_, s.lru);
-    std::string name = s.event_name;
-    nlohmann::json patch = {{"count", s.count}, {"lastTimestamp", Timestamp(now)}};
-    lock.unlock();
-    absl::StatusOr<nlohmann::json> r =
-        client_->Patch(kube::resources::kEvents, ns, name, kube::PatchType::kMerge, patch);
-    if (r.ok()) return;
-    if (!kube::IsApiNotFound(r.status())) {
-      common::LogWarning("events", "could not update event ", ns, "/", name, ": ",
-                         r.status().message());
-      return;  // best effort: no duplicate for a transient failure
+    w.name = s.event_name;
+    w.event = s.event;
+    w.patch = {{"count", s.count}, {"lastTimestamp", Timestamp(now)}};
+    if (text != message) (*w.patch)["message"] = text;
+  } else {
+    if (it != seen_.end()) {
+      lru_.erase(it->second.lru);
+      seen_.erase(it);
     }
-    // The server expired the event (events live an hour): record it afresh.
-    lock.lock();
-    it = seen_.find(key);
+    w.name = StrCat(object.name, ".", absl::ToUnixNanos(now), ++sequence_);
+    w.event = nlohmann::json{
+        {"apiVersion", "v1"},
+        {"kind", "Event"},
+        {"metadata", {{"name", w.name}, {"namespace", ns}}},
+        {"involvedObject",
+         {{"apiVersion", object.api_version},
+          {"kind", object.kind},
+          {"namespace", object.namespace_},
+          {"name", object.name},
+          {"uid", object.uid}}},
+        {"type", type_name},
+        {"reason", reason},
+        {"message", text},
+        {"count", 1},
+        {"firstTimestamp", Timestamp(now)},
+        {"lastTimestamp", Timestamp(now)},
+        {"source", {{"component", options_.component}}},
+        {"reportingComponent", options_.component},
+    };
+    lru_.push_front(key);
+    seen_[key] = Seen{w.name, w.event, 1, mono, lru_.begin()};
+    while (seen_.size() > options_.max_tracked) {
+      seen_.erase(lru_.back());
+      lru_.pop_back();
+    }
   }
-  if (it != seen_.end()) {
+  queue_.push_back(std::move(w));
+  lock.unlock();
+  cv_.notify_all();
+}
+
+void EventRecorder::WriteLoop(std::stop_token stop) {
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, stop, [&] { return !queue_.empty(); });
+    if (stop.stop_requested()) return;
+    Write w = std::move(queue_.front());
+    queue_.pop_front();
+    writing_ = true;
+    lock.unlock();
+    if (budget_.Wait(stop)) Perform(w);
+    lock.lock();
+    writing_ = false;
+    cv_.notify_all();
+  }
+}
+
+void EventRecorder::Forget(const Key& key, const std::string& event_name) {
+  std::lock_guard lock(mu_);
+  if (auto it = seen_.find(key); it != seen_.end() && it->second.event_name == event_name) {
     lru_.erase(it->second.lru);
     seen_.erase(it);
   }
-  std::string name = StrCat(object.name, ".", absl::ToUnixNanos(now), ++sequence_);
-  lru_.push_front(key);
-  seen_[key] = Seen{name, 1, now, mono, lru_.begin()};
-  while (seen_.size() > options_.max_tracked) {
-    seen_.erase(lru_.back());
-    lru_.pop_back();
-  }
-  lock.unlock();
+}
 
-  nlohmann::json event = {
-      {"apiVersion", "v1"},
-      {"kind", "Event"},
-      {"metadata", {{"name", name}, {"namespace", ns}}},
-      {"involvedObject",
-       {{"apiVersion", object.api_version},
-        {"kind", object.kind},
-        {"namespace", object.namespace_},
-        {"name", object.name},
-        {"uid", object.uid}}},
-      {"type", type_name},
-      {"reason", reason},
-      {"message", message},
-      {"count", 1},
-      {"firstTimestamp", Timestamp(now)},
-      {"lastTimestamp", Timestamp(now)},
-      {"source", {{"component", options_.component}}},
-      {"reportingComponent", options_.component},
-  };
-  absl::StatusOr<nlohmann::json> r = client_->Create(kube::resources::kEvents, ns, event);
-  if (!r.ok()) {
-    std::lock_guard relock(mu_);
-    if (auto failed = seen_.find(key); failed != seen_.end() && failed->second.event_name == name) {
-      lru_.erase(failed->second.lru);
-      seen_.erase(failed);  // the next repeat creates the event instead of patching nothing
+void EventRecorder::Perform(Write& w) {
+  if (w.patch) {
+    absl::StatusOr<nlohmann::json> r =
+        client_.Patch(kube::resources::kEvents, w.ns, w.name, kube::PatchType::kMerge, *w.patch);
+    if (r.ok()) {
+      Count("updated");
+      return;
     }
-    common::LogWarning("events", "could not record ", reason, " for ", object.kind, " ",
-                       object.namespace_, "/", object.name, ": ", r.status().message());
+    if (!kube::IsApiNotFound(r.status())) {
+      common::LogWarning("events", "could not update event ", w.ns, "/", w.name, ": ",
+                         r.status().message());
+      Count("failed");
+      return;  // best effort: no duplicate for a transient failure
+    }
+    // The server expired the event (events live an hour): it is created again, whole.
   }
+  absl::StatusOr<nlohmann::json> r = client_.Create(kube::resources::kEvents, w.ns, w.event);
+  if (r.ok()) {
+    Count("created");
+    return;
+  }
+  Forget(w.key, w.name);  // the next repeat creates the event instead of patching nothing
+  Count("failed");
+  common::LogWarning("events", "could not record ", w.event["reason"].get<std::string>(), " for ",
+                     w.event["involvedObject"]["kind"].get<std::string>(), " ", w.ns, "/",
+                     w.event["involvedObject"]["name"].get<std::string>(), ": ",
+                     r.status().message());
+}
+
+bool EventRecorder::Flush(absl::Duration timeout) {
+  std::unique_lock lock(mu_);
+  return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                      [&] { return queue_.empty() && !writing_; });
 }
 
 }  // namespace lockstep::runtime

@@ -1,20 +1,40 @@
 #pragma once
-// EventRecorder: writes core/v1 Events about objects, aggregating repeats. An event with the
-// same object, type, reason and message as one recorded within `window` does not create a new
-// Event; the existing one gets count+1 and a new lastTimestamp (a merge patch), as kubectl
-// describe shows "(x5 over 3m)". Recording is best effort: failures are logged, never
-// returned, so a reconcile never fails because an event could not be written.
-// Thread-safety: thread-safe.
+// EventRecorder: writes core/v1 Events about objects, as client-go's event broadcaster does,
+// on a write budget of its own so that an Event never delays the work it describes:
+//  - Record() never blocks on the API: it decides what to write and queues it; one writer
+//    thread writes the queue in order, through its own token bucket (`qps`/`burst`), not the
+//    client's. A full queue drops the event (counted), as client-go's broadcaster does.
+//  - Spam filter: each object may have `object_burst` events at once, then one per
+//    1/`object_qps` seconds (client-go: 25, then one per 5 minutes); the rest are dropped.
+//  - Aggregation: an object's events of one type and reason with more than `similar_max`
+//    different messages within `window` become one Event, "(combined from similar events): "
+//    and the latest message, whose count grows.
+//  - Repeats: an event with the same object, type, reason and message as one recorded within
+//    `window` does not create a new Event; the existing one gets count+1 and a new
+//    lastTimestamp (a merge patch), as kubectl describe shows "(x5 over 3m)". One the server
+//    has expired (NotFound) is created afresh.
+// Recording is best effort: failures are logged and counted, never returned, so a reconcile
+// never fails because an event could not be written. With `metrics`, outcomes are counted in
+// lockstep_events_total{outcome=created|updated|dropped_spam|dropped_queue_full|failed}.
+// Thread-safety: thread-safe. The destructor stops the writer after its write in flight;
+// events still queued then are dropped.
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "operator/kube/clock.h"
+#include "operator/kube/rate_limiter.h"
 #include "operator/kube/rest_client.h"
 
 namespace lockstep::runtime {
@@ -32,34 +52,80 @@ enum class EventType { kNormal, kWarning };
 struct EventRecorderOptions {
   std::string component = "lockstep-operator";
   absl::Duration window = absl::Minutes(10);
-  size_t max_tracked = 4096;  // distinct events remembered for aggregation (LRU)
+  size_t max_tracked = 4096;  // distinct events (and objects) remembered (LRU)
+  // The events' own write budget; qps <= 0 writes as fast as the server answers.
+  double qps = 10;
+  int burst = 100;
+  // Per object: this many events at once, then one per 1/object_qps seconds.
+  double object_qps = 1.0 / 300;
+  int object_burst = 25;
+  size_t similar_max = 10;  // different messages of one type and reason before combining
+  size_t queue_size = 1000;
+  common::MetricsRegistry* metrics = nullptr;
 };
 
 class EventRecorder {
  public:
-  // Pointers must outlive the recorder.
+  // Pointers must outlive the recorder. Writes go through a copy of `client` without its
+  // throttle: the recorder's own budget replaces it.
   EventRecorder(kube::RestClient* client, kube::Clock* clock, EventRecorderOptions options = {});
+  ~EventRecorder();
+  EventRecorder(const EventRecorder&) = delete;
+  EventRecorder& operator=(const EventRecorder&) = delete;
 
   void Record(const ObjectReference& object, EventType type, const std::string& reason,
               const std::string& message);
+
+  // Blocks until every event queued so far is written (or dropped); false after `timeout`.
+  // For tests and for a caller that wants its events out before it goes on.
+  bool Flush(absl::Duration timeout = absl::Seconds(30));
 
  private:
   using Key = std::tuple<std::string, std::string, std::string, std::string, std::string>;
   struct Seen {
     std::string event_name;
+    nlohmann::json event;  // as last written
     int64_t count = 0;
-    absl::Time first;
     absl::Time last_mono;
     std::list<Key>::iterator lru;
   };
+  struct Similar {  // an object's events of one type and reason, for aggregation
+    absl::Time since;
+    std::set<std::string> messages;
+  };
+  struct ObjectBudget {  // the spam filter's bucket for one object
+    double tokens = 0;
+    absl::Time last;
+  };
+  struct Write {
+    Key key;
+    std::string ns;
+    std::string name;
+    nlohmann::json event;  // the whole Event, created when new or when the server expired it
+    std::optional<nlohmann::json> patch;  // a repeat's count and time
+  };
 
-  kube::RestClient* client_;
+  void Count(const char* outcome);
+  bool TakeObjectToken(const std::string& object, absl::Time mono);
+  void WriteLoop(std::stop_token stop);
+  void Perform(Write& w);
+  void Forget(const Key& key, const std::string& event_name);
+
+  kube::RestClient client_;  // unthrottled
   kube::Clock* clock_;
   EventRecorderOptions options_;
+  kube::TokenBucket budget_;
+
   std::mutex mu_;
+  std::condition_variable_any cv_;
   std::map<Key, Seen> seen_;
   std::list<Key> lru_;  // most recent first
+  std::map<std::tuple<std::string, std::string, std::string>, Similar> similar_;
+  std::map<std::string, ObjectBudget> objects_;
+  std::deque<Write> queue_;
+  bool writing_ = false;
   uint64_t sequence_ = 0;
+  std::jthread writer_;
 };
 
 }  // namespace lockstep::runtime

@@ -29,7 +29,7 @@ struct TrainingJobController::Impl {
         pod_groups(NewPodGroupInformer()),
         queue(clock),
         expectations(clock, options.expectation_timeout),
-        events(client, clock),
+        events(client, clock, EventOptions(options, m)),
         poller(p == nullptr ? nullptr : NewPoller(p)),
         reconciler({.client = client,
                     .jobs = &jobs.cache(),
@@ -43,6 +43,13 @@ struct TrainingJobController::Impl {
                     .metrics = metrics,
                     .clock = clock},
                    options.reconciler) {}
+
+  static runtime::EventRecorderOptions EventOptions(const ControllerOptions& o,
+                                                    common::MetricsRegistry* m) {
+    runtime::EventRecorderOptions e = o.events;
+    e.metrics = m;
+    return e;
+  }
 
   std::unique_ptr<runtime::Informer<ObjectHeader>> NewPodGroupInformer() {
     GangScheduler gang = options.reconciler.planner.desired.gang;

@@ -17,6 +17,7 @@
 #include "common/metrics.h"
 #include "operator/kube/clock.h"
 #include "operator/kube/rest_client.h"
+#include "operator/runtime/event_recorder.h"
 #include "operator/runtime/watcher.h"
 #include "operator/trainingjob/progress.h"
 #include "operator/trainingjob/progress_poller.h"
@@ -31,6 +32,8 @@ struct ControllerOptions {
   ProgressPollerOptions progress;
   absl::Duration expectation_timeout = absl::Minutes(5);
   runtime::WatcherOptions watch;  // namespace_ and label_selector are set from the above
+  // Events go on a write budget of their own (metrics is set by the controller).
+  runtime::EventRecorderOptions events;
 };
 
 class TrainingJobController {
