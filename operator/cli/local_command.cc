@@ -29,6 +29,7 @@
 #include "operator/local/deployments.h"
 #include "operator/local/http_server.h"
 #include "operator/local/local_transport.h"
+#include "operator/local/pod_simulator.h"
 #include "operator/local/runner.h"
 #include "operator/trainingjob/controller.h"
 
@@ -50,6 +51,12 @@ commands:
            leaves TrainingJobs unreconciled (for benchmarks and tests of the parts alone,
            and for running lockstep-operator from the Helm chart's Deployment instead)
 
+--simulate-pods runs no process: pods are bound and move Pending -> Running (after
+--simulate-start-delay, default 1s) -> Succeeded (after --simulate-run-time; default 0s, which
+runs them until deleted), each default delay jittered by 20%, with failures injected per pod by
+the annotations lockstep.io/simulate-start-delay, -exit-after, -exit-code, -reason and
+-message (for scale tests: thousands of pods on one machine). Passed on by `up` as well.
+
 --audit-log FILE appends one audit.k8s.io/v1 Event per API request (who, verb, resource,
 response code) as a JSON line, as the Kubernetes API server's audit log at level Metadata.
 )";
@@ -60,6 +67,9 @@ struct Options {
   uint16_t port = 0;
   bool runner = true;      // serve --no-runner: the API server alone (benchmarks)
   bool controller = true;  // serve --no-controller: no TrainingJob controller in-process
+  bool simulate = false;   // serve --simulate-pods: the PodSimulator instead of the runner
+  std::string simulate_start_delay = "1s";
+  std::string simulate_run_time = "0s";
   std::string audit_log;
 };
 
@@ -239,8 +249,20 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
              return server->IssueServiceAccountToken(ns, name);
            }},
       clock.get());
-  std::jthread kubelet([&runner, &stop, &o](std::stop_token) {
-    if (o.runner) runner.Run(stop.get_token());
+  std::unique_ptr<local::PodSimulator> simulator;
+  if (o.simulate) {
+    local::PodSimulatorOptions sim;
+    (void)absl::ParseDuration(o.simulate_start_delay, &sim.start_delay);  // checked when parsed
+    (void)absl::ParseDuration(o.simulate_run_time, &sim.run_time);
+    simulator = std::make_unique<local::PodSimulator>(&client, sim, clock.get());
+  }
+  std::jthread kubelet([&runner, &simulator, &stop, &o](std::stop_token) {
+    if (!o.runner) return;
+    if (simulator) {
+      simulator->Run(stop.get_token());
+    } else {
+      runner.Run(stop.get_token());
+    }
   });
   // Deployments (what a Helm chart installs) become pods.
   local::DeploymentController deployments(&client, clock.get());
@@ -304,6 +326,13 @@ int Up(const Options& o, const std::string& self, std::ostream& out, std::ostrea
                                      o.state_dir.c_str(), "--port", port.c_str()};
     if (!o.controller) argv.push_back("--no-controller");
     if (!o.runner) argv.push_back("--no-runner");
+    if (o.simulate) {
+      for (const char* a :
+           {"--simulate-pods", "--simulate-start-delay", o.simulate_start_delay.c_str(),
+            "--simulate-run-time", o.simulate_run_time.c_str()}) {
+        argv.push_back(a);
+      }
+    }
     if (!o.audit_log.empty()) {
       argv.push_back("--audit-log");
       argv.push_back(o.audit_log.c_str());
@@ -366,9 +395,18 @@ int RunLocal(const std::vector<std::string>& args, const std::string& self, std:
   o.state_dir = DefaultStateDir();
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if ((a == "--state-dir" || a == "--port" || a == "--audit-log") && i + 1 < args.size()) {
+    if ((a == "--state-dir" || a == "--port" || a == "--audit-log" ||
+         a == "--simulate-start-delay" || a == "--simulate-run-time") &&
+        i + 1 < args.size()) {
       const std::string& v = args[++i];
-      if (a == "--state-dir") {
+      if (a == "--simulate-start-delay" || a == "--simulate-run-time") {
+        absl::Duration d;
+        if (!absl::ParseDuration(v, &d) || d < absl::ZeroDuration()) {
+          err << "lockstep local: " << a << " " << v << ": want a duration such as 2s\n";
+          return 2;
+        }
+        (a == "--simulate-start-delay" ? o.simulate_start_delay : o.simulate_run_time) = v;
+      } else if (a == "--state-dir") {
         o.state_dir = v;
       } else if (a == "--audit-log") {
         o.audit_log = fs::absolute(v).string();
@@ -385,6 +423,8 @@ int RunLocal(const std::vector<std::string>& args, const std::string& self, std:
       o.runner = false;
     } else if (a == "--no-controller") {
       o.controller = false;
+    } else if (a == "--simulate-pods") {
+      o.simulate = true;
     } else if (o.command.empty() && a[0] != '-') {
       o.command = a;
     } else {
