@@ -27,8 +27,8 @@ Runs the TrainingJob controller against a Kubernetes API server.
   --context=NAME               kubeconfig context (default: the current one)
   --namespace=NS               watch one namespace only (default: all)
   --workers=N                  concurrent reconciles (default 4)
-  --qps=Q --burst=B            client-side request rate limit (default 20 and 40)
-  --event-qps=Q --event-burst=B   Events' own write budget, apart from --qps (default 10 and 100)
+  --qps=Q --burst=B            client-side request rate limit (default 500 and 500)
+  --event-qps=Q --event-burst=B   Events' own write budget, apart from --qps (default 50 and 100)
   --cluster-domain=DOMAIN      appended to ".svc" in TF_CONFIG hosts, e.g. cluster.local
   --gang-scheduler=NAME        none, volcano or scheduler-plugins (default none)
   --leader-elect               run under a coordination.k8s.io Lease (for 2+ replicas)

@@ -17,9 +17,9 @@ struct OperatorFlags {
   std::string context;
   std::string namespace_;  // empty: every namespace
   int workers = 4;
-  double qps = 20;
-  int burst = 40;
-  double event_qps = 10;  // Events' own budget (runtime/event_recorder.h)
+  double qps = 500;  // see README "Scale" for how these were chosen
+  int burst = 500;
+  double event_qps = 50;  // Events' own budget (runtime/event_recorder.h)
   int event_burst = 100;
   std::string cluster_domain;
   trainingjob::GangScheduler gang = trainingjob::GangScheduler::kNone;

@@ -12,9 +12,9 @@ TEST(OperatorFlagsTest, Defaults) {
   absl::StatusOr<OperatorFlags> f = ParseOperatorFlags({});
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(f->workers, 4);
-  EXPECT_EQ(f->qps, 20);
-  EXPECT_EQ(f->burst, 40);
-  EXPECT_EQ(f->event_qps, 10);
+  EXPECT_EQ(f->qps, 500);
+  EXPECT_EQ(f->burst, 500);
+  EXPECT_EQ(f->event_qps, 50);
   EXPECT_EQ(f->event_burst, 100);
   EXPECT_EQ(f->metrics_addr, ":8080");
   EXPECT_FALSE(f->leader_elect);

@@ -16,6 +16,13 @@ std::string Timestamp(absl::Time t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
 }
 
+// A hash of strings, each ended by a separator no event field holds.
+uint64_t Hash(std::initializer_list<std::string_view> parts) {
+  std::string joined;
+  for (std::string_view p : parts) joined.append(p).push_back('\0');
+  return std::hash<std::string>{}(joined);
+}
+
 // Keeps a map within `limit` entries by erasing those `stale` says may go, then any.
 template <typename Map, typename Stale>
 void Bound(Map& m, size_t limit, Stale stale) {
@@ -54,7 +61,7 @@ void EventRecorder::Count(const char* outcome) {
   if (options_.metrics != nullptr) options_.metrics->Inc(kEventsMetric, {{"outcome", outcome}});
 }
 
-bool EventRecorder::TakeObjectToken(const std::string& object, absl::Time mono) {
+bool EventRecorder::TakeObjectToken(Key object, absl::Time mono) {
   const double burst = std::max(1, options_.object_burst);
   auto [it, fresh] = objects_.try_emplace(object, ObjectBudget{burst, mono});
   ObjectBudget& b = it->second;
@@ -84,7 +91,7 @@ void EventRecorder::Record(const ObjectReference& object, EventType type, const 
   std::string ns = object.namespace_.empty() ? "default" : object.namespace_;
 
   std::unique_lock lock(mu_);
-  if (!TakeObjectToken(object_id + "/" + object.kind, mono)) {
+  if (!TakeObjectToken(Hash({object_id, object.kind}), mono)) {
     lock.unlock();
     Count("dropped_spam");
     return;
@@ -92,69 +99,64 @@ void EventRecorder::Record(const ObjectReference& object, EventType type, const 
 
   // Aggregation: past `similar_max` different messages, one combined Event.
   std::string text = message;
-  Key key{object_id, object.kind, type_name, reason, message};
+  bool combined = false;
   {
-    Similar& similar = similar_[{object_id, type_name, reason}];
+    Similar& similar = similar_[Hash({object_id, object.kind, type_name, reason})];
     if (similar.messages.empty() || mono - similar.since >= options_.window) {
       similar = Similar{mono, {}};
     }
     if (similar.messages.size() < options_.similar_max) {
-      similar.messages.insert(message);
+      similar.messages.insert(Hash({message}));
     } else {
       text = kCombinedPrefix + message;
-      std::get<4>(key) = kCombinedPrefix;
+      combined = true;
     }
     Bound(similar_, options_.max_tracked,
           [&](const Similar& s) { return mono - s.since >= options_.window; });
   }
 
   if (queue_.size() >= options_.queue_size) {
-    lock.unlock();
+    // Full: a Warning takes the place of the oldest Normal event queued; otherwise it goes.
+    auto normal = type == EventType::kWarning
+                      ? std::find_if(queue_.begin(), queue_.end(),
+                                     [](const Write& q) { return q.type[0] == 'N'; })
+                      : queue_.end();
+    if (normal == queue_.end()) {
+      lock.unlock();
+      Count("dropped_queue_full");
+      return;
+    }
+    queue_.erase(normal);
     Count("dropped_queue_full");
-    return;
   }
 
-  Write w{.key = key, .ns = ns};
+  const Key key = Hash({object_id, object.kind, type_name, reason, combined ? "" : message,
+                        combined ? "combined" : ""});
+  Write w{.key = key,
+          .combined = combined,
+          .ns = ns,
+          .object = object,
+          .type = type_name,
+          .reason = reason,
+          .message = text,
+          .last = now};
   auto it = seen_.find(key);
   if (it != seen_.end() && mono - it->second.last_mono < options_.window) {
     Seen& s = it->second;
-    s.count += 1;
-    s.last_mono = mono;
-    s.event["count"] = s.count;
-    s.event["lastTimestamp"] = Timestamp(now);
-    s.event["message"] = text;
-    lru_.splice(lru_.begin(), lru_, s.lru);
+    w.count = ++s.count;
+    w.first = s.first;
     w.name = s.event_name;
-    w.event = s.event;
-    w.patch = {{"count", s.count}, {"lastTimestamp", Timestamp(now)}};
-    if (text != message) (*w.patch)["message"] = text;
+    s.last_mono = mono;
+    lru_.splice(lru_.begin(), lru_, s.lru);
   } else {
     if (it != seen_.end()) {
       lru_.erase(it->second.lru);
       seen_.erase(it);
     }
+    w.first = now;
     w.name = StrCat(object.name, ".", absl::ToUnixNanos(now), ++sequence_);
-    w.event = nlohmann::json{
-        {"apiVersion", "v1"},
-        {"kind", "Event"},
-        {"metadata", {{"name", w.name}, {"namespace", ns}}},
-        {"involvedObject",
-         {{"apiVersion", object.api_version},
-          {"kind", object.kind},
-          {"namespace", object.namespace_},
-          {"name", object.name},
-          {"uid", object.uid}}},
-        {"type", type_name},
-        {"reason", reason},
-        {"message", text},
-        {"count", 1},
-        {"firstTimestamp", Timestamp(now)},
-        {"lastTimestamp", Timestamp(now)},
-        {"source", {{"component", options_.component}}},
-        {"reportingComponent", options_.component},
-    };
     lru_.push_front(key);
-    seen_[key] = Seen{w.name, w.event, 1, mono, lru_.begin()};
+    seen_[key] = Seen{w.name, 1, now, mono, lru_.begin()};
     while (seen_.size() > options_.max_tracked) {
       seen_.erase(lru_.back());
       lru_.pop_back();
@@ -189,10 +191,34 @@ void EventRecorder::Forget(const Key& key, const std::string& event_name) {
   }
 }
 
+nlohmann::json EventRecorder::EventJson(const Write& w) const {
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "Event"},
+      {"metadata", {{"name", w.name}, {"namespace", w.ns}}},
+      {"involvedObject",
+       {{"apiVersion", w.object.api_version},
+        {"kind", w.object.kind},
+        {"namespace", w.object.namespace_},
+        {"name", w.object.name},
+        {"uid", w.object.uid}}},
+      {"type", w.type},
+      {"reason", w.reason},
+      {"message", w.message},
+      {"count", w.count},
+      {"firstTimestamp", Timestamp(w.first)},
+      {"lastTimestamp", Timestamp(w.last)},
+      {"source", {{"component", options_.component}}},
+      {"reportingComponent", options_.component},
+  };
+}
+
 void EventRecorder::Perform(Write& w) {
-  if (w.patch) {
+  if (w.count > 1) {
+    nlohmann::json patch = {{"count", w.count}, {"lastTimestamp", Timestamp(w.last)}};
+    if (w.combined) patch["message"] = w.message;
     absl::StatusOr<nlohmann::json> r =
-        client_.Patch(kube::resources::kEvents, w.ns, w.name, kube::PatchType::kMerge, *w.patch);
+        client_.Patch(kube::resources::kEvents, w.ns, w.name, kube::PatchType::kMerge, patch);
     if (r.ok()) {
       Count("updated");
       return;
@@ -205,17 +231,15 @@ void EventRecorder::Perform(Write& w) {
     }
     // The server expired the event (events live an hour): it is created again, whole.
   }
-  absl::StatusOr<nlohmann::json> r = client_.Create(kube::resources::kEvents, w.ns, w.event);
+  absl::StatusOr<nlohmann::json> r = client_.Create(kube::resources::kEvents, w.ns, EventJson(w));
   if (r.ok()) {
     Count("created");
     return;
   }
   Forget(w.key, w.name);  // the next repeat creates the event instead of patching nothing
   Count("failed");
-  common::LogWarning("events", "could not record ", w.event["reason"].get<std::string>(), " for ",
-                     w.event["involvedObject"]["kind"].get<std::string>(), " ", w.ns, "/",
-                     w.event["involvedObject"]["name"].get<std::string>(), ": ",
-                     r.status().message());
+  common::LogWarning("events", "could not record ", w.reason, " for ", w.object.kind, " ", w.ns,
+                     "/", w.object.name, ": ", r.status().message());
 }
 
 bool EventRecorder::Flush(absl::Duration timeout) {

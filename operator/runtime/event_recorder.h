@@ -3,7 +3,8 @@
 // on a write budget of its own so that an Event never delays the work it describes:
 //  - Record() never blocks on the API: it decides what to write and queues it; one writer
 //    thread writes the queue in order, through its own token bucket (`qps`/`burst`), not the
-//    client's. A full queue drops the event (counted), as client-go's broadcaster does.
+//    client's. A full queue drops the event (counted), as client-go's broadcaster does, except
+//    that a Warning takes the place of the oldest Normal event queued.
 //  - Spam filter: each object may have `object_burst` events at once, then one per
 //    1/`object_qps` seconds (client-go: 25, then one per 5 minutes); the rest are dropped.
 //  - Aggregation: an object's events of one type and reason with more than `similar_max`
@@ -54,7 +55,7 @@ struct EventRecorderOptions {
   absl::Duration window = absl::Minutes(10);
   size_t max_tracked = 4096;  // distinct events (and objects) remembered (LRU)
   // The events' own write budget; qps <= 0 writes as fast as the server answers.
-  double qps = 10;
+  double qps = 50;
   int burst = 100;
   // Per object: this many events at once, then one per 1/object_qps seconds.
   double object_qps = 1.0 / 300;
@@ -81,32 +82,41 @@ class EventRecorder {
   bool Flush(absl::Duration timeout = absl::Seconds(30));
 
  private:
-  using Key = std::tuple<std::string, std::string, std::string, std::string, std::string>;
+  // Keys are hashes of the strings they stand for (object, kind, type, reason, message): the
+  // recorder remembers thousands of events, and 64 bits tell them apart.
+  using Key = uint64_t;
   struct Seen {
     std::string event_name;
-    nlohmann::json event;  // as last written
     int64_t count = 0;
+    absl::Time first;  // wall
     absl::Time last_mono;
     std::list<Key>::iterator lru;
   };
   struct Similar {  // an object's events of one type and reason, for aggregation
     absl::Time since;
-    std::set<std::string> messages;
+    std::set<uint64_t> messages;  // hashed
   };
   struct ObjectBudget {  // the spam filter's bucket for one object
     double tokens = 0;
     absl::Time last;
   };
+  // What to write, kept small while queued: the JSON is made by the writer.
   struct Write {
     Key key;
+    bool combined = false;
     std::string ns;
     std::string name;
-    nlohmann::json event;  // the whole Event, created when new or when the server expired it
-    std::optional<nlohmann::json> patch;  // a repeat's count and time
+    ObjectReference object;
+    const char* type = "";
+    std::string reason;
+    std::string message;
+    int64_t count = 1;  // above 1: a repeat, patched (created whole if the server expired it)
+    absl::Time first, last;
   };
+  nlohmann::json EventJson(const Write& w) const;
 
   void Count(const char* outcome);
-  bool TakeObjectToken(const std::string& object, absl::Time mono);
+  bool TakeObjectToken(Key object, absl::Time mono);
   void WriteLoop(std::stop_token stop);
   void Perform(Write& w);
   void Forget(const Key& key, const std::string& event_name);
@@ -119,9 +129,9 @@ class EventRecorder {
   std::mutex mu_;
   std::condition_variable_any cv_;
   std::map<Key, Seen> seen_;
-  std::list<Key> lru_;  // most recent first
-  std::map<std::tuple<std::string, std::string, std::string>, Similar> similar_;
-  std::map<std::string, ObjectBudget> objects_;
+  std::list<Key> lru_;                   // most recent first
+  std::map<Key, Similar> similar_;       // by object, type and reason
+  std::map<Key, ObjectBudget> objects_;  // by object
   std::deque<Write> queue_;
   bool writing_ = false;
   uint64_t sequence_ = 0;
