@@ -3,8 +3,11 @@
 // shared_ptr<const T>: an object handed out never changes (an update replaces the pointer), so
 // a reconciler can hold it without locks, and must copy it to change it.
 // T needs a `metadata` member of type api::ObjectMeta.
-// Built-in indexes: by namespace, by owner UID, by label ("key=value"); more via AddIndex
-// before the first write.
+// Built in: the index by owner UID (what a controller finds its children by). By namespace
+// and by label ("key=value") are there to add (AddIndex(kNamespaceIndex, NamespaceIndex()),
+// AddIndex(kLabelIndex, LabelIndex())), as any other, before the first write: each index holds
+// a copy of every object's key per value, which at 20,000 pods is megabytes, so a cache keeps
+// only those its readers use.
 // Thread-safety: thread-safe; many readers, one writer (the informer).
 
 #include <functional>
@@ -44,18 +47,22 @@ class Cache {
   using IndexFunc = std::function<std::vector<std::string>(const T&)>;
 
   Cache() {
-    AddIndex(kNamespaceIndex,
-             [](const T& o) { return std::vector<std::string>{o.metadata.namespace_}; });
     AddIndex(kOwnerIndex, [](const T& o) {
       std::vector<std::string> uids;
       for (const api::OwnerReference& r : o.metadata.owner_references) uids.push_back(r.uid);
       return uids;
     });
-    AddIndex(kLabelIndex, [](const T& o) {
+  }
+
+  static IndexFunc NamespaceIndex() {
+    return [](const T& o) { return std::vector<std::string>{o.metadata.namespace_}; };
+  }
+  static IndexFunc LabelIndex() {
+    return [](const T& o) {
       std::vector<std::string> pairs;
       for (const auto& [k, v] : o.metadata.labels) pairs.push_back(k + "=" + v);
       return pairs;
-    });
+    };
   }
 
   void AddIndex(std::string name, IndexFunc f) {
@@ -89,11 +96,19 @@ class Cache {
   }
 
   // Objects in `ns` (all namespaces when empty) whose labels match.
+  // Objects in `ns` ("" = all) whose labels match; by the namespace index when there is one.
   std::vector<Ptr> Select(std::string_view ns, const kube::LabelSelector& selector) const {
-    std::vector<Ptr> candidates = ns.empty() ? List() : ByIndex(kNamespaceIndex, ns);
+    bool indexed = false;
+    {
+      std::shared_lock lock(mu_);
+      indexed = indexes_.contains(kNamespaceIndex);
+    }
+    std::vector<Ptr> candidates = ns.empty() || !indexed ? List() : ByIndex(kNamespaceIndex, ns);
     std::vector<Ptr> out;
     for (Ptr& p : candidates) {
-      if (selector.Matches(p->metadata.labels)) out.push_back(std::move(p));
+      if ((ns.empty() || p->metadata.namespace_ == ns) && selector.Matches(p->metadata.labels)) {
+        out.push_back(std::move(p));
+      }
     }
     return out;
   }

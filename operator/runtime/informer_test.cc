@@ -94,6 +94,8 @@ TEST_F(InformerTest, ObjectsHandedOutNeverChange) {
 }
 
 TEST_F(InformerTest, IndexesByNamespaceOwnerAndLabel) {
+  informer_.mutable_cache().AddIndex(kNamespaceIndex, Cache<Pod>::NamespaceIndex());
+  informer_.mutable_cache().AddIndex(kLabelIndex, Cache<Pod>::LabelIndex());
   informer_.Replace({PodJson("a", "w0", "1", {{"role", "worker"}}, "job1"),
                      PodJson("a", "w1", "1", {{"role", "worker"}}, "job1"),
                      PodJson("a", "ps0", "1", {{"role", "ps"}}, "job1"),

@@ -10,14 +10,28 @@ kube::Resource PodGroups(GangScheduler gang) {
 
 }  // namespace
 
+void TrimChildMetadata(api::ObjectMeta& m) {
+  std::erase_if(m.labels,
+                [](const auto& label) { return !label.first.starts_with("lockstep.io/"); });
+  m.annotations.clear();
+  m.finalizers.clear();
+  m.generate_name.clear();
+  m.other = nullptr;  // an empty object would cost an allocation per child
+}
+
 ObservedPod ObservePod(const kube::Pod& pod) {
   ObservedPod out;
   out.metadata = pod.metadata;
+  TrimChildMetadata(out.metadata);
   out.phase = ParsePodPhase(pod.phase);
   out.reason = pod.reason;
   out.message = pod.message;
   out.pod_ip = pod.pod_ip;
-  out.conditions = pod.conditions;  // one type: api/pod_status.h
+  for (const api::PodCondition& c : pod.conditions) {  // one type: api/pod_status.h
+    if (c.type == "Ready" || c.type == "PodScheduled" || c.type == "DisruptionTarget") {
+      out.conditions.push_back(c);
+    }
+  }
   out.container_statuses = pod.container_statuses;
   return out;
 }

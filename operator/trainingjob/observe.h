@@ -14,6 +14,13 @@
 
 namespace lockstep::trainingjob {
 
+// What the planner reads of a child's metadata, and nothing more, so that the caches of
+// 20,000 pods and Services stay small: the lockstep.io/ labels (job, replica type and index,
+// attempt, incarnation), without the user's labels, annotations, finalizers or unmodelled fields.
+void TrimChildMetadata(api::ObjectMeta& m);
+
+// The pod as the planner sees it: TrimChildMetadata, and of its conditions only those the
+// planner reads (Ready, PodScheduled, DisruptionTarget).
 ObservedPod ObservePod(const kube::Pod& pod);
 // kube::DecodePod, then ObservePod: the pod informer's decoder.
 absl::StatusOr<ObservedPod> DecodeObservedPod(const nlohmann::json& j);

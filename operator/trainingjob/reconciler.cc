@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <thread>
 
 #include "common/log.h"
 #include "common/str_util.h"
@@ -65,7 +66,7 @@ absl::StatusOr<ObjectHeader> DecodeObjectHeader(const json& j) {
   }
   api::FieldErrors errors;
   ObjectHeader h{api::DecodeObjectMeta(j["metadata"], api::FieldPath("metadata"), &errors)};
-  h.metadata.other = json::object();
+  TrimChildMetadata(h.metadata);
   if (h.metadata.name.empty()) return absl::InvalidArgumentError("object without metadata.name");
   return h;
 }
@@ -184,14 +185,11 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
     }
   }
 
-  absl::Status first_error;
-  for (const Action& a : plan.actions) {
-    absl::Status s = Execute(key, job, a);
-    if (!s.ok() && first_error.ok()) first_error = s;
-  }
+  absl::Duration throttled_helpers;
+  absl::Status first_error = ExecuteAll(key, job, plan.actions, &throttled_helpers);
   if (d_.metrics) {
-    const double throttled =
-        absl::ToDoubleSeconds(kube::TokenBucket::WaitedOnThisThread() - throttled_before);
+    const double throttled = absl::ToDoubleSeconds(kube::TokenBucket::WaitedOnThisThread() -
+                                                   throttled_before + throttled_helpers);
     const double took =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     d_.metrics->Observe(kReconcileLatencyMetric, {}, std::max(0.0, took - throttled));
@@ -202,6 +200,49 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
     return first_error;
   }
   return runtime::ReconcileResult{.requeue_after = plan.requeue_after};
+}
+
+absl::Status Reconciler::ExecuteAll(const std::string& key, const api::TrainingJob& job,
+                                    const std::vector<Action>& actions, absl::Duration* throttled) {
+  constexpr size_t kFirstBatch = 4;
+  absl::Status first_error;
+  size_t i = 0;
+  while (i < actions.size()) {
+    const Action::Kind kind = actions[i].kind;
+    size_t end = i + 1;
+    if (kind == Action::Kind::kCreate || kind == Action::Kind::kDelete) {
+      while (end < actions.size() && actions[end].kind == kind) ++end;
+    }
+    // Actions [i, end) in batches; the first on this thread, the others on helpers.
+    bool failed = false;
+    for (size_t batch = kFirstBatch; i < end && !failed; batch *= 2) {
+      const size_t n = std::min(batch, end - i);
+      std::vector<absl::Status> results(n);
+      std::vector<absl::Duration> waits(n);
+      {
+        std::vector<std::jthread> helpers;
+        for (size_t k = 1; k < n; ++k) {
+          helpers.emplace_back([&, k] {
+            absl::Duration before = kube::TokenBucket::WaitedOnThisThread();
+            results[k] = Execute(key, job, actions[i + k]);
+            waits[k] = kube::TokenBucket::WaitedOnThisThread() - before;
+          });
+        }
+        absl::Duration before = kube::TokenBucket::WaitedOnThisThread();
+        results[0] = Execute(key, job, actions[i]);
+        waits[0] = kube::TokenBucket::WaitedOnThisThread() - before;
+      }
+      *throttled += *std::max_element(waits.begin(), waits.end());
+      for (const absl::Status& r : results) {
+        if (r.ok()) continue;
+        failed = true;
+        if (first_error.ok()) first_error = r;
+      }
+      i += n;
+    }
+    i = failed ? end : i;  // a failed batch skips the rest of its run
+  }
+  return first_error;
 }
 
 absl::Status Reconciler::Execute(const std::string& key, const api::TrainingJob& job,

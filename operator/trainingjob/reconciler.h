@@ -12,6 +12,9 @@
 // and NotFound on delete count as done. Deletes carry a UID precondition, so a pod recreated
 // under the same name is never deleted by mistake. The REST client's token bucket limits the
 // write rate.
+// A run of creates (or of deletes) goes out in parallel, in batches of 4, 8, 16...: a job's
+// Services and pods cost a few round trips, not one per object, and a batch that fails stops
+// the rest of its run (the next reconcile retries), as Kubernetes' controllers start slow.
 // Thread-safety: Reconcile may run on several threads for different keys (the work queue
 // never gives one key to two workers).
 
@@ -92,6 +95,11 @@ class Reconciler {
 
  private:
   absl::Status Execute(const std::string& key, const api::TrainingJob& job, const Action& a);
+  // Every action in order, runs of one kind in parallel batches. Adds to `throttled` the
+  // time spent waiting for the client-side throttle: each batch's longest wait, as its
+  // requests wait side by side.
+  absl::Status ExecuteAll(const std::string& key, const api::TrainingJob& job,
+                          const std::vector<Action>& actions, absl::Duration* throttled);
   void Record(const api::TrainingJob& job, runtime::EventType type, const std::string& reason,
               const std::string& message);
 
