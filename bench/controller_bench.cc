@@ -11,6 +11,7 @@
 #include <fstream>
 #include <thread>
 
+#include "bench/bench_util.h"
 #include "common/log.h"
 #include "operator/api/manifest.h"
 #include "operator/local/api_server.h"
@@ -51,22 +52,8 @@ double RssMiB() {
   return 0;
 }
 
-json Job(int i) {
-  json c = {{"name", "main"}, {"image", "lockstep/trainer:0.1.0"}};
-  json tmpl = json::object();
-  tmpl["spec"]["containers"] = json::array({c});
-  json j = {{"apiVersion", "lockstep.io/v1alpha1"}, {"kind", "TrainingJob"}};
-  j["metadata"] = {{"name", "job-" + std::to_string(i)}, {"namespace", "bench"}};
-  j["spec"]["strategy"] = "MultiWorkerMirrored";
-  j["spec"]["replicaSpecs"]["Chief"] = {{"replicas", 1}, {"restartPolicy", "ExitCode"}};
-  j["spec"]["replicaSpecs"]["Chief"]["template"] = tmpl;
-  j["spec"]["replicaSpecs"]["Worker"] = {{"replicas", 3}, {"restartPolicy", "ExitCode"}};
-  j["spec"]["replicaSpecs"]["Worker"]["template"] = tmpl;
-  return j;
-}
-
 void SetStatus(lk::kube::RestClient& c, json pod, const std::string& phase, int exit_code) {
-  json cs = {{"name", "main"}, {"restartCount", 0}, {"ready", phase == "Running"}};
+  json cs = {{"name", "lockstep"}, {"restartCount", 0}, {"ready", phase == "Running"}};
   if (phase == "Running") {
     cs["state"]["running"]["startedAt"] = "2026-11-21T10:00:00Z";
   } else {
@@ -139,7 +126,9 @@ int main(int argc, char** argv) {
   while (!controller.Ready()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 
   auto t0 = SteadyClock::now();
-  for (int i = 0; i < jobs; ++i) (void)client.Create(res::kTrainingJobs, "bench", Job(i));
+  for (int i = 0; i < jobs; ++i)
+    (void)client.Create(res::kTrainingJobs, "bench",
+                        lk::bench::MultiWorkerMirroredJob("job-" + std::to_string(i), "bench"));
   double start_s = Converge(client, jobs, 0, t0);
   int64_t start_writes = counting->writes.load();
   uint64_t start_reconciles = metrics.Count(lk::trainingjob::kReconcileLatencyMetric);

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <thread>
 
+#include "bench/bench_util.h"
 #include "bench/history.h"
 #include "operator/api/manifest.h"
 #include "operator/kube/cpprest_transport.h"
@@ -30,24 +31,6 @@
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 namespace kube = lockstep::kube;
-
-namespace {
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
-}
-
-long RssKb(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
-  }
-  return 0;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -78,7 +61,8 @@ int main(int argc, char** argv) {
     std::string log = dir + "/server.log";
     std::freopen(log.c_str(), "w", stdout);
     std::freopen(log.c_str(), "a", stderr);
-    ::execl(binary.c_str(), binary.c_str(), "local", "serve", "--no-runner", "--no-controller", "--state-dir", dir.c_str(), nullptr);
+    ::execl(binary.c_str(), binary.c_str(), "local", "serve", "--no-runner", "--no-controller",
+            "--state-dir", dir.c_str(), nullptr);
     ::_exit(127);
   }
   std::string url;
@@ -179,7 +163,7 @@ int main(int argc, char** argv) {
   }
   double total_s = std::chrono::duration<double>(Clock::now() - t0).count();
   for (std::thread& t : threads) t.join();
-  long rss = RssKb(server);
+  long rss = lockstep::bench::RssKb(server);
   auto list_t = Clock::now();
   auto all = client.ListAll(kube::resources::kPods, "", {.limit = 500});
   double list_ms = std::chrono::duration<double, std::milli>(Clock::now() - list_t).count();
@@ -187,10 +171,11 @@ int main(int argc, char** argv) {
               static_cast<int>(create_ms.size()), jobs, namespaces, done.load());
   std::printf(
       "create latency: p50 %.2f ms, p99 %.2f ms (%.0f creates/s, one client, fsync per write)\n",
-      Percentile(create_ms, 0.5), Percentile(create_ms, 0.99),
+      lockstep::bench::Percentile(create_ms, 0.5), lockstep::bench::Percentile(create_ms, 0.99),
       static_cast<double>(create_ms.size()) / total_s);
   std::printf("watch delivery latency: p50 %.2f ms, p99 %.2f ms over %zu deliveries\n",
-              Percentile(delivery_ms, 0.5), Percentile(delivery_ms, 0.99), delivery_ms.size());
+              lockstep::bench::Percentile(delivery_ms, 0.5),
+              lockstep::bench::Percentile(delivery_ms, 0.99), delivery_ms.size());
   std::printf("list of all pods (pages of 500): %.1f ms for %zu pods\n", list_ms,
               all.ok() ? (*all)["items"].size() : 0);
   std::printf("server RSS: %.1f MiB\n", static_cast<double>(rss) / 1024.0);
@@ -200,18 +185,19 @@ int main(int argc, char** argv) {
   const size_t listed = all.ok() ? (*all)["items"].size() : 0;
   const int expected = jobs * (pods / jobs);
   if (failed > 0 || listed != static_cast<size_t>(expected) || done.load() != watchers) {
-    std::printf("FAILED: %d creates failed, %zu of %d pods listed, %d of %d watchers saw every pod\n",
-                failed, listed, expected, done.load(), watchers);
+    std::printf(
+        "FAILED: %d creates failed, %zu of %d pods listed, %d of %d watchers saw every pod\n",
+        failed, listed, expected, done.load(), watchers);
     return 1;
   }
   if (history.empty()) return 0;
   int flagged = lockstep::bench::CompareAndRecord(
       history, "pods=" + std::to_string(expected),
-      {{"create_p50_ms", Percentile(create_ms, 0.5)},
-       {"create_p99_ms", Percentile(create_ms, 0.99)},
+      {{"create_p50_ms", lockstep::bench::Percentile(create_ms, 0.5)},
+       {"create_p99_ms", lockstep::bench::Percentile(create_ms, 0.99)},
        {"creates_per_s", static_cast<double>(create_ms.size()) / total_s, false},
-       {"watch_p50_ms", Percentile(delivery_ms, 0.5)},
-       {"watch_p99_ms", Percentile(delivery_ms, 0.99)},
+       {"watch_p50_ms", lockstep::bench::Percentile(delivery_ms, 0.5)},
+       {"watch_p99_ms", lockstep::bench::Percentile(delivery_ms, 0.99)},
        {"list_ms", list_ms},
        {"server_rss_mib", static_cast<double>(rss) / 1024.0}});
   return flagged > 0 ? 3 : 0;

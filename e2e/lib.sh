@@ -56,3 +56,13 @@ pid_of() {
   done
   return 1
 }
+
+# await_lease_holder: waits (2 min at most) until the lockstep-operator Lease in namespace
+# default has a holder; fails naming the operator's log (\$work/operator.log) otherwise.
+await_lease_holder() {
+  for _ in $(seq 1200); do
+    [[ -n $(k get lease lockstep-operator -n default -o jsonpath='{.spec.holderIdentity}' 2>/dev/null) ]] && return 0
+    sleep 0.1
+  done
+  fail "no Lease holder: $(tail -5 "$work/operator.log" 2>/dev/null)"
+}

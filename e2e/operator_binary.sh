@@ -25,12 +25,7 @@ port=$((20000 + RANDOM % 20000))
 op=$!
 # Readiness is 200 while standby, 503 while the new leader syncs its caches, then 200 for good:
 # wait for the Lease first, then for readiness as the leader.
-for _ in $(seq 1200); do
-  [[ -n $(k get lease lockstep-operator -n default -o jsonpath='{.spec.holderIdentity}' 2>/dev/null) ]] && break
-  sleep 0.1
-done
-[[ -n $(k get lease lockstep-operator -n default -o jsonpath='{.spec.holderIdentity}') ]] ||
-  fail "no Lease holder"
+await_lease_holder
 for _ in $(seq 1200); do
   get /metrics 2>/dev/null | grep -q '^lockstep_leader 1' &&
     get /readyz 2>/dev/null | grep -q "200 OK" && break

@@ -31,6 +31,7 @@
 #include "operator/local/local_transport.h"
 #include "operator/local/pod_simulator.h"
 #include "operator/local/runner.h"
+#include "operator/runtime/api_metrics.h"
 #include "operator/trainingjob/controller.h"
 
 namespace lockstep::cli {
@@ -196,8 +197,12 @@ class ProcessExit {
 };
 
 int Serve(const Options& o, const std::string& self, std::ostream& out, std::ostream& err) {
-  absl::StatusOr<std::unique_ptr<local::ApiServer>> api =
-      local::ApiServer::Create({.state_dir = o.state_dir, .audit_log = o.audit_log});
+  // The in-process controller's metrics, served at the API server's /metrics.
+  common::MetricsRegistry metrics;
+  absl::StatusOr<std::unique_ptr<local::ApiServer>> api = local::ApiServer::Create(
+      {.state_dir = o.state_dir, .audit_log = o.audit_log, .metrics = [&metrics] {
+         return metrics.Render();
+       }});
   if (!api.ok()) {
     err << "lockstep local: " << api.status().message() << "\n";
     return 1;
@@ -270,9 +275,10 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
     if (o.runner) deployments.Run(stop.get_token());
   });
   // The operator, in-process: the same controller lockstep-operator runs.
-  kube::RestClient operator_client(std::make_shared<local::LocalTransport>(api->get()),
-                                   {.user_agent = "lockstep-operator (local)"});
-  common::MetricsRegistry metrics;
+  kube::RestClient operator_client(
+      std::make_shared<runtime::InstrumentedTransport>(
+          std::make_shared<local::LocalTransport>(api->get()), &metrics),
+      {.user_agent = "lockstep-operator (local)"});
   std::unique_ptr<trainingjob::ProgressSource> progress = trainingjob::NewHttpProgressSource();
   trainingjob::TrainingJobController controller(
       &operator_client, clock.get(), &metrics, progress.get(),

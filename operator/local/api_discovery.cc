@@ -53,6 +53,9 @@ std::optional<ApiResponse> ApiServer::Impl::Discovery(const ApiRequest& r) {
   if (p == "/healthz" || p == "/readyz" || p == "/livez") {
     return ApiResponse{200, "ok", nullptr, "text/plain"};
   }
+  if (p == "/metrics" && s_->options_.metrics) {
+    return ApiResponse{200, s_->options_.metrics(), nullptr, "text/plain; version=0.0.4"};
+  }
   if (p == "/version") {
     // Every field of apimachinery's version.Info: kubectl and the client libraries read them
     // all (the Python client refuses an answer without one). This server is not built by Go:

@@ -10,6 +10,7 @@
 // message and, for invalid objects, field causes. Handle() never throws.
 // Thread-safety: thread-safe.
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -64,6 +65,9 @@ struct ApiServerOptions {
   // Where to append one audit.k8s.io/v1 Event (level Metadata) per API request, as JSON
   // lines; "" records nothing.
   std::string audit_log;
+  // What GET /metrics answers (Prometheus text), as a Kubernetes API server serves its own:
+  // `lockstep local serve` puts the in-process controller's metrics there. Null: 404.
+  std::function<std::string()> metrics;
 };
 
 class ApiServer {

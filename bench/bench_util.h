@@ -1,0 +1,51 @@
+#pragma once
+// What the benchmarks share: percentiles, a process's resident memory, and the TrainingJob
+// they load the controller with.
+// Thread-safety: pure functions.
+
+#include <sys/types.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace lockstep::bench {
+
+// The value at fraction `p` (0-1) of `v` sorted; 0 for none.
+inline double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+// VmRSS of a process in KiB (0 when it is gone).
+inline long RssKb(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return 0;
+}
+
+// A MultiWorkerMirrored job of 4 replicas (a chief and 3 workers) whose pods exit with a
+// retryable code are restarted (restartPolicy ExitCode).
+inline nlohmann::json MultiWorkerMirroredJob(const std::string& name, const std::string& ns) {
+  nlohmann::json container = {
+      {"name", "lockstep"}, {"image", "lockstep/trainer:0.1.0"}, {"args", {"--model=mlp"}}};
+  nlohmann::json tmpl = nlohmann::json::object();
+  tmpl["spec"]["containers"] = nlohmann::json::array({container});
+  nlohmann::json j = {{"apiVersion", "lockstep.io/v1alpha1"}, {"kind", "TrainingJob"}};
+  j["metadata"] = {{"name", name}, {"namespace", ns}};
+  j["spec"]["strategy"] = "MultiWorkerMirrored";
+  j["spec"]["replicaSpecs"]["Chief"] = {{"replicas", 1}, {"restartPolicy", "ExitCode"}};
+  j["spec"]["replicaSpecs"]["Chief"]["template"] = tmpl;
+  j["spec"]["replicaSpecs"]["Worker"] = {{"replicas", 3}, {"restartPolicy", "ExitCode"}};
+  j["spec"]["replicaSpecs"]["Worker"]["template"] = tmpl;
+  return j;
+}
+
+}  // namespace lockstep::bench
