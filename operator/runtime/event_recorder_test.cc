@@ -172,5 +172,24 @@ TEST_F(EventRecorderTest, AFloodOfEventsNeverDelaysAnotherJobsPod) {
   EXPECT_EQ(server_.size(), 1 + static_cast<size_t>(Outcome(metrics, "created")));
 }
 
+TEST_F(EventRecorderTest, AWarningTakesThePlaceOfANormalEventInAFullQueue) {
+  common::MetricsRegistry metrics;
+  EventRecorder recorder(
+      &client_, &clock_,
+      {.qps = 1, .burst = 1, .object_burst = 100000, .queue_size = 10, .metrics = &metrics});
+  for (int i = 0; i < 50; ++i) {
+    recorder.Record(job_, EventType::kNormal, "Created" + std::to_string(i), "m");
+  }
+  ObjectReference other{"lockstep.io/v1alpha1", "TrainingJob", "ops", "failing", "uid-9"};
+  recorder.Record(other, EventType::kWarning, "FailedCreate", "quota exceeded");
+  for (int i = 0; i < 1000 && !recorder.Flush(absl::Milliseconds(1)); ++i) {
+    clock_.Advance(absl::Seconds(1));
+  }
+  ASSERT_TRUE(recorder.Flush(absl::Milliseconds(1)));
+  EXPECT_THAT(server_.log(), ::testing::Contains("POST /api/v1/namespaces/ops/events"));
+  // 50 Normal events and a Warning, of which the queue held 10 and the writer 1 at a time.
+  EXPECT_EQ(Outcome(metrics, "created") + Outcome(metrics, "dropped_queue_full"), 51);
+}
+
 }  // namespace
 }  // namespace lockstep::runtime
