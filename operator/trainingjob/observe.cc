@@ -1,5 +1,7 @@
 #include "operator/trainingjob/observe.h"
 
+#include "operator/trainingjob/labels.h"
+
 namespace lockstep::trainingjob {
 namespace {
 
@@ -11,8 +13,10 @@ kube::Resource PodGroups(GangScheduler gang) {
 }  // namespace
 
 void TrimChildMetadata(api::ObjectMeta& m) {
-  std::erase_if(m.labels,
-                [](const auto& label) { return !label.first.starts_with("lockstep.io/"); });
+  std::erase_if(m.labels, [](const auto& label) {
+    return label.first != kReplicaTypeLabel && label.first != kReplicaIndexLabel &&
+           label.first != kAttemptLabel;
+  });
   m.annotations.clear();
   m.finalizers.clear();
   m.generate_name.clear();

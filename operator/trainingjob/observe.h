@@ -15,8 +15,9 @@
 namespace lockstep::trainingjob {
 
 // What the planner reads of a child's metadata, and nothing more, so that the caches of
-// 20,000 pods and Services stay small: the lockstep.io/ labels (job, replica type and index,
-// attempt, incarnation), without the user's labels, annotations, finalizers or unmodelled fields.
+// 20,000 pods and Services stay small: of the labels only the replica type and index and the
+// attempt (the job's name is the informers' selector, and the owner reference names the job),
+// no annotations, finalizers or unmodelled fields.
 void TrimChildMetadata(api::ObjectMeta& m);
 
 // The pod as the planner sees it: TrimChildMetadata, and of its conditions only those the
