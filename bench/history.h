@@ -26,6 +26,7 @@ struct Figure {
   std::string name;  // e.g. "create_p99_ms"
   double value = 0;
   bool lower_is_better = true;
+  double slack = 0;  // a change this small is never flagged (a count that is almost always 0)
 };
 
 struct HistoryOptions {
@@ -62,8 +63,8 @@ inline int CompareAndRecord(const std::string& path, const std::string& key,
         it->second.end());
     std::sort(recent.begin(), recent.end());
     double median = recent[recent.size() / 2];
-    bool worse = f.lower_is_better ? f.value > median * options.tolerance
-                                   : f.value * options.tolerance < median;
+    bool worse = f.lower_is_better ? f.value > median * options.tolerance + f.slack
+                                   : f.value * options.tolerance + f.slack < median;
     if (worse) {
       std::printf("REGRESSION: %s is %.3g against a median of %.3g over the last %zu runs in %s\n",
                   f.name.c_str(), f.value, median, recent.size(), path.c_str());

@@ -502,7 +502,7 @@ int main(int argc, char** argv) {
     double c = Total(after_create, "lockstep_api_request_duration_seconds_count", {{"verb", verb}});
     double w = Total(m, "lockstep_api_request_duration_seconds_count", {{"verb", verb}});
     std::printf(" %s %.2f/%.2f", verb, c / jobs, w / jobs);
-    figures.push_back({std::string("requests_per_job_") + verb, w / jobs});
+    figures.push_back({std::string("requests_per_job_") + verb, w / jobs, true, 0.1});
   }
   std::printf(
       "\nevents: %.0f created, %.0f updated, %.0f dropped by the spam filter, %.0f by a full "
