@@ -1,9 +1,14 @@
 #pragma once
-// What the benchmarks share: percentiles, a process's resident memory, and the TrainingJob
-// they load the controller with.
+// What the benchmarks share: percentiles, a process's resident memory, starting processes and
+// `lockstep local serve`, and the TrainingJob they load the controller with.
 // Thread-safety: pure functions.
 
 #include <sys/types.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
 
 #include <algorithm>
 #include <cstdlib>
@@ -29,6 +34,33 @@ inline long RssKb(pid_t pid) {
     if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
   }
   return 0;
+}
+
+// Starts `argv` (argv[0] a path) with stdout and stderr to `log`; the child's pid.
+inline pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    std::freopen(log.c_str(), "w", stdout);
+    std::freopen(log.c_str(), "a", stderr);
+    std::vector<char*> a;
+    for (const std::string& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    ::execv(a[0], a.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// The URL a `lockstep local serve --state-dir DIR` records in DIR/server.json once it serves;
+// "" when none came within 30 s.
+inline std::string AwaitServerUrl(const std::string& dir) {
+  for (int i = 0; i < 300; ++i) {
+    std::ifstream in(dir + "/server.json");
+    nlohmann::json info = nlohmann::json::parse(in, nullptr, false);
+    if (info.is_object() && info.contains("url") && info["url"].is_string()) return info["url"];
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return "";
 }
 
 // A MultiWorkerMirrored job of 4 replicas (a chief and 3 workers) whose pods exit with a

@@ -56,22 +56,10 @@ int main(int argc, char** argv) {
   std::string dir =
       std::filesystem::temp_directory_path() / ("lockstep-bench-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  pid_t server = ::fork();
-  if (server == 0) {
-    std::string log = dir + "/server.log";
-    std::freopen(log.c_str(), "w", stdout);
-    std::freopen(log.c_str(), "a", stderr);
-    ::execl(binary.c_str(), binary.c_str(), "local", "serve", "--no-runner", "--no-controller",
-            "--state-dir", dir.c_str(), nullptr);
-    ::_exit(127);
-  }
-  std::string url;
-  for (int i = 0; i < 300 && url.empty(); ++i) {
-    std::ifstream in(dir + "/server.json");
-    json info = json::parse(in, nullptr, false);
-    if (info.is_object() && info.contains("url")) url = info["url"];
-    if (url.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  pid_t server = lockstep::bench::Spawn(
+      {binary, "local", "serve", "--no-runner", "--no-controller", "--state-dir", dir},
+      dir + "/server.log");
+  std::string url = lockstep::bench::AwaitServerUrl(dir);
   if (url.empty()) {
     std::fprintf(stderr, "the server did not start\n");
     return 1;

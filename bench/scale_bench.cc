@@ -65,20 +65,6 @@ uint16_t FreePort() {
   return ntohs(a.sin_port);
 }
 
-pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    std::freopen(log.c_str(), "w", stdout);
-    std::freopen(log.c_str(), "a", stderr);
-    std::vector<char*> a;
-    for (const std::string& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-    a.push_back(nullptr);
-    ::execv(a[0], a.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
 // GET of a plain-text endpoint; "" on failure.
 std::string Fetch(const std::string& base, const std::string& path) {
   absl::StatusOr<std::unique_ptr<kube::Transport>> t =
@@ -310,14 +296,8 @@ int main(int argc, char** argv) {
       lockstep, "local",       "serve", "--simulate-pods", "--simulate-start-delay",
       "1s",     "--state-dir", dir};
   if (!in_process) serve.push_back("--no-controller");
-  pid_t server = Spawn(serve, dir + "/server.log");
-  std::string url;
-  for (int i = 0; i < 300 && url.empty(); ++i) {
-    std::ifstream in(dir + "/server.json");
-    json info = json::parse(in, nullptr, false);
-    if (info.is_object() && info.contains("url")) url = info["url"];
-    if (url.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  pid_t server = lockstep::bench::Spawn(serve, dir + "/server.log");
+  std::string url = lockstep::bench::AwaitServerUrl(dir);
   if (url.empty()) {
     std::fprintf(stderr, "the server did not start (see %s/server.log)\n", dir.c_str());
     return 1;
@@ -336,7 +316,7 @@ int main(int argc, char** argv) {
                                      "--leader-elect", "--leader-election-namespace=default"};
     if (!qps.empty()) args.push_back("--qps=" + qps);
     if (!burst.empty()) args.push_back("--burst=" + burst);
-    controller = Spawn(args, dir + "/operator.log");
+    controller = lockstep::bench::Spawn(args, dir + "/operator.log");
     metrics_base = "http://127.0.0.1:" + std::to_string(port);
     if (!Await([&] { return Fetch(metrics_base, "/readyz") == "ok\n"; },
                std::chrono::seconds(60))) {
