@@ -180,65 +180,62 @@ int JobIndex(const std::string& name) {
   return std::atoi(name.c_str() + 4);
 }
 
-void WatchJobs(kube::RestClient& client, Observed& o, std::stop_token stop) {
+// Follows `resource` in the benchmark's namespace until `stop`, resuming a broken watch where
+// it left off; `on` gets each event but bookmarks.
+void Follow(kube::RestClient& client, const kube::Resource& resource, std::stop_token stop,
+            const std::function<void(kube::WatchEvent::Type, const json&)>& on) {
   std::string rv;
   while (!stop.stop_requested()) {
-    auto stream = client.Watch(res::kTrainingJobs, kNamespace,
-                               {.resource_version = rv, .timeout_seconds = 3600});
+    auto stream =
+        client.Watch(resource, kNamespace, {.resource_version = rv, .timeout_seconds = 3600});
     if (!stream.ok()) continue;
     std::stop_callback cancel(stop, [&] { (*stream)->Cancel(); });
     while (true) {
       auto e = (*stream)->Next();
       if (!e.ok() || !e->has_value()) break;
-      const json& j = (**e).object;
-      rv = j["metadata"].value("resourceVersion", rv);
-      if ((**e).type == kube::WatchEvent::Type::kBookmark) continue;
-      int i = JobIndex(j["metadata"].value("name", ""));
-      std::string state = j.value("/status/state"_json_pointer, "");
-      std::lock_guard lock(o.mu);
-      if (i >= 0 && i < static_cast<int>(o.running.size()) && state == "Running" && !o.running[i]) {
-        o.running[i] = SteadyClock::now();
-        ++o.running_jobs;
-      }
+      rv = (**e).object["metadata"].value("resourceVersion", rv);
+      if ((**e).type != kube::WatchEvent::Type::kBookmark) on((**e).type, (**e).object);
     }
   }
 }
 
-void WatchPods(kube::RestClient& client, Observed& o, std::stop_token stop) {
-  std::string rv;
-  while (!stop.stop_requested()) {
-    auto stream =
-        client.Watch(res::kPods, kNamespace, {.resource_version = rv, .timeout_seconds = 3600});
-    if (!stream.ok()) continue;
-    std::stop_callback cancel(stop, [&] { (*stream)->Cancel(); });
-    while (true) {
-      auto e = (*stream)->Next();
-      if (!e.ok() || !e->has_value()) break;
-      const json& p = (**e).object;
-      rv = p["metadata"].value("resourceVersion", rv);
-      if ((**e).type == kube::WatchEvent::Type::kBookmark) continue;
-      auto now = SteadyClock::now();
-      std::lock_guard lock(o.mu);
-      if ((**e).type == kube::WatchEvent::Type::kAdded) {
-        ++o.pods_added;
-        if (!o.first_pod) o.first_pod = now;
-        o.last_pod = now;
-      }
-      std::string name = p["metadata"].value("name", "");
-      size_t cut = name.rfind("-worker-1");
-      if (cut == std::string::npos || cut + 9 != name.size()) continue;
-      int i = JobIndex(name.substr(0, cut));
-      if (i < 0 || i >= static_cast<int>(o.recovered.size()) || o.failed_uid[i].empty() ||
-          o.recovered[i]) {
-        continue;
-      }
-      if (p["metadata"].value("uid", "") != o.failed_uid[i] &&
-          p.value("/status/phase"_json_pointer, "") == "Running") {
-        o.recovered[i] = now;
-        ++o.recovered_jobs;
-      }
+// Each job's first Running.
+void WatchJobs(kube::RestClient& client, Observed& o, std::stop_token stop) {
+  Follow(client, res::kTrainingJobs, stop, [&](kube::WatchEvent::Type, const json& j) {
+    int i = JobIndex(j["metadata"].value("name", ""));
+    std::string state = j.value("/status/state"_json_pointer, "");
+    std::lock_guard lock(o.mu);
+    if (i >= 0 && i < static_cast<int>(o.running.size()) && state == "Running" && !o.running[i]) {
+      o.running[i] = SteadyClock::now();
+      ++o.running_jobs;
     }
-  }
+  });
+}
+
+// Pods created, and each failed worker's replacement Running.
+void WatchPods(kube::RestClient& client, Observed& o, std::stop_token stop) {
+  Follow(client, res::kPods, stop, [&](kube::WatchEvent::Type type, const json& p) {
+    auto now = SteadyClock::now();
+    std::lock_guard lock(o.mu);
+    if (type == kube::WatchEvent::Type::kAdded) {
+      ++o.pods_added;
+      if (!o.first_pod) o.first_pod = now;
+      o.last_pod = now;
+    }
+    std::string name = p["metadata"].value("name", "");
+    size_t cut = name.rfind("-worker-1");
+    if (cut == std::string::npos || cut + 9 != name.size()) return;
+    int i = JobIndex(name.substr(0, cut));
+    if (i < 0 || i >= static_cast<int>(o.recovered.size()) || o.failed_uid[i].empty() ||
+        o.recovered[i]) {
+      return;
+    }
+    if (p["metadata"].value("uid", "") != o.failed_uid[i] &&
+        p.value("/status/phase"_json_pointer, "") == "Running") {
+      o.recovered[i] = now;
+      ++o.recovered_jobs;
+    }
+  });
 }
 
 // Waits until `done()` or `limit`; false on the limit.
