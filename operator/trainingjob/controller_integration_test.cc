@@ -30,7 +30,8 @@ namespace res = kube::resources;
 
 // Injects faults between the controller and the API server: every Nth write answered 500,
 // every Nth status write answered 409, every watch ended after a few chunks. Counts the pod
-// creates that succeeded, per pod name.
+// creates that succeeded, per pod name. With hold_creates_for = N, a pod or Service create
+// waits (5 s at most) until N are in flight together, and the most ever in flight is kept.
 class FaultyTransport final : public kube::Transport {
  public:
   explicit FaultyTransport(std::shared_ptr<kube::Transport> inner) : inner_(std::move(inner)) {}
@@ -39,6 +40,11 @@ class FaultyTransport final : public kube::Transport {
   std::atomic<int> conflict_every_nth_status{0};
   std::atomic<int> drop_watch_after_chunks{0};
   std::function<void(const std::string& pod)> on_pod_created;
+  std::atomic<int> hold_creates_for{0};
+  int max_creates_in_flight() {
+    std::lock_guard lock(mu_);
+    return max_in_flight_;
+  }
 
   int PodCreates(const std::string& name) {
     std::lock_guard lock(mu_);
@@ -62,7 +68,14 @@ class FaultyTransport final : public kube::Transport {
         ++status_writes_ % conflict_every_nth_status == 0) {
       return Injected(409, "Conflict");
     }
+    const bool child_create =
+        r.method == "POST" && (r.target.ends_with("/pods") || r.target.ends_with("/services"));
+    if (child_create) Hold();
     absl::StatusOr<kube::HttpResponse> res = inner_->Send(r);
+    if (child_create) {
+      std::lock_guard lock(mu_);
+      --in_flight_;
+    }
     if (res.ok() && res->status == 201 && r.method == "POST" && r.target.ends_with("/pods")) {
       std::string name = json::parse(res->body)["metadata"]["name"];
       {
@@ -96,6 +109,14 @@ class FaultyTransport final : public kube::Transport {
     int left_;
   };
 
+  void Hold() {
+    std::unique_lock lock(mu_);
+    max_in_flight_ = std::max(max_in_flight_, ++in_flight_);
+    if (in_flight_ >= hold_creates_for) released_ = true;
+    hold_cv_.notify_all();
+    hold_cv_.wait_for(lock, std::chrono::seconds(5), [&] { return released_; });
+  }
+
   kube::HttpResponse Injected(int code, const std::string& reason) {
     injected_ += 1;
     json status = {{"kind", "Status"},      {"apiVersion", "v1"}, {"status", "Failure"},
@@ -108,6 +129,10 @@ class FaultyTransport final : public kube::Transport {
   std::atomic<int> status_writes_{0};
   std::atomic<int> injected_{0};
   std::mutex mu_;
+  std::condition_variable hold_cv_;
+  int in_flight_ = 0;
+  int max_in_flight_ = 0;
+  bool released_ = false;
   std::map<std::string, int> pod_creates_;
 };
 
@@ -338,6 +363,19 @@ TEST_F(ControllerIntegrationTest, CreatesPodsServicesAndSecretWithTheEnvironment
   EXPECT_EQ(progress_.last_address(), "127.0.9.1:9464");
   EXPECT_GE(metrics_.Value(kPodsCreatedMetric, {{"replica_type", "worker"}}), 2);
   EXPECT_THAT(metrics_.Render(), HasSubstr("lockstep_trainingjobs{state=\"Running\"} 1"));
+}
+
+// A job's Services and pods go out in parallel batches (4, then 8...), not one by one: with
+// every create held until 4 are in flight, they are.
+TEST_F(ControllerIntegrationTest, AJobsCreatesGoOutSideBySide) {
+  faults_->hold_creates_for = 4;
+  StartOperator();
+  Create(MwmJob("t", 4));
+  ASSERT_TRUE(
+      WaitFor([&] { return Pods("t").size() == 4 && List(res::kServices, "t").size() == 4; },
+              "4 pods and 4 services"));
+  EXPECT_GE(faults_->max_creates_in_flight(), 4);
+  EXPECT_EQ(faults_->TotalPodCreates(), 4);
 }
 
 json GroupRestart() { return {{"runPolicy", {{"recovery", "RestartGroup"}}}}; }

@@ -185,11 +185,13 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
     }
   }
 
-  absl::Duration throttled_helpers;
-  absl::Status first_error = ExecuteAll(key, job, plan.actions, &throttled_helpers);
+  // The actions' waits are ExecuteAll's to count: its batches wait side by side.
+  const absl::Duration throttled_planning =
+      kube::TokenBucket::WaitedOnThisThread() - throttled_before;
+  absl::Duration throttled_actions;
+  absl::Status first_error = ExecuteAll(key, job, plan.actions, &throttled_actions);
   if (d_.metrics) {
-    const double throttled = absl::ToDoubleSeconds(kube::TokenBucket::WaitedOnThisThread() -
-                                                   throttled_before + throttled_helpers);
+    const double throttled = absl::ToDoubleSeconds(throttled_planning + throttled_actions);
     const double took =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     d_.metrics->Observe(kReconcileLatencyMetric, {}, std::max(0.0, took - throttled));
