@@ -33,6 +33,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "bench/bench_util.h"
 #include "bench/history.h"
@@ -173,6 +174,10 @@ struct Observed {
   std::optional<SteadyClock::time_point> first_pod, last_pod;
   int pods_added = 0;
   int running_jobs = 0, recovered_jobs = 0;
+  int watching = 0;  // watches open
+
+  // Waits (30 min at most) until `*count` reaches `want`; false on the limit.
+  bool AwaitCount(const int* count, int want);
 };
 
 int JobIndex(const std::string& name) {
@@ -182,13 +187,19 @@ int JobIndex(const std::string& name) {
 
 // Follows `resource` in the benchmark's namespace until `stop`, resuming a broken watch where
 // it left off; `on` gets each event but bookmarks.
-void Follow(kube::RestClient& client, const kube::Resource& resource, std::stop_token stop,
+void Follow(kube::RestClient& client, const kube::Resource& resource, Observed& o,
+            std::stop_token stop,
             const std::function<void(kube::WatchEvent::Type, const json&)>& on) {
   std::string rv;
+  bool opened = false;
   while (!stop.stop_requested()) {
     auto stream =
         client.Watch(resource, kNamespace, {.resource_version = rv, .timeout_seconds = 3600});
     if (!stream.ok()) continue;
+    if (!std::exchange(opened, true)) {
+      std::lock_guard lock(o.mu);
+      ++o.watching;
+    }
     std::stop_callback cancel(stop, [&] { (*stream)->Cancel(); });
     while (true) {
       auto e = (*stream)->Next();
@@ -201,7 +212,7 @@ void Follow(kube::RestClient& client, const kube::Resource& resource, std::stop_
 
 // Each job's first Running.
 void WatchJobs(kube::RestClient& client, Observed& o, std::stop_token stop) {
-  Follow(client, res::kTrainingJobs, stop, [&](kube::WatchEvent::Type, const json& j) {
+  Follow(client, res::kTrainingJobs, o, stop, [&](kube::WatchEvent::Type, const json& j) {
     int i = JobIndex(j["metadata"].value("name", ""));
     std::string state = j.value("/status/state"_json_pointer, "");
     std::lock_guard lock(o.mu);
@@ -214,7 +225,7 @@ void WatchJobs(kube::RestClient& client, Observed& o, std::stop_token stop) {
 
 // Pods created, and each failed worker's replacement Running.
 void WatchPods(kube::RestClient& client, Observed& o, std::stop_token stop) {
-  Follow(client, res::kPods, stop, [&](kube::WatchEvent::Type type, const json& p) {
+  Follow(client, res::kPods, o, stop, [&](kube::WatchEvent::Type type, const json& p) {
     auto now = SteadyClock::now();
     std::lock_guard lock(o.mu);
     if (type == kube::WatchEvent::Type::kAdded) {
@@ -246,6 +257,15 @@ bool Await(const std::function<bool()>& done, std::chrono::seconds limit) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return true;
+}
+
+bool Observed::AwaitCount(const int* count, int want) {
+  return Await(
+      [&] {
+        std::lock_guard lock(mu);
+        return *count >= want;
+      },
+      std::chrono::seconds(1800));
 }
 
 }  // namespace
@@ -337,7 +357,10 @@ int main(int argc, char** argv) {
   o.failed_uid.resize(jobs);
   std::jthread job_watch([&](std::stop_token s) { WatchJobs(client, o, s); });
   std::jthread pod_watch([&](std::stop_token s) { WatchPods(client, o, s); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the watches are open
+  if (!o.AwaitCount(&o.watching, 2)) {
+    std::fprintf(stderr, "the watches did not open\n");
+    return 1;
+  }
 
   // Create every job at once.
   std::vector<SteadyClock::time_point> created(jobs);
@@ -353,12 +376,7 @@ int main(int argc, char** argv) {
       ++create_failures;
   });
   double create_s = Seconds(t0, SteadyClock::now());
-  bool all_running = Await(
-      [&] {
-        std::lock_guard lock(o.mu);
-        return o.running_jobs == jobs;
-      },
-      std::chrono::seconds(1800));
+  bool all_running = o.AwaitCount(&o.running_jobs, jobs);
   auto t_running = SteadyClock::now();
   std::vector<double> to_running;
   double pods_per_s = 0;
@@ -399,12 +417,7 @@ int main(int argc, char** argv) {
                            {{"lockstep.io/simulate-exit-after", "0s"},
                             {"lockstep.io/simulate-exit-code", "137"}}}}}});
   });
-  bool all_recovered = Await(
-      [&] {
-        std::lock_guard lock(o.mu);
-        return o.recovered_jobs == jobs;
-      },
-      std::chrono::seconds(1800));
+  bool all_recovered = o.AwaitCount(&o.recovered_jobs, jobs);
   auto t_recovered = SteadyClock::now();
   std::vector<double> to_recover;
   {

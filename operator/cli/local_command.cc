@@ -69,8 +69,7 @@ struct Options {
   bool runner = true;      // serve --no-runner: the API server alone (benchmarks)
   bool controller = true;  // serve --no-controller: no TrainingJob controller in-process
   bool simulate = false;   // serve --simulate-pods: the PodSimulator instead of the runner
-  std::string simulate_start_delay = "1s";
-  std::string simulate_run_time = "0s";
+  local::PodSimulatorOptions simulation;  // --simulate-start-delay, --simulate-run-time
   std::string audit_log;
 };
 
@@ -256,10 +255,7 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
       clock.get());
   std::unique_ptr<local::PodSimulator> simulator;
   if (o.simulate) {
-    local::PodSimulatorOptions sim;
-    (void)absl::ParseDuration(o.simulate_start_delay, &sim.start_delay);  // checked when parsed
-    (void)absl::ParseDuration(o.simulate_run_time, &sim.run_time);
-    simulator = std::make_unique<local::PodSimulator>(&client, sim, clock.get());
+    simulator = std::make_unique<local::PodSimulator>(&client, o.simulation, clock.get());
   }
   std::jthread kubelet([&runner, &simulator, &stop, &o](std::stop_token) {
     if (!o.runner) return;
@@ -332,10 +328,11 @@ int Up(const Options& o, const std::string& self, std::ostream& out, std::ostrea
                                      o.state_dir.c_str(), "--port", port.c_str()};
     if (!o.controller) argv.push_back("--no-controller");
     if (!o.runner) argv.push_back("--no-runner");
+    const std::string start_delay = absl::FormatDuration(o.simulation.start_delay);
+    const std::string run_time = absl::FormatDuration(o.simulation.run_time);
     if (o.simulate) {
-      for (const char* a :
-           {"--simulate-pods", "--simulate-start-delay", o.simulate_start_delay.c_str(),
-            "--simulate-run-time", o.simulate_run_time.c_str()}) {
+      for (const char* a : {"--simulate-pods", "--simulate-start-delay", start_delay.c_str(),
+                            "--simulate-run-time", run_time.c_str()}) {
         argv.push_back(a);
       }
     }
@@ -411,7 +408,7 @@ int RunLocal(const std::vector<std::string>& args, const std::string& self, std:
           err << "lockstep local: " << a << " " << v << ": want a duration such as 2s\n";
           return 2;
         }
-        (a == "--simulate-start-delay" ? o.simulate_start_delay : o.simulate_run_time) = v;
+        (a == "--simulate-start-delay" ? o.simulation.start_delay : o.simulation.run_time) = d;
       } else if (a == "--state-dir") {
         o.state_dir = v;
       } else if (a == "--audit-log") {

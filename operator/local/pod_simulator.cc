@@ -13,6 +13,7 @@
 #include "operator/api/json_reader.h"
 #include "operator/api/object_meta.h"
 #include "operator/kube/api_error.h"
+#include "operator/local/binding.h"
 #include "operator/runtime/informer.h"
 
 namespace lockstep::local {
@@ -120,7 +121,7 @@ struct PodSimulator::Impl {
   std::set<std::pair<absl::Time, std::string>> timers;  // (due, key)
   uint32_t next_ip = 1;
 
-  std::mutex mu;  // guards dirty and woken
+  std::mutex mu;  // guards dirty
   std::condition_variable_any cv;
   std::set<std::string> dirty;
 
@@ -242,14 +243,7 @@ struct PodSimulator::Impl {
     }
     const api::ObjectMeta& m = p->metadata;
     if (p->node_name.empty()) {
-      if (m.deletion_timestamp) return;
-      // What a scheduler does: a Binding (a pod's spec is not otherwise updated).
-      (void)client->CreateSubresource(
-          kube::resources::kPods, m.namespace_, m.name, "binding",
-          {{"apiVersion", "v1"},
-           {"kind", "Binding"},
-           {"metadata", {{"name", m.name}, {"uid", m.uid}}},
-           {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", options.node_name}}}});
+      if (!m.deletion_timestamp) BindPod(client, m, options.node_name);
       return;
     }
     if (p->node_name != options.node_name) return;

@@ -17,6 +17,7 @@
 #include "operator/api/json_reader.h"
 #include "operator/api/object_meta.h"
 #include "operator/kube/api_error.h"
+#include "operator/local/binding.h"
 #include "operator/local/hosts_file.h"
 #include "operator/local/process_launcher.h"
 #include "operator/local/resolve_container.h"
@@ -395,15 +396,7 @@ struct Runner::Impl {
       std::string node = Str(*spec, "nodeName");
       const std::string& uid = p->metadata.uid;
       if (node.empty()) {
-        if (!p->metadata.deletion_timestamp) {
-          // What a scheduler does: a Binding (a pod's spec is not otherwise updated).
-          (void)client->CreateSubresource(
-              kube::resources::kPods, p->metadata.namespace_, p->metadata.name, "binding",
-              {{"apiVersion", "v1"},
-               {"kind", "Binding"},
-               {"metadata", {{"name", p->metadata.name}, {"uid", uid}}},
-               {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", options.node_name}}}});
-        }
+        if (!p->metadata.deletion_timestamp) BindPod(client, p->metadata, options.node_name);
         continue;
       }
       if (node != options.node_name) continue;

@@ -23,12 +23,15 @@ uint64_t Hash(std::initializer_list<std::string_view> parts) {
   return std::hash<std::string>{}(joined);
 }
 
-// Keeps a map within `limit` entries by erasing those `stale` says may go, then any.
+const char* TypeName(EventType type) { return type == EventType::kWarning ? "Warning" : "Normal"; }
+
+// Keeps a map within `limit` entries: past it, erases those `stale` says may go, then any,
+// down to 3/4 of the limit, so that the scan comes once per limit/4 inserts, not on each.
 template <typename Map, typename Stale>
 void Bound(Map& m, size_t limit, Stale stale) {
   if (m.size() <= limit) return;
   std::erase_if(m, [&](const auto& entry) { return stale(entry.second); });
-  while (m.size() > limit) m.erase(m.begin());
+  while (m.size() > limit * 3 / 4) m.erase(m.begin());
 }
 
 }  // namespace
@@ -83,7 +86,7 @@ bool EventRecorder::TakeObjectToken(Key object, absl::Time mono) {
 
 void EventRecorder::Record(const ObjectReference& object, EventType type, const std::string& reason,
                            const std::string& message) {
-  const char* type_name = type == EventType::kWarning ? "Warning" : "Normal";
+  const char* type_name = TypeName(type);
   const std::string object_id =
       object.uid.empty() ? object.namespace_ + "/" + object.name : object.uid;
   absl::Time now = clock_->Now();
@@ -119,7 +122,7 @@ void EventRecorder::Record(const ObjectReference& object, EventType type, const 
     // Full: a Warning takes the place of the oldest Normal event queued; otherwise it goes.
     auto normal = type == EventType::kWarning
                       ? std::find_if(queue_.begin(), queue_.end(),
-                                     [](const Write& q) { return q.type[0] == 'N'; })
+                                     [](const Write& q) { return q.type == EventType::kNormal; })
                       : queue_.end();
     if (normal == queue_.end()) {
       lock.unlock();
@@ -136,7 +139,7 @@ void EventRecorder::Record(const ObjectReference& object, EventType type, const 
           .combined = combined,
           .ns = ns,
           .object = object,
-          .type = type_name,
+          .type = type,
           .reason = reason,
           .message = text,
           .last = now};
@@ -202,7 +205,7 @@ nlohmann::json EventRecorder::EventJson(const Write& w) const {
         {"namespace", w.object.namespace_},
         {"name", w.object.name},
         {"uid", w.object.uid}}},
-      {"type", w.type},
+      {"type", TypeName(w.type)},
       {"reason", w.reason},
       {"message", w.message},
       {"count", w.count},

@@ -107,7 +107,7 @@ class EventRecorder {
     std::string ns;
     std::string name;
     ObjectReference object;
-    const char* type = "";
+    EventType type = EventType::kNormal;
     std::string reason;
     std::string message;
     int64_t count = 1;  // above 1: a repeat, patched (created whole if the server expired it)
