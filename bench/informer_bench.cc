@@ -17,6 +17,8 @@
 #include "operator/kube/testing/fake_transport.h"
 #include "operator/runtime/informer.h"
 #include "operator/runtime/work_queue.h"
+#include "operator/trainingjob/observe.h"
+#include "operator/trainingjob/reconciler.h"
 
 namespace lockstep {
 namespace {
@@ -236,6 +238,123 @@ void BM_CacheMemory(benchmark::State& state) {
   state.counters["whole_json_over_json"] = whole / per_json;
 }
 BENCHMARK(BM_CacheMemory)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// The TrainingJob controller's four caches for jobs of 4 replicas (a chief and 3 workers),
+// decoded by the controller's own decoders from the objects `lockstep local` serves: per job,
+// its JobObject, 4 ObservedPods, 4 Service headers and its token Secret's header.
+std::string Uid(int job, int child) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%08x-49ba-49d0-8e8c-%012x", job, child);
+  return buf;
+}
+
+json ChildMeta(int job, const std::string& name, int child, const json& labels) {
+  return {{"creationTimestamp", "2026-11-25T15:57:37Z"},
+          {"generation", 1},
+          {"labels", labels},
+          {"name", name},
+          {"namespace", "default"},
+          {"ownerReferences",
+           {{{"apiVersion", "lockstep.io/v1alpha1"},
+             {"blockOwnerDeletion", true},
+             {"controller", true},
+             {"kind", "TrainingJob"},
+             {"name", "job-" + std::to_string(job)},
+             {"uid", Uid(job, 0)}}}},
+          {"resourceVersion", std::to_string(job * 16 + child)},
+          {"uid", Uid(job, child)}};
+}
+
+json ReplicaLabels(int job, const std::string& type, int index, bool pod) {
+  json l = {{"lockstep.io/job-name", "job-" + std::to_string(job)},
+            {"lockstep.io/replica-index", std::to_string(index)},
+            {"lockstep.io/replica-type", type}};
+  if (pod) {
+    l["lockstep.io/attempt"] = "0";
+    l["lockstep.io/incarnation"] = "0";
+  }
+  return l;
+}
+
+json JobPod(int job, const std::string& type, int index, int child) {
+  std::string name = "job-" + std::to_string(job) + "-" + type + "-" + std::to_string(index);
+  json p = json::parse(
+      R"({"apiVersion":"v1","kind":"Pod","spec":{"containers":[{"args":["--model=mlp"],"env":[{"name":"LOCKSTEP_STRATEGY","value":"MultiWorkerMirrored"},{"name":"LOCKSTEP_JOB_TOKEN","valueFrom":{"secretKeyRef":{"key":"token","name":"job-token"}}}],"image":"lockstep/trainer:0.1.0","imagePullPolicy":"IfNotPresent","name":"lockstep","ports":[{"containerPort":2222,"name":"lockstep","protocol":"TCP"}],"resources":{},"terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File"}],"dnsPolicy":"ClusterFirst","nodeName":"lockstep-local","restartPolicy":"Never","schedulerName":"default-scheduler","serviceAccountName":"default"},"status":{"conditions":[{"status":"True","type":"PodScheduled"},{"status":"True","type":"Initialized"},{"status":"True","type":"ContainersReady"},{"status":"True","type":"Ready"}],"containerStatuses":[{"image":"lockstep/trainer:0.1.0","imageID":"","name":"lockstep","ready":true,"restartCount":0,"started":true,"state":{"running":{"startedAt":"2026-11-25T15:57:38Z"}}}],"hostIP":"127.0.0.1","phase":"Running","podIP":"10.0.0.2","podIPs":[{"ip":"10.0.0.2"}],"qosClass":"BestEffort","startTime":"2026-11-25T15:57:37Z"}})");
+  p["metadata"] = ChildMeta(job, name, child, ReplicaLabels(job, type, index, true));
+  p["spec"]["hostname"] = name;
+  return p;
+}
+
+json JobService(int job, const std::string& type, int index, int child) {
+  std::string name = "job-" + std::to_string(job) + "-" + type + "-" + std::to_string(index);
+  json s = json::parse(
+      R"({"apiVersion":"v1","kind":"Service","spec":{"clusterIP":"None","ports":[{"name":"lockstep","port":2222,"protocol":"TCP","targetPort":2222}],"publishNotReadyAddresses":true,"sessionAffinity":"None","type":"ClusterIP"}})");
+  s["metadata"] = ChildMeta(job, name, child, ReplicaLabels(job, type, index, false));
+  s["spec"]["selector"] = ReplicaLabels(job, type, index, false);
+  return s;
+}
+
+json JobSecret(int job) {
+  json s = json::parse(
+      R"({"apiVersion":"v1","data":{"token":"NjhlMWI1ZDllN2YxMTRjNWE1NjMxOGNhODg4MDhhYzVmNDE5OTU5NTlkN2I2MDRkNmM4ZjI4MzRkYTFmYzFlMw=="},"kind":"Secret","type":"Opaque"})");
+  s["metadata"] = ChildMeta(job, "job-" + std::to_string(job) + "-token", 9,
+                            {{"lockstep.io/job-name", "job-" + std::to_string(job)}});
+  return s;
+}
+
+json Job(int job) {
+  json j = json::parse(
+      R"({"apiVersion":"lockstep.io/v1alpha1","kind":"TrainingJob","spec":{"replicaSpecs":{"Chief":{"replicas":1,"restartPolicy":"ExitCode","template":{"spec":{"containers":[{"args":["--model=mlp"],"image":"lockstep/trainer:0.1.0","name":"lockstep"}]}}},"Worker":{"replicas":3,"restartPolicy":"ExitCode","template":{"spec":{"containers":[{"args":["--model=mlp"],"image":"lockstep/trainer:0.1.0","name":"lockstep"}]}}}},"runPolicy":{"backoffLimit":6,"cleanPodPolicy":"Running","pendingTimeoutSeconds":600,"suspend":false},"strategy":"MultiWorkerMirrored","successPolicy":"Default","tfConfig":{"clusterDomain":"","includeEvaluator":true}},"status":{"attempt":0,"conditions":[{"lastTransitionTime":"2026-11-25T15:57:37Z","message":"the job was accepted; creating pods and services","observedGeneration":1,"reason":"Created","status":"True","type":"Created"},{"lastTransitionTime":"2026-11-25T15:57:38Z","message":"4 training pods of attempt 0 are running","observedGeneration":1,"reason":"AllReplicasRunning","status":"True","type":"Running"}],"lastReconcileTime":"2026-11-25T15:57:38Z","observedGeneration":1,"ready":"4/4","replicaStatuses":{"Chief":{"active":1,"failed":0,"ready":1,"restarts":0,"selector":"lockstep.io/job-name=job-1234,lockstep.io/replica-type=chief","succeeded":0},"Worker":{"active":3,"failed":0,"ready":3,"restarts":0,"selector":"lockstep.io/job-name=job-1234,lockstep.io/replica-type=worker","succeeded":0}},"restartCount":0,"startTime":"2026-11-25T15:57:37Z","state":"Running"}})");
+  j["metadata"] = {{"creationTimestamp", "2026-11-25T15:57:37Z"},
+                   {"generation", 1},
+                   {"name", "job-" + std::to_string(job)},
+                   {"namespace", "default"},
+                   {"resourceVersion", std::to_string(job * 16 + 15)},
+                   {"uid", Uid(job, 0)}};
+  json& counted = j["status"]["countedFailures"];
+  for (int c = 1; c <= 4; ++c) counted[Uid(job, c)] = 0;
+  return j;
+}
+
+template <typename T, typename Decode>
+double CacheBytes(const std::vector<json>& objects, Decode decode, int jobs) {
+  runtime::Cache<T> cache;
+  size_t before = HeapInUse();
+  for (const json& o : objects) cache.Upsert(std::make_shared<const T>(*decode(o)));
+  double per_job = static_cast<double>(HeapInUse() - before) / jobs;
+  if (cache.size() != objects.size()) per_job = -1;  // a decode or key clash lost objects
+  return per_job;
+}
+
+void BM_ControllerCacheMemory(benchmark::State& state) {
+  constexpr int kJobs = 2000;
+  std::vector<json> jobs, pods, services, secrets;
+  for (int j = 0; j < kJobs; ++j) {
+    jobs.push_back(Job(j));
+    secrets.push_back(JobSecret(j));
+    for (int r = 0; r < 4; ++r) {
+      std::string type = r == 0 ? "chief" : "worker";
+      int index = r == 0 ? 0 : r - 1;
+      pods.push_back(JobPod(j, type, index, 1 + r));
+      services.push_back(JobService(j, type, index, 5 + r));
+    }
+  }
+  double job = 0, pod = 0, service = 0, secret = 0;
+  for (auto _ : state) {
+    job = CacheBytes<trainingjob::JobObject>(jobs, trainingjob::DecodeJobObject, kJobs);
+    pod = CacheBytes<trainingjob::ObservedPod>(pods, trainingjob::DecodeObservedPod, kJobs * 4);
+    service =
+        CacheBytes<trainingjob::ObjectHeader>(services, trainingjob::DecodeObjectHeader, kJobs * 4);
+    secret = CacheBytes<trainingjob::ObjectHeader>(secrets, trainingjob::DecodeObjectHeader, kJobs);
+  }
+  state.counters["job_bytes"] = job;
+  state.counters["pod_bytes"] = pod;
+  state.counters["service_bytes"] = service;
+  state.counters["secret_bytes"] = secret;
+  // A job of 4 replicas, everything the controller caches for it.
+  state.counters["bytes_per_job"] = job + 4 * pod + 4 * service + secret;
+}
+BENCHMARK(BM_ControllerCacheMemory)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 }  // namespace
 }  // namespace lockstep

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -46,6 +47,16 @@ struct ObjectMeta {
 
   bool operator==(const ObjectMeta&) const = default;
 };
+
+// "namespace/name", or "name" for cluster-scoped objects: how caches and work queues key an
+// object.
+inline std::string ObjectKey(std::string_view ns, std::string_view name) {
+  if (ns.empty()) return std::string(name);
+  std::string key;
+  key.reserve(ns.size() + 1 + name.size());
+  key.append(ns).append("/").append(name);
+  return key;
+}
 
 ObjectMeta DecodeObjectMeta(const nlohmann::json& j, const FieldPath& path, FieldErrors* errors);
 nlohmann::json EncodeObjectMeta(const ObjectMeta& m);

@@ -5,10 +5,7 @@
 // Thread-safety: plain values.
 
 #include <cstdint>
-#include <optional>
 #include <string>
-
-#include "absl/time/time.h"
 
 namespace lockstep::api {
 
@@ -18,8 +15,6 @@ struct ContainerState {
   std::string reason;
   std::string message;  // for terminated containers: the termination message
   int32_t exit_code = 0;
-  std::optional<absl::Time> started_at;
-  std::optional<absl::Time> finished_at;
 };
 
 struct ContainerStatus {

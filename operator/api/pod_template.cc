@@ -82,7 +82,8 @@ PodTemplate PodTemplate::Decode(const json& j, const FieldPath& path, FieldError
   PodTemplate t;
   ObjectReader r(j, path, errors);
   if (!r.ok()) return t;
-  t.raw_ = j;
+  // Strings from a parsed document are valid UTF-8; replace guards one built in code.
+  t.raw_ = j.dump(-1, ' ', false, json::error_handler_t::replace);
   r.Object("metadata");
   const json* spec = r.Object("spec");
   if (spec == nullptr) {
@@ -113,6 +114,8 @@ PodTemplate PodTemplate::Decode(const json& j, const FieldPath& path, FieldError
   }
   return t;
 }
+
+json PodTemplate::raw() const { return json::parse(raw_); }
 
 const Container* PodTemplate::TrainingContainer() const {
   for (const Container& c : containers_) {

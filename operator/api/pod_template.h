@@ -2,6 +2,8 @@
 // PodTemplate: a replica's PodTemplateSpec. The JSON stays the source of truth (every field is
 // preserved exactly, including ones this version of Lockstep does not know); the typed view
 // holds only what the operator reads: containers, their ports and env, and restartPolicy.
+// The JSON is kept serialized (about a fifth of a parsed tree's memory: the operator caches
+// every job) and parsed when a pod is built or the job encoded.
 // Thread-safety: plain values.
 
 #include <cstdint>
@@ -59,7 +61,7 @@ class PodTemplate {
   // port numbers, env names). Problems are appended to `errors` with paths under `path`.
   static PodTemplate Decode(const nlohmann::json& j, const FieldPath& path, FieldErrors* errors);
 
-  const nlohmann::json& raw() const { return raw_; }
+  nlohmann::json raw() const;
   const std::vector<Container>& containers() const { return containers_; }
   // template.spec.restartPolicy as written; the replica's restartPolicy overrides it.
   const std::optional<std::string>& restart_policy() const { return restart_policy_; }
@@ -75,7 +77,7 @@ class PodTemplate {
   bool operator==(const PodTemplate& o) const { return raw_ == o.raw_; }
 
  private:
-  nlohmann::json raw_ = nlohmann::json::object();
+  std::string raw_ = "{}";  // the template's JSON, serialized (keys sorted)
   std::vector<Container> containers_;
   std::optional<std::string> restart_policy_;
 };

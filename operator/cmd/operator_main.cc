@@ -2,6 +2,7 @@
 // optionally campaigns for the leader Lease, serves /metrics, /healthz and /readyz, and
 // reconciles until SIGTERM or SIGINT, after which it finishes the reconciles in flight,
 // releases the Lease and exits 0.
+#include <malloc.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -130,9 +131,23 @@ int main(int argc, char** argv) {
                     endpoints->port());
   }
 
-  std::jthread watch_signals([&stop](std::stop_token st) {
+  std::jthread watch_signals([&stop, &controller](std::stop_token st) {
+    // Freed heap stays resident after a burst of work (the creates of thousands of jobs parse
+    // and free megabytes of JSON) until it is handed back: the operator does that once its
+    // queue has been empty for a second after work, at most every 10 s (about a millisecond).
+    int idle_ticks = 0, since_trim = 0;  // ticks of 100 ms
+    bool worked = false;
     while (!st.stop_requested() && !g_signalled) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      ++since_trim;
+      if (controller.QueueDepth() > 0) {
+        worked = true;
+        idle_ticks = 0;
+      } else if (++idle_ticks >= 10 && worked && since_trim >= 100) {
+        malloc_trim(0);
+        worked = false;
+        since_trim = 0;
+      }
     }
     stop.request_stop();
   });

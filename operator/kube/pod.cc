@@ -29,8 +29,6 @@ ContainerState DecodeState(const json* j, const FieldPath& path, FieldErrors* er
     s.reason = d.String("reason").value_or("");
     s.message = d.String("message").value_or("");
     s.exit_code = d.Int32("exitCode").value_or(0);
-    s.started_at = d.Time("startedAt");
-    s.finished_at = d.Time("finishedAt");
     break;
   }
   return s;

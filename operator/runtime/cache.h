@@ -2,12 +2,15 @@
 // Cache<T>: the read-only store an informer fills, with indexes. Readers get
 // shared_ptr<const T>: an object handed out never changes (an update replaces the pointer), so
 // a reconciler can hold it without locks, and must copy it to change it.
-// T needs a `metadata` member of type api::ObjectMeta.
+// T's metadata is MetaOf(object): its `metadata` member unless T's namespace says otherwise.
+// That metadata is an api::ObjectMeta, or a compact type of the controller's own for which
+// KeyOf(m) and OwnerUids(m) are found beside it (trainingjob::ChildMeta); Select and the
+// label index need an api::ObjectMeta.
 // Built in: the index by owner UID (what a controller finds its children by). By namespace
 // and by label ("key=value") are there to add (AddIndex(kNamespaceIndex, NamespaceIndex()),
 // AddIndex(kLabelIndex, LabelIndex())), as any other, before the first write: each index holds
-// a copy of every object's key per value, which at 20,000 pods is megabytes, so a cache keeps
-// only those its readers use.
+// a set node per object and value, which at 20,000 pods is megabytes, so a cache keeps only
+// those its readers use.
 // Thread-safety: thread-safe; many readers, one writer (the informer).
 
 #include <functional>
@@ -25,16 +28,20 @@
 
 namespace lockstep::runtime {
 
-// "namespace/name", or "name" for cluster-scoped objects.
-inline std::string ObjectKey(std::string_view ns, std::string_view name) {
-  if (ns.empty()) return std::string(name);
-  std::string key;
-  key.reserve(ns.size() + 1 + name.size());
-  key.append(ns).append("/").append(name);
-  return key;
-}
+using api::ObjectKey;
 
 inline std::string KeyOf(const api::ObjectMeta& m) { return ObjectKey(m.namespace_, m.name); }
+
+inline std::vector<std::string> OwnerUids(const api::ObjectMeta& m) {
+  std::vector<std::string> uids;
+  for (const api::OwnerReference& r : m.owner_references) uids.push_back(r.uid);
+  return uids;
+}
+
+template <typename T>
+const auto& MetaOf(const T& object) {
+  return object.metadata;
+}
 
 inline constexpr char kNamespaceIndex[] = "namespace";
 inline constexpr char kOwnerIndex[] = "owner";
@@ -47,20 +54,16 @@ class Cache {
   using IndexFunc = std::function<std::vector<std::string>(const T&)>;
 
   Cache() {
-    AddIndex(kOwnerIndex, [](const T& o) {
-      std::vector<std::string> uids;
-      for (const api::OwnerReference& r : o.metadata.owner_references) uids.push_back(r.uid);
-      return uids;
-    });
+    AddIndex(kOwnerIndex, [](const T& o) { return OwnerUids(MetaOf(o)); });
   }
 
   static IndexFunc NamespaceIndex() {
-    return [](const T& o) { return std::vector<std::string>{o.metadata.namespace_}; };
+    return [](const T& o) { return std::vector<std::string>{MetaOf(o).namespace_}; };
   }
   static IndexFunc LabelIndex() {
     return [](const T& o) {
       std::vector<std::string> pairs;
-      for (const auto& [k, v] : o.metadata.labels) pairs.push_back(k + "=" + v);
+      for (const auto& [k, v] : MetaOf(o).labels) pairs.push_back(k + "=" + v);
       return pairs;
     };
   }
@@ -91,7 +94,8 @@ class Cache {
     if (idx == indexes_.end()) return out;
     auto keys = idx->second.entries.find(std::string(value));
     if (keys == idx->second.entries.end()) return out;
-    for (const std::string& key : keys->second) out.push_back(items_.at(key));
+    out.reserve(keys->second.size());
+    for (const std::string* key : keys->second) out.push_back(items_.at(*key));
     return out;
   }
 
@@ -106,7 +110,7 @@ class Cache {
     std::vector<Ptr> candidates = ns.empty() || !indexed ? List() : ByIndex(kNamespaceIndex, ns);
     std::vector<Ptr> out;
     for (Ptr& p : candidates) {
-      if ((ns.empty() || p->metadata.namespace_ == ns) && selector.Matches(p->metadata.labels)) {
+      if ((ns.empty() || MetaOf(*p).namespace_ == ns) && selector.Matches(MetaOf(*p).labels)) {
         out.push_back(std::move(p));
       }
     }
@@ -120,18 +124,18 @@ class Cache {
 
   // Writers. Each returns the object it replaced or removed (null when there was none).
   Ptr Upsert(Ptr obj) {
-    std::string key = KeyOf(obj->metadata);
+    std::string key = KeyOf(MetaOf(*obj));
     std::unique_lock lock(mu_);
     Ptr old;
     auto it = items_.find(key);
     if (it != items_.end()) {
       old = it->second;
-      Unindex(key, *old);
+      Unindex(it->first, *old);
       it->second = obj;
     } else {
-      items_.emplace(key, obj);
+      it = items_.emplace(std::move(key), obj).first;
     }
-    Index(key, *obj);
+    Index(it->first, *obj);
     return old;
   }
 
@@ -149,7 +153,7 @@ class Cache {
   std::unordered_map<std::string, Ptr> Replace(std::vector<Ptr> objects) {
     std::unordered_map<std::string, Ptr> fresh;
     fresh.reserve(objects.size());
-    for (Ptr& obj : objects) fresh[KeyOf(obj->metadata)] = std::move(obj);
+    for (Ptr& obj : objects) fresh[KeyOf(MetaOf(*obj))] = std::move(obj);
     std::unique_lock lock(mu_);
     for (auto& [name, index] : indexes_) index.entries.clear();
     items_.swap(fresh);
@@ -158,14 +162,20 @@ class Cache {
   }
 
  private:
+  // An index entry points at the key in items_ (an unordered_map's nodes never move), so
+  // an object in an index costs a pointer there, not a copy of its key.
+  struct KeyLess {
+    bool operator()(const std::string* a, const std::string* b) const { return *a < *b; }
+  };
   struct IndexData {
     IndexFunc func;
-    std::unordered_map<std::string, std::set<std::string>> entries;
+    std::unordered_map<std::string, std::set<const std::string*, KeyLess>> entries;
   };
 
+  // `key` is the key of the object's node in items_.
   void Index(const std::string& key, const T& obj) {
     for (auto& [name, index] : indexes_) {
-      for (std::string& value : index.func(obj)) index.entries[std::move(value)].insert(key);
+      for (std::string& value : index.func(obj)) index.entries[std::move(value)].insert(&key);
     }
   }
 
@@ -174,7 +184,7 @@ class Cache {
       for (const std::string& value : index.func(obj)) {
         auto it = index.entries.find(value);
         if (it == index.entries.end()) continue;
-        it->second.erase(key);
+        it->second.erase(&key);
         if (it->second.empty()) index.entries.erase(it);
       }
     }

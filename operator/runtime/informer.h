@@ -70,7 +70,7 @@ class Informer final : public WatchSink {
     std::vector<Ptr> fresh = objects;
     std::unordered_map<std::string, Ptr> old = cache_.Replace(std::move(objects));
     for (const Ptr& obj : fresh) {
-      auto it = old.find(KeyOf(obj->metadata));
+      auto it = old.find(KeyOf(MetaOf(*obj)));
       if (it == old.end()) {
         Notify([&](const EventHandlers<T>& h) {
           if (h.on_add) h.on_add(obj);
@@ -79,7 +79,7 @@ class Informer final : public WatchSink {
       }
       Ptr previous = std::move(it->second);
       old.erase(it);
-      if (previous->metadata.resource_version != obj->metadata.resource_version) {
+      if (MetaOf(*previous).resource_version != MetaOf(*obj).resource_version) {
         Notify([&](const EventHandlers<T>& h) {
           if (h.on_update) h.on_update(previous, obj);
         });
@@ -101,7 +101,7 @@ class Informer final : public WatchSink {
     Ptr obj = Decode(event.object);
     if (!obj) return;
     if (event.type == kube::WatchEvent::Type::kDeleted) {
-      Ptr old = cache_.Erase(KeyOf(obj->metadata));
+      Ptr old = cache_.Erase(KeyOf(MetaOf(*obj)));
       Ptr last = old ? old : obj;
       Notify([&](const EventHandlers<T>& h) {
         if (h.on_delete) h.on_delete(last);

@@ -114,6 +114,20 @@ TEST_F(InformerTest, IndexesByNamespaceOwnerAndLabel) {
   informer_.Apply({kube::WatchEvent::Type::kDeleted, PodJson("a", "ps0", "3")});
   EXPECT_THAT(Names(c.ByIndex(kLabelIndex, "role=ps")), ElementsAre("w1"));
   EXPECT_THAT(Names(c.ByIndex(kOwnerIndex, "job1")), ElementsAre("w0", "w1"));
+  // A relist rebuilds the indexes over the new content; later events keep them right.
+  informer_.Replace({PodJson("a", "w1", "4", {{"role", "worker"}}, "job2"),
+                     PodJson("b", "w0", "1", {{"role", "worker"}}, "job2"),
+                     PodJson("c", "ps0", "4", {{"role", "ps"}}, "job3")},
+                    "4");
+  EXPECT_TRUE(c.ByIndex(kOwnerIndex, "job1").empty());
+  EXPECT_THAT(Names(c.ByIndex(kOwnerIndex, "job2")), ElementsAre("w0", "w1"));
+  informer_.Apply({kube::WatchEvent::Type::kDeleted, PodJson("b", "w0", "5")});
+  informer_.Apply(
+      {kube::WatchEvent::Type::kAdded, PodJson("c", "w9", "6", {{"role", "worker"}}, "job3")});
+  EXPECT_THAT(Names(c.ByIndex(kOwnerIndex, "job2")), ElementsAre("w1"));
+  EXPECT_THAT(Names(c.ByIndex(kOwnerIndex, "job3")), ElementsAre("ps0", "w9"));
+  EXPECT_THAT(Names(c.ByIndex(kNamespaceIndex, "c")), ElementsAre("ps0", "w9"));
+  EXPECT_THAT(Names(c.ByIndex(kLabelIndex, "role=worker")), ElementsAre("w1", "w9"));
 }
 
 TEST_F(InformerTest, UndecodableObjectsAreSkippedAndReported) {

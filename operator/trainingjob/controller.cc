@@ -71,7 +71,7 @@ struct TrainingJobController::Impl {
     for (const auto& j : jobs.cache().List()) {
       if (!IsPolled(j->job)) continue;
       std::shared_ptr<const ObservedPod> pod =
-          pods.cache().Get(runtime::ObjectKey(j->metadata.namespace_, ProgressPodName(j->job)));
+          pods.cache().Get(runtime::ObjectKey(j->job.metadata.namespace_, ProgressPodName(j->job)));
       if (auto t = ProgressTargetOf(j->job, pod.get())) out.push_back(*std::move(t));
     }
     return out;
@@ -158,23 +158,25 @@ TrainingJobController::TrainingJobController(kube::RestClient* client, kube::Clo
 
 TrainingJobController::~TrainingJobController() = default;
 
+size_t TrainingJobController::QueueDepth() const { return impl_->queue.Len(); }
+
 void TrainingJobController::Run(std::stop_token stop) {
   Impl& i = *impl_;
   i.jobs.AddHandlers({
       .on_add =
           [&i](const std::shared_ptr<const JobObject>& j) {
-            i.queue.Add(runtime::KeyOf(j->metadata));
+            i.queue.Add(runtime::KeyOf(j->job.metadata));
           },
       .on_update =
           [&i](const std::shared_ptr<const JobObject>& old,
                const std::shared_ptr<const JobObject>& j) {
-            i.queue.Add(runtime::KeyOf(j->metadata));
+            i.queue.Add(runtime::KeyOf(j->job.metadata));
             // A job that starts running is polled at once rather than at the next round.
             if (i.poller && IsPolled(j->job) && !IsPolled(old->job)) i.poller->Wake();
           },
       .on_delete =
           [&i](const std::shared_ptr<const JobObject>& j) {
-            i.queue.Add(runtime::KeyOf(j->metadata));
+            i.queue.Add(runtime::KeyOf(j->job.metadata));
           },
   });
   i.WatchChildren(&i.pods, ChildKind::kPod);

@@ -48,6 +48,8 @@ class TrainingJobController {
   void Run(std::stop_token stop);
   // The caches have synced and workers are running.
   bool Ready() const { return ready_.load(); }
+  // Keys waiting in the work queue (0 when the controller is idle).
+  size_t QueueDepth() const;
 
  private:
   struct Impl;

@@ -74,7 +74,7 @@ json DesiredPod(const api::TrainingJob& job, api::ReplicaType type, int32_t inde
                 const DesiredOptions& options, std::vector<std::string>* kept_env,
                 int32_t incarnation) {
   const api::ReplicaSpec& spec = job.spec.replica_specs.at(type);
-  const json& tmpl = spec.pod_template.raw();
+  const json tmpl = spec.pod_template.raw();
   std::string name = api::ReplicaName(job.metadata.name, type, index);
 
   std::map<std::string, std::string> labels;

@@ -101,7 +101,7 @@ PodFailure DescribeFailure(const ObservedPod& pod, ReplicaType type, int32_t ind
   f.type = type;
   f.index = index;
   f.restarted_in_place = pod.phase != PodPhase::kFailed;
-  f.disruption = IsDisruptionReason(pod.reason) || pod.ConditionTrue("DisruptionTarget");
+  f.disruption = IsDisruptionReason(pod.reason) || pod.disruption_target;
 
   std::string container_reason;
   std::string termination;

@@ -61,7 +61,7 @@ ObservedPod Evicted(ObservedPod p) {
 }
 ObservedPod DisruptionTarget(ObservedPod p) {
   p = Exited(std::move(p), 143);
-  p.conditions.push_back({"DisruptionTarget", "True", "PreemptionByScheduler", ""});
+  p.disruption_target = true;
   return p;
 }
 

@@ -22,6 +22,15 @@ api::OwnerReference ControllerRef(const api::TrainingJob& job) {
           .block_owner_deletion = true};
 }
 
+std::optional<api::ReplicaType> ReplicaTypeLabel(const std::map<std::string, std::string>& labels) {
+  auto it = labels.find(std::string(kReplicaTypeLabel));
+  if (it == labels.end()) return std::nullopt;
+  for (const auto& e : api::kReplicaTypeNames) {
+    if (api::ReplicaTypeLower(e.value) == it->second) return e.value;
+  }
+  return std::nullopt;
+}
+
 int32_t LabelInt(const std::map<std::string, std::string>& labels, std::string_view key) {
   auto it = labels.find(std::string(key));
   if (it == labels.end() || it->second.empty()) return -1;

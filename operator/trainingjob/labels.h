@@ -3,6 +3,8 @@
 // Thread-safety: constants and pure functions.
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -28,6 +30,9 @@ std::string ReplicaSelector(std::string_view job_name, api::ReplicaType type);
 // The owner reference every child carries: controller and blockOwnerDeletion set.
 api::OwnerReference ControllerRef(const api::TrainingJob& job);
 
+// The replica type a lockstep.io/replica-type label names ("worker"); unset when absent or
+// not a type.
+std::optional<api::ReplicaType> ReplicaTypeLabel(const std::map<std::string, std::string>& labels);
 // Parses a decimal label value; -1 when absent or malformed.
 int32_t LabelInt(const std::map<std::string, std::string>& labels, std::string_view key);
 

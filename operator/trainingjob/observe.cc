@@ -12,28 +12,38 @@ kube::Resource PodGroups(GangScheduler gang) {
 
 }  // namespace
 
-void TrimChildMetadata(api::ObjectMeta& m) {
-  std::erase_if(m.labels, [](const auto& label) {
-    return label.first != kReplicaTypeLabel && label.first != kReplicaIndexLabel &&
-           label.first != kAttemptLabel;
-  });
-  m.annotations.clear();
-  m.finalizers.clear();
-  m.generate_name.clear();
-  m.other = nullptr;  // an empty object would cost an allocation per child
+ChildMeta ObserveChildMeta(const api::ObjectMeta& m) {
+  ChildMeta c{.name = m.name,
+              .namespace_ = m.namespace_,
+              .uid = m.uid,
+              .resource_version = m.resource_version,
+              .creation_timestamp = m.creation_timestamp,
+              .deletion_timestamp = m.deletion_timestamp,
+              .replica_type = ReplicaTypeLabel(m.labels),
+              .replica_index = LabelInt(m.labels, kReplicaIndexLabel),
+              .attempt = LabelInt(m.labels, kAttemptLabel)};
+  for (const api::OwnerReference& r : m.owner_references) {
+    if (!r.controller.value_or(false)) continue;
+    c.controller_uid = r.uid;
+    if (r.kind == api::kKind && r.api_version == api::kApiVersion) c.controller_job = r.name;
+    break;
+  }
+  return c;
 }
 
 ObservedPod ObservePod(const kube::Pod& pod) {
   ObservedPod out;
-  out.metadata = pod.metadata;
-  TrimChildMetadata(out.metadata);
+  out.metadata = ObserveChildMeta(pod.metadata);
   out.phase = ParsePodPhase(pod.phase);
   out.reason = pod.reason;
   out.message = pod.message;
   out.pod_ip = pod.pod_ip;
-  for (const api::PodCondition& c : pod.conditions) {  // one type: api/pod_status.h
-    if (c.type == "Ready" || c.type == "PodScheduled" || c.type == "DisruptionTarget") {
-      out.conditions.push_back(c);
+  for (const api::PodCondition& c : pod.conditions) {
+    if (c.type == "Ready") out.ready = c.status == "True";
+    if (c.type == "DisruptionTarget") out.disruption_target = c.status == "True";
+    if (c.type == "PodScheduled" && c.status == "False") {
+      out.unschedulable = true;
+      out.unschedulable_message = c.message;
     }
   }
   out.container_statuses = pod.container_statuses;

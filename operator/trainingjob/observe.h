@@ -14,14 +14,13 @@
 
 namespace lockstep::trainingjob {
 
-// What the planner reads of a child's metadata, and nothing more, so that the caches of
-// 20,000 pods and Services stay small: of the labels only the replica type and index and the
-// attempt (the job's name is the informers' selector, and the owner reference names the job),
-// no annotations, finalizers or unmodelled fields.
-void TrimChildMetadata(api::ObjectMeta& m);
+// What the planner reads of a child's metadata (observed.h): its replica labels parsed, its
+// controlling owner reference, and nothing more, so that the caches of 20,000 pods and
+// Services stay small.
+ChildMeta ObserveChildMeta(const api::ObjectMeta& m);
 
-// The pod as the planner sees it: TrimChildMetadata, and of its conditions only those the
-// planner reads (Ready, PodScheduled, DisruptionTarget).
+// The pod as the planner sees it: ObserveChildMeta, and of its conditions only what the
+// planner reads (Ready, DisruptionTarget, an unschedulable PodScheduled).
 ObservedPod ObservePod(const kube::Pod& pod);
 // kube::DecodePod, then ObservePod: the pod informer's decoder.
 absl::StatusOr<ObservedPod> DecodeObservedPod(const nlohmann::json& j);

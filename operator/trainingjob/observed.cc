@@ -3,6 +3,8 @@
 #include <array>
 #include <utility>
 
+#include "operator/api/object_meta.h"
+
 namespace lockstep::trainingjob {
 namespace {
 
@@ -46,16 +48,11 @@ std::string_view PodPhaseName(PodPhase phase) {
   return "Unknown";
 }
 
-const PodCondition* ObservedPod::Condition(std::string_view type) const {
-  for (const PodCondition& c : conditions) {
-    if (c.type == type) return &c;
-  }
-  return nullptr;
-}
+std::string KeyOf(const ChildMeta& m) { return api::ObjectKey(m.namespace_, m.name); }
 
-bool ObservedPod::ConditionTrue(std::string_view type) const {
-  const PodCondition* c = Condition(type);
-  return c != nullptr && c->status == "True";
+std::vector<std::string> OwnerUids(const ChildMeta& m) {
+  if (m.controller_uid.empty()) return {};
+  return {m.controller_uid};
 }
 
 }  // namespace lockstep::trainingjob

@@ -11,8 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "operator/api/object_meta.h"
+#include "absl/time/time.h"
 #include "operator/api/pod_status.h"
+#include "operator/api/trainingjob_types.h"
 
 namespace lockstep::trainingjob {
 
@@ -28,20 +29,46 @@ std::string_view PodPhaseName(PodPhase phase);
 
 using api::ContainerState;
 using api::ContainerStatus;
-using api::PodCondition;
+
+// What the planner reads of a child's metadata (pods, Services, Secrets, PodGroups), parsed
+// once where the object comes in (observe.h) and nothing more: the controller caches 20,000
+// children at scale, and api::ObjectMeta's label map and owner references cost four times
+// this. The job name label is the informers' selector, so it is not kept.
+struct ChildMeta {
+  std::string name;
+  std::string namespace_;
+  std::string uid;
+  std::string resource_version;
+  std::optional<absl::Time> creation_timestamp;
+  std::optional<absl::Time> deletion_timestamp;
+  // The controlling owner reference's UID (any kind), and its name when it is a TrainingJob
+  // of this API version; both empty when nothing controls the object.
+  std::string controller_uid;
+  std::string controller_job;
+  // lockstep.io/replica-type, -replica-index and -attempt; unset or -1 when absent or not
+  // valid (the planner deletes such a pod).
+  std::optional<api::ReplicaType> replica_type;
+  int32_t replica_index = -1;
+  int32_t attempt = -1;
+};
+
+// The cache's key ("namespace/name") and owner index (the controller's UID) of a child.
+std::string KeyOf(const ChildMeta& m);
+std::vector<std::string> OwnerUids(const ChildMeta& m);
 
 struct ObservedPod {
-  api::ObjectMeta metadata;
+  ChildMeta metadata;
   PodPhase phase = PodPhase::kUnknown;
   std::string reason;
   std::string message;
   std::string pod_ip;
-  std::vector<PodCondition> conditions;
+  // The pod conditions the planner reads: Ready and DisruptionTarget with status True, and
+  // PodScheduled with status False (with its message: why the pod cannot be scheduled).
+  bool ready = false;
+  bool disruption_target = false;
+  bool unschedulable = false;
+  std::string unschedulable_message;
   std::vector<ContainerStatus> container_statuses;
-
-  const PodCondition* Condition(std::string_view type) const;
-  // The condition `type` is present with status "True".
-  bool ConditionTrue(std::string_view type) const;
 };
 
 }  // namespace lockstep::trainingjob

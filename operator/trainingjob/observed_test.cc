@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "operator/trainingjob/observe.h"
+#include "operator/trainingjob/reconciler.h"
 
 namespace lockstep::trainingjob {
 namespace {
@@ -48,8 +49,9 @@ TEST(ObservedTest, ThePodInformersDecoderTypesThePod) {
   EXPECT_EQ(pod->phase, PodPhase::kFailed);
   EXPECT_EQ(pod->reason, "Evicted");
   EXPECT_EQ(pod->pod_ip, "10.0.0.7");
-  EXPECT_TRUE(pod->ConditionTrue("DisruptionTarget"));
-  EXPECT_FALSE(pod->ConditionTrue("Ready"));
+  EXPECT_TRUE(pod->disruption_target);
+  EXPECT_FALSE(pod->ready);
+  EXPECT_FALSE(pod->unschedulable);
   ASSERT_EQ(pod->container_statuses.size(), 1u);
   const ContainerStatus& c = pod->container_statuses[0];
   EXPECT_EQ(c.restart_count, 2);
@@ -59,6 +61,88 @@ TEST(ObservedTest, ThePodInformersDecoderTypesThePod) {
   EXPECT_EQ(c.last_state.kind, ContainerState::Kind::kTerminated);
   EXPECT_EQ(c.last_state.exit_code, 1);
   EXPECT_FALSE(DecodeObservedPod(nlohmann::json::array()).ok());
+}
+
+TEST(ObservedTest, APendingPodSaysWhyItIsNotScheduled) {
+  absl::StatusOr<ObservedPod> pod = DecodeObservedPod(nlohmann::json::parse(R"({
+    "metadata": {"name": "t-worker-0"},
+    "status": {"phase": "Pending", "conditions": [
+      {"type": "Ready", "status": "False"},
+      {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+       "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]}})"));
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_FALSE(pod->ready);
+  EXPECT_TRUE(pod->unschedulable);
+  EXPECT_EQ(pod->unschedulable_message, "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.");
+
+  pod = DecodeObservedPod(nlohmann::json::parse(R"({
+    "metadata": {"name": "t-worker-0"},
+    "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"},
+      {"type": "PodScheduled", "status": "True"}]}})"));
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_TRUE(pod->ready);
+  EXPECT_FALSE(pod->unschedulable);
+}
+
+// A child's metadata is kept as the planner reads it: labels parsed, the controlling owner.
+TEST(ObservedTest, AChildsMetadataIsParsedOnceWhereItComesIn) {
+  nlohmann::json j = nlohmann::json::parse(R"({"metadata": {
+    "name": "t-worker-2", "namespace": "ns", "uid": "u2", "resourceVersion": "17",
+    "creationTimestamp": "2026-11-21T10:00:00Z", "deletionTimestamp": "2026-11-21T10:05:00Z",
+    "labels": {"lockstep.io/job-name": "t", "lockstep.io/replica-type": "worker",
+               "lockstep.io/replica-index": "2", "lockstep.io/attempt": "3", "team": "a"},
+    "annotations": {"note": "dropped"},
+    "ownerReferences": [
+      {"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "cm-uid"},
+      {"apiVersion": "lockstep.io/v1alpha1", "kind": "TrainingJob", "name": "t",
+       "uid": "job-uid", "controller": true}]}})");
+  absl::StatusOr<ObjectHeader> h = DecodeObjectHeader(j);
+  ASSERT_TRUE(h.ok()) << h.status();
+  const ChildMeta& m = h->metadata;
+  EXPECT_EQ(m.name, "t-worker-2");
+  EXPECT_EQ(m.namespace_, "ns");
+  EXPECT_EQ(m.uid, "u2");
+  EXPECT_EQ(m.resource_version, "17");
+  EXPECT_EQ(m.creation_timestamp, absl::FromUnixSeconds(1795255200));
+  EXPECT_EQ(m.deletion_timestamp, absl::FromUnixSeconds(1795255500));
+  EXPECT_EQ(m.replica_type, api::ReplicaType::kWorker);
+  EXPECT_EQ(m.replica_index, 2);
+  EXPECT_EQ(m.attempt, 3);
+  EXPECT_EQ(m.controller_uid, "job-uid");
+  EXPECT_EQ(m.controller_job, "t");
+  EXPECT_EQ(KeyOf(m), "ns/t-worker-2");
+  EXPECT_EQ(OwnerUids(m), std::vector<std::string>{"job-uid"});
+  EXPECT_EQ(ControllerKey(m), "ns/t");
+
+  // Labels that are not a replica's: the planner deletes such a pod.
+  j["metadata"]["labels"] = {{"lockstep.io/replica-type", "Worker"},
+                             {"lockstep.io/replica-index", "-1"},
+                             {"lockstep.io/attempt", "x"}};
+  // Controlled by something else: indexed under its owner, but no job's key.
+  j["metadata"]["ownerReferences"] = {{{"apiVersion", "apps/v1"},
+                                       {"kind", "ReplicaSet"},
+                                       {"name", "rs"},
+                                       {"uid", "rs-uid"},
+                                       {"controller", true}}};
+  h = DecodeObjectHeader(j);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->metadata.replica_type, std::nullopt);
+  EXPECT_EQ(h->metadata.replica_index, -1);
+  EXPECT_EQ(h->metadata.attempt, -1);
+  EXPECT_EQ(h->metadata.controller_uid, "rs-uid");
+  EXPECT_EQ(h->metadata.controller_job, "");
+  EXPECT_EQ(ControllerKey(h->metadata), "");
+
+  // Owned by a job, but not controlled: nobody's child.
+  j["metadata"]["ownerReferences"] = {{{"apiVersion", "lockstep.io/v1alpha1"},
+                                       {"kind", "TrainingJob"},
+                                       {"name", "t"},
+                                       {"uid", "job-uid"}}};
+  h = DecodeObjectHeader(j);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_TRUE(OwnerUids(h->metadata).empty());
+  EXPECT_EQ(ControllerKey(h->metadata), "");
+  EXPECT_FALSE(DecodeObjectHeader(nlohmann::json::parse(R"({"metadata": {}})")).ok());
 }
 
 }  // namespace

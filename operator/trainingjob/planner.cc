@@ -22,15 +22,6 @@ namespace {
 using api::JobState;
 using api::ReplicaType;
 
-std::optional<ReplicaType> TypeFromLabel(const std::map<std::string, std::string>& labels) {
-  auto it = labels.find(std::string(kReplicaTypeLabel));
-  if (it == labels.end()) return std::nullopt;
-  for (const auto& e : api::kReplicaTypeNames) {
-    if (api::ReplicaTypeLower(e.value) == it->second) return e.value;
-  }
-  return std::nullopt;
-}
-
 // The training group: every replica type except the evaluator restarts together.
 bool InGroup(ReplicaType t) { return t != ReplicaType::kEvaluator; }
 
@@ -113,8 +104,8 @@ class Planner {
       completed_[type] = ParseIndexes(st_.replica_statuses[type].completed_indexes);
     }
     for (const std::shared_ptr<const ObservedPod>& pod : o_.pods) {
-      std::optional<ReplicaType> type = TypeFromLabel(pod->metadata.labels);
-      int32_t index = LabelInt(pod->metadata.labels, kReplicaIndexLabel);
+      std::optional<ReplicaType> type = pod->metadata.replica_type;
+      int32_t index = pod->metadata.replica_index;
       if (!type || index < 0) {
         if (!pod->metadata.deletion_timestamp)
           DeletePod(*pod, "it carries no valid replica labels");
@@ -136,7 +127,7 @@ class Planner {
     for (auto& [key, slot] : slots_) {
       if (!slot.pod) continue;
       const auto& [type, index] = key;
-      int32_t attempt = LabelInt(slot.pod->metadata.labels, kAttemptLabel);
+      int32_t attempt = slot.pod->metadata.attempt;
       if (index >= api::ReplicaCount(job_.spec, type)) {
         DeletePod(*slot.pod, "the replica count was lowered");
         slot.pod = nullptr;
@@ -148,8 +139,8 @@ class Planner {
     }
     for (const ChildRef& svc : o_.services) {
       if (svc.deleting) continue;
-      std::optional<ReplicaType> type = TypeFromLabel(svc.labels);
-      int32_t index = LabelInt(svc.labels, kReplicaIndexLabel);
+      std::optional<ReplicaType> type = svc.replica_type;
+      int32_t index = svc.replica_index;
       if (!type || index >= api::ReplicaCount(job_.spec, *type) || index < 0) {
         Delete(ChildKind::kService, svc.name, svc.uid, "the replica count was lowered");
       }
@@ -215,7 +206,7 @@ class Planner {
       auto it = st_.counted_failures.find(pod->metadata.uid);
       int32_t before = it == st_.counted_failures.end() ? 0 : it->second;
       if (n <= before || slots_[{type, index}].pod != pod) continue;
-      if (InGroup(type) && LabelInt(pod->metadata.labels, kAttemptLabel) < st_.attempt) continue;
+      if (InGroup(type) && pod->metadata.attempt < st_.attempt) continue;
       if (pod->phase == PodPhase::kSucceeded) continue;
       PodFailure f = DescribeFailure(*pod, type, index);
       f.new_failures = n - before;

@@ -36,7 +36,8 @@ namespace lockstep::trainingjob {
 struct ChildRef {
   std::string name;
   std::string uid;
-  std::map<std::string, std::string> labels;
+  std::optional<api::ReplicaType> replica_type;  // its labels, as ChildMeta parses them
+  int32_t replica_index = -1;
   bool deleting = false;
 };
 

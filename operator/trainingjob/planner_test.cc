@@ -44,13 +44,7 @@ struct World {
       for (const auto& [type, spec] : job.spec.replica_specs) {
         for (int i = 0; i < spec.replicas; ++i) {
           std::string name = api::ReplicaName(job.metadata.name, type, i);
-          o.services.push_back(
-              {name,
-               name + "-svc",
-               {{"lockstep.io/job-name", job.metadata.name},
-                {"lockstep.io/replica-type", std::string(api::ReplicaTypeLower(type))},
-                {"lockstep.io/replica-index", std::to_string(i)}},
-               false});
+          o.services.push_back({name, name + "-svc", type, i, false});
         }
       }
     }
@@ -283,12 +277,7 @@ TEST(PlannerTest, ScaleDownDeletesSurplusPodAndService) {
   AllRunning(w);
   w.Step();
   w.job.spec.replica_specs[ReplicaType::kWorker].replicas = 2;
-  w.extra_services = {{"t-worker-2",
-                       "svc-2",
-                       {{"lockstep.io/job-name", "t"},
-                        {"lockstep.io/replica-type", "worker"},
-                        {"lockstep.io/replica-index", "2"}},
-                       false}};
+  w.extra_services = {{"t-worker-2", "svc-2", ReplicaType::kWorker, 2, false}};
   Plan p = w.Step();
   EXPECT_EQ(Deleted(p), (V{"t-worker-2"}));
   EXPECT_EQ(Names(p, Action::Kind::kDelete, ChildKind::kService), (V{"t-worker-2"}));

@@ -226,7 +226,7 @@ TEST(ProgressTargetTest, TheChiefElseWorkerZeroWhileTheJobRuns) {
   ObservedPod no_ip = chief;
   no_ip.pod_ip.clear();
   ObservedPod not_ours = chief;
-  not_ours.metadata.owner_references.clear();
+  not_ours.metadata.controller_uid = "another-job-uid";
   ObservedPod worker1 = MakePod(job, ReplicaType::kWorker, 1, 0, PodPhase::kRunning);
   EXPECT_FALSE(ProgressTargetOf(job, nullptr).has_value());
   EXPECT_FALSE(ProgressTargetOf(job, &pending).has_value());

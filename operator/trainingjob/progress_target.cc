@@ -29,14 +29,9 @@ std::optional<ProgressTarget> ProgressTargetOf(const api::TrainingJob& job,
       pod->metadata.deletion_timestamp || pod->metadata.name != ProgressPodName(job)) {
     return std::nullopt;
   }
-  bool controlled = std::ranges::any_of(pod->metadata.owner_references, [&](const auto& r) {
-    return r.uid == job.metadata.uid && r.controller.value_or(false);
-  });
-  if (!controlled) return std::nullopt;
+  if (pod->metadata.controller_uid != job.metadata.uid) return std::nullopt;
   auto spec = job.spec.replica_specs.find(ProgressType(job));
-  return ProgressTarget{.job_key = job.metadata.namespace_.empty()
-                                       ? job.metadata.name
-                                       : StrCat(job.metadata.namespace_, "/", job.metadata.name),
+  return ProgressTarget{.job_key = api::ObjectKey(job.metadata.namespace_, job.metadata.name),
                         .pod_uid = pod->metadata.uid,
                         .pod_ip = pod->pod_ip,
                         .port = spec == job.spec.replica_specs.end()

@@ -38,12 +38,7 @@ std::vector<std::shared_ptr<const T>> Controlled(const runtime::Cache<T>& cache,
                                                  const std::string& uid) {
   std::vector<std::shared_ptr<const T>> out;
   for (std::shared_ptr<const T>& o : cache.ByIndex(runtime::kOwnerIndex, uid)) {
-    for (const api::OwnerReference& r : o->metadata.owner_references) {
-      if (r.uid == uid && r.controller.value_or(false)) {
-        out.push_back(std::move(o));
-        break;
-      }
-    }
+    if (o->metadata.controller_uid == uid) out.push_back(std::move(o));
   }
   return out;
 }
@@ -56,7 +51,6 @@ absl::StatusOr<JobObject> DecodeJobObject(const json& j) {
   if (o.job.metadata.name.empty()) {
     return absl::InvalidArgumentError("TrainingJob without metadata.name");
   }
-  o.metadata = o.job.metadata;
   return o;
 }
 
@@ -65,19 +59,15 @@ absl::StatusOr<ObjectHeader> DecodeObjectHeader(const json& j) {
     return absl::InvalidArgumentError("object without metadata");
   }
   api::FieldErrors errors;
-  ObjectHeader h{api::DecodeObjectMeta(j["metadata"], api::FieldPath("metadata"), &errors)};
-  TrimChildMetadata(h.metadata);
+  ObjectHeader h{
+      ObserveChildMeta(api::DecodeObjectMeta(j["metadata"], api::FieldPath("metadata"), &errors))};
   if (h.metadata.name.empty()) return absl::InvalidArgumentError("object without metadata.name");
   return h;
 }
 
-std::string ControllerKey(const api::ObjectMeta& m) {
-  for (const api::OwnerReference& r : m.owner_references) {
-    if (r.controller.value_or(false) && r.kind == api::kKind && r.api_version == api::kApiVersion) {
-      return runtime::ObjectKey(m.namespace_, r.name);
-    }
-  }
-  return "";
+std::string ControllerKey(const ChildMeta& m) {
+  if (m.controller_job.empty()) return "";
+  return runtime::ObjectKey(m.namespace_, m.controller_job);
 }
 
 void DeclareReconcilerMetrics(common::MetricsRegistry* m) {
@@ -133,8 +123,8 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
   o.decode_errors = cached->errors;
   o.pods = Controlled(*d_.pods, job.metadata.uid);
   for (const auto& s : Controlled(*d_.services, job.metadata.uid)) {
-    o.services.push_back({s->metadata.name, s->metadata.uid, s->metadata.labels,
-                          s->metadata.deletion_timestamp.has_value()});
+    o.services.push_back({s->metadata.name, s->metadata.uid, s->metadata.replica_type,
+                          s->metadata.replica_index, s->metadata.deletion_timestamp.has_value()});
   }
   o.token_secret_exists =
       d_.secrets->Get(runtime::ObjectKey(job.metadata.namespace_,

@@ -44,20 +44,22 @@ namespace lockstep::trainingjob {
 // not know is tolerated) with the problems kept, so an invalid job still reaches the planner
 // and gets Failed/InvalidSpec instead of vanishing from the cache.
 struct JobObject {
-  api::ObjectMeta metadata;
   api::TrainingJob job;
   api::FieldErrors errors;
 };
+// The job cache's metadata is the job's own (runtime/cache.h).
+inline const api::ObjectMeta& MetaOf(const JobObject& o) { return o.job.metadata; }
 absl::StatusOr<JobObject> DecodeJobObject(const nlohmann::json& j);
 
-// Services and Secrets are cached as metadata only: a Secret's data never enters memory.
+// Services, Secrets and PodGroups are cached as what the planner reads of their metadata: a
+// Secret's data never enters memory.
 struct ObjectHeader {
-  api::ObjectMeta metadata;
+  ChildMeta metadata;
 };
 absl::StatusOr<ObjectHeader> DecodeObjectHeader(const nlohmann::json& j);
 
-// "ns/name" of the TrainingJob that controls an object, or "" when none does.
-std::string ControllerKey(const api::ObjectMeta& m);
+// "ns/name" of the TrainingJob that controls a child, or "" when none does.
+std::string ControllerKey(const ChildMeta& m);
 
 // Metric names the reconciler maintains.
 inline constexpr char kPodsCreatedMetric[] = "lockstep_pods_created_total";

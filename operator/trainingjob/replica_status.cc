@@ -63,7 +63,7 @@ std::map<api::ReplicaType, api::ReplicaStatus> ReplicaStatuses(
     const ObservedPod& pod = *rp.pod;
     if (pod.phase == PodPhase::kPending || pod.phase == PodPhase::kRunning) it->second.active += 1;
     if (pod.phase == PodPhase::kFailed) it->second.failed += 1;
-    if (pod.ConditionTrue("Ready") && pod.phase == PodPhase::kRunning) {
+    if (pod.ready && pod.phase == PodPhase::kRunning) {
       it->second.ready += 1;
     }
   }
@@ -93,9 +93,7 @@ std::string PendingDetail(const ObservedPod& pod) {
       return StrCat(": ", c.state.reason, c.state.message.empty() ? "" : ": ", c.state.message);
     }
   }
-  if (const PodCondition* s = pod.Condition("PodScheduled"); s && s->status == "False") {
-    return StrCat(": unschedulable: ", s->message);
-  }
+  if (pod.unschedulable) return StrCat(": unschedulable: ", pod.unschedulable_message);
   return "";
 }
 

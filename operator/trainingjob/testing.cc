@@ -51,11 +51,11 @@ ObservedPod MakePod(const api::TrainingJob& job, api::ReplicaType type, int inde
   p.metadata.namespace_ = job.metadata.namespace_;
   p.metadata.uid = p.metadata.name + "-a" + std::to_string(attempt);
   p.metadata.creation_timestamp = kT0;
-  p.metadata.labels = {{std::string(kJobNameLabel), job.metadata.name},
-                       {std::string(kReplicaTypeLabel), std::string(api::ReplicaTypeLower(type))},
-                       {std::string(kReplicaIndexLabel), std::to_string(index)},
-                       {std::string(kAttemptLabel), std::to_string(attempt)}};
-  p.metadata.owner_references = {ControllerRef(job)};
+  p.metadata.replica_type = type;
+  p.metadata.replica_index = index;
+  p.metadata.attempt = attempt;
+  p.metadata.controller_uid = job.metadata.uid;
+  p.metadata.controller_job = job.metadata.name;
   p.phase = phase;
   p.pod_ip = "127.0.1." + std::to_string(index + 1);
   ContainerStatus c;
@@ -63,7 +63,7 @@ ObservedPod MakePod(const api::TrainingJob& job, api::ReplicaType type, int inde
   if (phase == PodPhase::kRunning) {
     c.state.kind = ContainerState::Kind::kRunning;
     c.ready = true;
-    p.conditions.push_back({"Ready", "True", "", ""});
+    p.ready = true;
   } else if (phase == PodPhase::kSucceeded) {
     c.state.kind = ContainerState::Kind::kTerminated;
     c.state.reason = "Completed";
@@ -82,7 +82,7 @@ ObservedPod Exited(ObservedPod pod, int code, const std::string& termination_mes
   s.exit_code = code;
   s.reason = "Error";
   s.message = termination_message;
-  pod.conditions.clear();
+  pod.ready = false;
   return pod;
 }
 
