@@ -41,6 +41,10 @@ std::string Identity() {
 
 int main(int argc, char** argv) {
   using namespace lockstep;
+  // glibc gives each thread that allocates an arena of its own, up to 8 per core, and each
+  // keeps its freed memory: the informers, workers and writers would hold about 5 MiB apart
+  // at 5,000 jobs. Two arenas are plenty for a process that waits on the network.
+  mallopt(M_ARENA_MAX, 2);
   absl::StatusOr<cmd::OperatorFlags> flags =
       cmd::ParseOperatorFlags(std::vector<std::string>(argv + 1, argv + argc));
   if (!flags.ok()) {

@@ -79,7 +79,7 @@ class Informer final : public WatchSink {
       }
       Ptr previous = std::move(it->second);
       old.erase(it);
-      if (MetaOf(*previous).resource_version != MetaOf(*obj).resource_version) {
+      if (ResourceVersionOf(MetaOf(*previous)) != ResourceVersionOf(MetaOf(*obj))) {
         Notify([&](const EventHandlers<T>& h) {
           if (h.on_update) h.on_update(previous, obj);
         });

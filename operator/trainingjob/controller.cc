@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/str_util.h"
 #include "operator/api/enum_names.h"
 #include "operator/runtime/controller.h"
 #include "operator/runtime/event_recorder.h"
@@ -94,7 +95,7 @@ struct TrainingJobController::Impl {
             [this, resource](const std::shared_ptr<const T>& o) {
               std::string key = ControllerKey(o->metadata);
               if (key.empty()) return;
-              expectations.Observe(key, resource + "/" + o->metadata.name);
+              expectations.Observe(key, StrCat(resource, "/", o->metadata.name()));
               queue.Add(key);
             },
         .on_update =
@@ -102,7 +103,7 @@ struct TrainingJobController::Impl {
               std::string key = ControllerKey(o->metadata);
               if (key.empty()) return;
               if (o->metadata.deletion_timestamp) {
-                expectations.Observe(key, resource + "-uid/" + o->metadata.uid);
+                expectations.Observe(key, StrCat(resource, "-uid/", o->metadata.uid()));
               }
               queue.Add(key);
             },
@@ -110,7 +111,7 @@ struct TrainingJobController::Impl {
             [this, resource](const std::shared_ptr<const T>& o) {
               std::string key = ControllerKey(o->metadata);
               if (key.empty()) return;
-              expectations.Observe(key, resource + "-uid/" + o->metadata.uid);
+              expectations.Observe(key, StrCat(resource, "-uid/", o->metadata.uid()));
               queue.Add(key);
             },
     });

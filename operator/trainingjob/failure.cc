@@ -96,8 +96,8 @@ int32_t FailureCount(const ObservedPod& pod) {
 
 PodFailure DescribeFailure(const ObservedPod& pod, ReplicaType type, int32_t index) {
   PodFailure f;
-  f.pod_name = pod.metadata.name;
-  f.pod_uid = pod.metadata.uid;
+  f.pod_name = pod.metadata.name();
+  f.pod_uid = pod.metadata.uid();
   f.type = type;
   f.index = index;
   f.restarted_in_place = pod.phase != PodPhase::kFailed;

@@ -13,21 +13,22 @@ kube::Resource PodGroups(GangScheduler gang) {
 }  // namespace
 
 ChildMeta ObserveChildMeta(const api::ObjectMeta& m) {
-  ChildMeta c{.name = m.name,
-              .namespace_ = m.namespace_,
-              .uid = m.uid,
-              .resource_version = m.resource_version,
-              .creation_timestamp = m.creation_timestamp,
-              .deletion_timestamp = m.deletion_timestamp,
-              .replica_type = ReplicaTypeLabel(m.labels),
-              .replica_index = LabelInt(m.labels, kReplicaIndexLabel),
-              .attempt = LabelInt(m.labels, kAttemptLabel)};
+  ChildMeta::Strings strings{.namespace_ = m.namespace_,
+                             .name = m.name,
+                             .uid = m.uid,
+                             .resource_version = m.resource_version};
   for (const api::OwnerReference& r : m.owner_references) {
     if (!r.controller.value_or(false)) continue;
-    c.controller_uid = r.uid;
-    if (r.kind == api::kKind && r.api_version == api::kApiVersion) c.controller_job = r.name;
+    strings.controller_uid = r.uid;
+    if (r.kind == api::kKind && r.api_version == api::kApiVersion) strings.controller_job = r.name;
     break;
   }
+  ChildMeta c(strings);
+  c.creation_timestamp = m.creation_timestamp;
+  c.deletion_timestamp = m.deletion_timestamp;
+  c.replica_type = ReplicaTypeLabel(m.labels);
+  c.replica_index = LabelInt(m.labels, kReplicaIndexLabel);
+  c.attempt = LabelInt(m.labels, kAttemptLabel);
   return c;
 }
 

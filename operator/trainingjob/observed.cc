@@ -1,9 +1,8 @@
 #include "operator/trainingjob/observed.h"
 
 #include <array>
+#include <cstring>
 #include <utility>
-
-#include "operator/api/object_meta.h"
 
 namespace lockstep::trainingjob {
 namespace {
@@ -48,11 +47,65 @@ std::string_view PodPhaseName(PodPhase phase) {
   return "Unknown";
 }
 
-std::string KeyOf(const ChildMeta& m) { return api::ObjectKey(m.namespace_, m.name); }
+ChildMeta::ChildMeta(const ChildMeta& o)
+    : creation_timestamp(o.creation_timestamp),
+      deletion_timestamp(o.deletion_timestamp),
+      replica_type(o.replica_type),
+      replica_index(o.replica_index),
+      attempt(o.attempt) {
+  Set(o.strings());
+}
+
+ChildMeta& ChildMeta::operator=(const ChildMeta& o) {
+  if (this == &o) return *this;
+  Set(o.strings());
+  creation_timestamp = o.creation_timestamp;
+  deletion_timestamp = o.deletion_timestamp;
+  replica_type = o.replica_type;
+  replica_index = o.replica_index;
+  attempt = o.attempt;
+  return *this;
+}
+
+ChildMeta::Strings ChildMeta::strings() const {
+  return {.namespace_ = namespace_(),
+          .name = name(),
+          .uid = uid(),
+          .resource_version = resource_version(),
+          .controller_uid = controller_uid(),
+          .controller_job = controller_job()};
+}
+
+void ChildMeta::Set(const Strings& s) {
+  // `s` may view this object's own characters: the new ones are built before the old go.
+  const size_t slash = s.namespace_.empty() ? 0 : 1;
+  const size_t size = s.namespace_.size() + slash + s.name.size() + s.uid.size() +
+                      s.resource_version.size() + s.controller_uid.size() + s.controller_job.size();
+  std::unique_ptr<char[]> chars =
+      size == 0 ? nullptr : std::make_unique_for_overwrite<char[]>(size);
+  std::array<uint32_t, 6> ends{};
+  size_t at = 0;
+  auto put = [&](std::string_view part, size_t end_index) {
+    if (!part.empty()) std::memcpy(chars.get() + at, part.data(), part.size());
+    at += part.size();
+    ends[end_index] = static_cast<uint32_t>(at);
+  };
+  put(s.namespace_, 0);
+  if (slash != 0) chars[at++] = '/';
+  put(s.name, 1);
+  put(s.uid, 2);
+  put(s.resource_version, 3);
+  put(s.controller_uid, 4);
+  put(s.controller_job, 5);
+  chars_ = std::move(chars);
+  ends_ = ends;
+}
+
+std::string KeyOf(const ChildMeta& m) { return std::string(m.key()); }
 
 std::vector<std::string> OwnerUids(const ChildMeta& m) {
-  if (m.controller_uid.empty()) return {};
-  return {m.controller_uid};
+  if (m.controller_uid().empty()) return {};
+  return {std::string(m.controller_uid())};
 }
 
 }  // namespace lockstep::trainingjob

@@ -45,7 +45,7 @@ TEST(ObservedTest, ThePodInformersDecoderTypesThePod) {
         "lastState": {"terminated": {"exitCode": 1}}}]}})");
   absl::StatusOr<ObservedPod> pod = DecodeObservedPod(j);
   ASSERT_TRUE(pod.ok()) << pod.status();
-  EXPECT_EQ(pod->metadata.name, "t-worker-0");
+  EXPECT_EQ(pod->metadata.name(), "t-worker-0");
   EXPECT_EQ(pod->phase, PodPhase::kFailed);
   EXPECT_EQ(pod->reason, "Evicted");
   EXPECT_EQ(pod->pod_ip, "10.0.0.7");
@@ -84,6 +84,43 @@ TEST(ObservedTest, APendingPodSaysWhyItIsNotScheduled) {
   EXPECT_FALSE(pod->unschedulable);
 }
 
+TEST(ObservedTest, AChildsStringsShareOneAllocationAndCopyAsValues) {
+  ChildMeta m({.namespace_ = "ns",
+               .name = "t-worker-0",
+               .uid = "u0",
+               .resource_version = "5",
+               .controller_uid = "job-uid",
+               .controller_job = "t"});
+  m.replica_index = 0;
+  EXPECT_EQ(m.key(), "ns/t-worker-0");
+  EXPECT_EQ(m.name(), "t-worker-0");
+  EXPECT_EQ(m.namespace_(), "ns");
+  EXPECT_EQ(m.controller_job(), "t");
+
+  ChildMeta copy = m;  // a copy owns its characters
+  ChildMeta::Strings s = m.strings();
+  s.uid = "u1";
+  s.name = m.name().substr(0, 1);  // views of the object's own characters
+  m.Set(s);
+  EXPECT_EQ(m.key(), "ns/t");
+  EXPECT_EQ(m.uid(), "u1");
+  EXPECT_EQ(m.resource_version(), "5");
+  EXPECT_EQ(m.replica_index, 0);  // Set replaces the strings only
+  EXPECT_EQ(copy.key(), "ns/t-worker-0");
+  EXPECT_EQ(copy.uid(), "u0");
+  copy = m;
+  EXPECT_EQ(copy.uid(), "u1");
+  ChildMeta moved = std::move(copy);
+  EXPECT_EQ(moved.key(), "ns/t");
+
+  ChildMeta cluster_scoped({.name = "pg"});  // no namespace: the key is the name
+  EXPECT_EQ(cluster_scoped.key(), "pg");
+  EXPECT_EQ(cluster_scoped.namespace_(), "");
+  EXPECT_EQ(cluster_scoped.uid(), "");
+  EXPECT_EQ(ChildMeta().key(), "");
+  EXPECT_EQ(ChildMeta(ChildMeta()).name(), "");
+}
+
 // A child's metadata is kept as the planner reads it: labels parsed, the controlling owner.
 TEST(ObservedTest, AChildsMetadataIsParsedOnceWhereItComesIn) {
   nlohmann::json j = nlohmann::json::parse(R"({"metadata": {
@@ -99,17 +136,17 @@ TEST(ObservedTest, AChildsMetadataIsParsedOnceWhereItComesIn) {
   absl::StatusOr<ObjectHeader> h = DecodeObjectHeader(j);
   ASSERT_TRUE(h.ok()) << h.status();
   const ChildMeta& m = h->metadata;
-  EXPECT_EQ(m.name, "t-worker-2");
-  EXPECT_EQ(m.namespace_, "ns");
-  EXPECT_EQ(m.uid, "u2");
-  EXPECT_EQ(m.resource_version, "17");
+  EXPECT_EQ(m.name(), "t-worker-2");
+  EXPECT_EQ(m.namespace_(), "ns");
+  EXPECT_EQ(m.uid(), "u2");
+  EXPECT_EQ(m.resource_version(), "17");
   EXPECT_EQ(m.creation_timestamp, absl::FromUnixSeconds(1795255200));
   EXPECT_EQ(m.deletion_timestamp, absl::FromUnixSeconds(1795255500));
   EXPECT_EQ(m.replica_type, api::ReplicaType::kWorker);
   EXPECT_EQ(m.replica_index, 2);
   EXPECT_EQ(m.attempt, 3);
-  EXPECT_EQ(m.controller_uid, "job-uid");
-  EXPECT_EQ(m.controller_job, "t");
+  EXPECT_EQ(m.controller_uid(), "job-uid");
+  EXPECT_EQ(m.controller_job(), "t");
   EXPECT_EQ(KeyOf(m), "ns/t-worker-2");
   EXPECT_EQ(OwnerUids(m), std::vector<std::string>{"job-uid"});
   EXPECT_EQ(ControllerKey(m), "ns/t");
@@ -129,8 +166,8 @@ TEST(ObservedTest, AChildsMetadataIsParsedOnceWhereItComesIn) {
   EXPECT_EQ(h->metadata.replica_type, std::nullopt);
   EXPECT_EQ(h->metadata.replica_index, -1);
   EXPECT_EQ(h->metadata.attempt, -1);
-  EXPECT_EQ(h->metadata.controller_uid, "rs-uid");
-  EXPECT_EQ(h->metadata.controller_job, "");
+  EXPECT_EQ(h->metadata.controller_uid(), "rs-uid");
+  EXPECT_EQ(h->metadata.controller_job(), "");
   EXPECT_EQ(ControllerKey(h->metadata), "");
 
   // Owned by a job, but not controlled: nobody's child.

@@ -202,8 +202,8 @@ class Planner {
     std::vector<PodFailure> failures;
     for (const auto& [type, index, pod] : pods_) {
       int32_t n = FailureCount(*pod);
-      counted[pod->metadata.uid] = n;
-      auto it = st_.counted_failures.find(pod->metadata.uid);
+      counted[std::string(pod->metadata.uid())] = n;
+      auto it = st_.counted_failures.find(std::string(pod->metadata.uid()));
       int32_t before = it == st_.counted_failures.end() ? 0 : it->second;
       if (n <= before || slots_[{type, index}].pod != pod) continue;
       if (InGroup(type) && pod->metadata.attempt < st_.attempt) continue;
@@ -354,7 +354,7 @@ class Planner {
         stalled_reason = "PodPending";
         // The fact and when it began, never an age: the status changes only when the fact does.
         stalled_message =
-            StrCat("pod ", pod->metadata.name, " has been Pending since ",
+            StrCat("pod ", pod->metadata.name(), " has been Pending since ",
                    api::FormatKubeTime(*pod->metadata.creation_timestamp),
                    " (runPolicy.pendingTimeoutSeconds ",
                    job_.spec.run_policy.pending_timeout_seconds, ")", PendingDetail(*pod));
@@ -515,7 +515,8 @@ class Planner {
   }
 
   void DeletePod(const ObservedPod& pod, std::string why) {
-    Delete(ChildKind::kPod, pod.metadata.name, pod.metadata.uid, std::move(why));
+    Delete(ChildKind::kPod, std::string(pod.metadata.name()), std::string(pod.metadata.uid()),
+           std::move(why));
   }
 
   void Delete(ChildKind child, const std::string& name, const std::string& uid, std::string why) {

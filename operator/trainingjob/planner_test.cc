@@ -408,7 +408,11 @@ TEST(PlannerRestartTest, EvaluatorFailuresAreIsolated) {
   EXPECT_NE(w.state(), JobState::kFailed);
   // A permanent evaluator failure leaves it failed; the job goes on.
   w.pods[0] = Exited(MakePod(w.job, ReplicaType::kEvaluator, 0, 0, PodPhase::kRunning), 2);
-  w.pods[0].metadata.uid = "eval-2";
+  {
+    ChildMeta::Strings s = w.pods[0].metadata.strings();
+    s.uid = "eval-2";
+    w.pods[0].metadata.Set(s);
+  }
   p = w.Step();
   EXPECT_TRUE(Deleted(p).empty());
   EXPECT_TRUE(Created(p).empty());
@@ -575,7 +579,11 @@ TEST(PlannerInPlaceTest, ALostWorkerIsReplacedAloneAsItsNextIncarnation) {
   EXPECT_EQ(w.state(), JobState::kRunning);
   // Lost again: the third incarnation.
   w.pods[2] = Exited(w.pods[2], 137);
-  w.pods[2].metadata.uid = "second";
+  {
+    ChildMeta::Strings s = w.pods[2].metadata.strings();
+    s.uid = "second";
+    w.pods[2].metadata.Set(s);
+  }
   w.Step();
   w.pods.pop_back();
   p = w.Step();

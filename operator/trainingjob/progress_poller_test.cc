@@ -211,7 +211,7 @@ TEST(ProgressTargetTest, TheChiefElseWorkerZeroWhileTheJobRuns) {
   std::optional<ProgressTarget> t = ProgressTargetOf(job, &chief);
   ASSERT_TRUE(t.has_value());
   EXPECT_EQ(t->job_key, "ns/t");
-  EXPECT_EQ(t->pod_uid, chief.metadata.uid);
+  EXPECT_EQ(t->pod_uid, chief.metadata.uid());
   EXPECT_EQ(t->pod_ip, chief.pod_ip);
   EXPECT_EQ(t->port, 9000);
 
@@ -226,7 +226,9 @@ TEST(ProgressTargetTest, TheChiefElseWorkerZeroWhileTheJobRuns) {
   ObservedPod no_ip = chief;
   no_ip.pod_ip.clear();
   ObservedPod not_ours = chief;
-  not_ours.metadata.controller_uid = "another-job-uid";
+  ChildMeta::Strings other = chief.metadata.strings();
+  other.controller_uid = "another-job-uid";
+  not_ours.metadata.Set(other);
   ObservedPod worker1 = MakePod(job, ReplicaType::kWorker, 1, 0, PodPhase::kRunning);
   EXPECT_FALSE(ProgressTargetOf(job, nullptr).has_value());
   EXPECT_FALSE(ProgressTargetOf(job, &pending).has_value());

@@ -26,13 +26,13 @@ std::string ProgressPodName(const api::TrainingJob& job) {
 std::optional<ProgressTarget> ProgressTargetOf(const api::TrainingJob& job,
                                                const ObservedPod* pod) {
   if (pod == nullptr || !IsPolled(job) || pod->phase != PodPhase::kRunning || pod->pod_ip.empty() ||
-      pod->metadata.deletion_timestamp || pod->metadata.name != ProgressPodName(job)) {
+      pod->metadata.deletion_timestamp || pod->metadata.name() != ProgressPodName(job)) {
     return std::nullopt;
   }
-  if (pod->metadata.controller_uid != job.metadata.uid) return std::nullopt;
+  if (pod->metadata.controller_uid() != job.metadata.uid) return std::nullopt;
   auto spec = job.spec.replica_specs.find(ProgressType(job));
   return ProgressTarget{.job_key = api::ObjectKey(job.metadata.namespace_, job.metadata.name),
-                        .pod_uid = pod->metadata.uid,
+                        .pod_uid = std::string(pod->metadata.uid()),
                         .pod_ip = pod->pod_ip,
                         .port = spec == job.spec.replica_specs.end()
                                     ? api::kDefaultMetricsPort

@@ -38,7 +38,7 @@ std::vector<std::shared_ptr<const T>> Controlled(const runtime::Cache<T>& cache,
                                                  const std::string& uid) {
   std::vector<std::shared_ptr<const T>> out;
   for (std::shared_ptr<const T>& o : cache.ByIndex(runtime::kOwnerIndex, uid)) {
-    if (o->metadata.controller_uid == uid) out.push_back(std::move(o));
+    if (o->metadata.controller_uid() == uid) out.push_back(std::move(o));
   }
   return out;
 }
@@ -61,13 +61,15 @@ absl::StatusOr<ObjectHeader> DecodeObjectHeader(const json& j) {
   api::FieldErrors errors;
   ObjectHeader h{
       ObserveChildMeta(api::DecodeObjectMeta(j["metadata"], api::FieldPath("metadata"), &errors))};
-  if (h.metadata.name.empty()) return absl::InvalidArgumentError("object without metadata.name");
+  if (h.metadata.name().empty()) {
+    return absl::InvalidArgumentError("object without metadata.name");
+  }
   return h;
 }
 
 std::string ControllerKey(const ChildMeta& m) {
-  if (m.controller_job.empty()) return "";
-  return runtime::ObjectKey(m.namespace_, m.controller_job);
+  if (m.controller_job().empty()) return "";
+  return runtime::ObjectKey(m.namespace_(), m.controller_job());
 }
 
 void DeclareReconcilerMetrics(common::MetricsRegistry* m) {
@@ -123,8 +125,9 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
   o.decode_errors = cached->errors;
   o.pods = Controlled(*d_.pods, job.metadata.uid);
   for (const auto& s : Controlled(*d_.services, job.metadata.uid)) {
-    o.services.push_back({s->metadata.name, s->metadata.uid, s->metadata.replica_type,
-                          s->metadata.replica_index, s->metadata.deletion_timestamp.has_value()});
+    o.services.push_back({std::string(s->metadata.name()), std::string(s->metadata.uid()),
+                          s->metadata.replica_type, s->metadata.replica_index,
+                          s->metadata.deletion_timestamp.has_value()});
   }
   o.token_secret_exists =
       d_.secrets->Get(runtime::ObjectKey(job.metadata.namespace_,

@@ -47,15 +47,17 @@ api::TrainingJob Job(const std::string& strategy, const std::vector<ReplicaDesc>
 ObservedPod MakePod(const api::TrainingJob& job, api::ReplicaType type, int index, int attempt,
                     PodPhase phase) {
   ObservedPod p;
-  p.metadata.name = api::ReplicaName(job.metadata.name, type, index);
-  p.metadata.namespace_ = job.metadata.namespace_;
-  p.metadata.uid = p.metadata.name + "-a" + std::to_string(attempt);
+  std::string name = api::ReplicaName(job.metadata.name, type, index);
+  p.metadata.Set({.namespace_ = job.metadata.namespace_,
+                  .name = name,
+                  .uid = name + "-a" + std::to_string(attempt),
+                  .resource_version = "1",
+                  .controller_uid = job.metadata.uid,
+                  .controller_job = job.metadata.name});
   p.metadata.creation_timestamp = kT0;
   p.metadata.replica_type = type;
   p.metadata.replica_index = index;
   p.metadata.attempt = attempt;
-  p.metadata.controller_uid = job.metadata.uid;
-  p.metadata.controller_job = job.metadata.name;
   p.phase = phase;
   p.pod_ip = "127.0.1." + std::to_string(index + 1);
   ContainerStatus c;
