@@ -67,6 +67,18 @@ ChildMeta& ChildMeta::operator=(const ChildMeta& o) {
   return *this;
 }
 
+ChildMeta& ChildMeta::operator=(ChildMeta&& o) noexcept {
+  if (this == &o) return *this;
+  chars_ = std::move(o.chars_);
+  ends_ = std::exchange(o.ends_, {});
+  creation_timestamp = o.creation_timestamp;
+  deletion_timestamp = o.deletion_timestamp;
+  replica_type = o.replica_type;
+  replica_index = o.replica_index;
+  attempt = o.attempt;
+  return *this;
+}
+
 ChildMeta::Strings ChildMeta::strings() const {
   return {.namespace_ = namespace_(),
           .name = name(),

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -56,8 +57,8 @@ class ChildMeta {
   explicit ChildMeta(const Strings& s) { Set(s); }
   ChildMeta(const ChildMeta& o);
   ChildMeta& operator=(const ChildMeta& o);
-  ChildMeta(ChildMeta&&) noexcept = default;
-  ChildMeta& operator=(ChildMeta&&) noexcept = default;
+  ChildMeta(ChildMeta&& o) noexcept { *this = std::move(o); }
+  ChildMeta& operator=(ChildMeta&& o) noexcept;  // leaves `o` with empty strings
 
   std::string_view namespace_() const { return Part(0, ends_[0]); }
   std::string_view name() const { return Part(NameBegin(), ends_[1]); }

@@ -112,6 +112,9 @@ TEST(ObservedTest, AChildsStringsShareOneAllocationAndCopyAsValues) {
   EXPECT_EQ(copy.uid(), "u1");
   ChildMeta moved = std::move(copy);
   EXPECT_EQ(moved.key(), "ns/t");
+  EXPECT_EQ(moved.replica_index, 0);
+  EXPECT_EQ(copy.key(), "");  // NOLINT(bugprone-use-after-move): a moved-from one is empty
+  EXPECT_EQ(copy.uid(), "");  // NOLINT(bugprone-use-after-move)
 
   ChildMeta cluster_scoped({.name = "pg"});  // no namespace: the key is the name
   EXPECT_EQ(cluster_scoped.key(), "pg");
