@@ -128,6 +128,13 @@ TEST_F(InformerTest, IndexesByNamespaceOwnerAndLabel) {
   EXPECT_THAT(Names(c.ByIndex(kOwnerIndex, "job3")), ElementsAre("ps0", "w9"));
   EXPECT_THAT(Names(c.ByIndex(kNamespaceIndex, "c")), ElementsAre("ps0", "w9"));
   EXPECT_THAT(Names(c.ByIndex(kLabelIndex, "role=worker")), ElementsAre("w1", "w9"));
+  // Two owner references with one UID: the object is listed once, and leaves once.
+  json twice = PodJson("c", "w9", "7", {{"role", "worker"}}, "job3");
+  twice["metadata"]["ownerReferences"].push_back(twice["metadata"]["ownerReferences"][0]);
+  informer_.Apply({kube::WatchEvent::Type::kModified, twice});
+  EXPECT_THAT(Names(c.ByIndex(kOwnerIndex, "job3")), ElementsAre("ps0", "w9"));
+  informer_.Apply({kube::WatchEvent::Type::kDeleted, twice});
+  EXPECT_THAT(Names(c.ByIndex(kOwnerIndex, "job3")), ElementsAre("ps0"));
 }
 
 TEST_F(InformerTest, UndecodableObjectsAreSkippedAndReported) {
