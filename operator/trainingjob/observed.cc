@@ -47,35 +47,13 @@ std::string_view PodPhaseName(PodPhase phase) {
   return "Unknown";
 }
 
-ChildMeta::ChildMeta(const ChildMeta& o)
-    : creation_timestamp(o.creation_timestamp),
-      deletion_timestamp(o.deletion_timestamp),
-      replica_type(o.replica_type),
-      replica_index(o.replica_index),
-      attempt(o.attempt) {
-  Set(o.strings());
-}
-
-ChildMeta& ChildMeta::operator=(const ChildMeta& o) {
+ChildMeta::Chars& ChildMeta::Chars::operator=(const Chars& o) {
   if (this == &o) return *this;
-  Set(o.strings());
-  creation_timestamp = o.creation_timestamp;
-  deletion_timestamp = o.deletion_timestamp;
-  replica_type = o.replica_type;
-  replica_index = o.replica_index;
-  attempt = o.attempt;
-  return *this;
-}
-
-ChildMeta& ChildMeta::operator=(ChildMeta&& o) noexcept {
-  if (this == &o) return *this;
-  chars_ = std::move(o.chars_);
-  ends_ = std::exchange(o.ends_, {});
-  creation_timestamp = o.creation_timestamp;
-  deletion_timestamp = o.deletion_timestamp;
-  replica_type = o.replica_type;
-  replica_index = o.replica_index;
-  attempt = o.attempt;
+  const uint32_t size = o.ends[5];  // the parts are contiguous: the last ends them all
+  std::unique_ptr<char[]> copy = size == 0 ? nullptr : std::make_unique_for_overwrite<char[]>(size);
+  if (size != 0) std::memcpy(copy.get(), o.bytes.get(), size);
+  bytes = std::move(copy);
+  ends = o.ends;
   return *this;
 }
 
@@ -109,8 +87,8 @@ void ChildMeta::Set(const Strings& s) {
   put(s.resource_version, 3);
   put(s.controller_uid, 4);
   put(s.controller_job, 5);
-  chars_ = std::move(chars);
-  ends_ = ends;
+  chars_.bytes = std::move(chars);
+  chars_.ends = ends;
 }
 
 std::string KeyOf(const ChildMeta& m) { return std::string(m.key()); }

@@ -55,18 +55,14 @@ class ChildMeta {
 
   ChildMeta() = default;
   explicit ChildMeta(const Strings& s) { Set(s); }
-  ChildMeta(const ChildMeta& o);
-  ChildMeta& operator=(const ChildMeta& o);
-  ChildMeta(ChildMeta&& o) noexcept { *this = std::move(o); }
-  ChildMeta& operator=(ChildMeta&& o) noexcept;  // leaves `o` with empty strings
 
-  std::string_view namespace_() const { return Part(0, ends_[0]); }
-  std::string_view name() const { return Part(NameBegin(), ends_[1]); }
-  std::string_view key() const { return Part(0, ends_[1]); }  // "namespace/name", or "name"
-  std::string_view uid() const { return Part(ends_[1], ends_[2]); }
-  std::string_view resource_version() const { return Part(ends_[2], ends_[3]); }
-  std::string_view controller_uid() const { return Part(ends_[3], ends_[4]); }
-  std::string_view controller_job() const { return Part(ends_[4], ends_[5]); }
+  std::string_view namespace_() const { return chars_.Part(0); }
+  std::string_view name() const { return chars_.Part(1); }
+  std::string_view key() const { return chars_.View(0, chars_.ends[1]); }  // "namespace/name"
+  std::string_view uid() const { return chars_.Part(2); }
+  std::string_view resource_version() const { return chars_.Part(3); }
+  std::string_view controller_uid() const { return chars_.Part(4); }
+  std::string_view controller_job() const { return chars_.Part(5); }
   Strings strings() const;
   // Replaces the strings (the fields below stay).
   void Set(const Strings& s);
@@ -80,13 +76,32 @@ class ChildMeta {
   int32_t attempt = -1;
 
  private:
-  uint32_t NameBegin() const { return ends_[0] == 0 ? 0 : ends_[0] + 1; }
-  std::string_view Part(uint32_t begin, uint32_t end) const {
-    return begin >= end ? std::string_view() : std::string_view(chars_.get() + begin, end - begin);
-  }
+  // The characters, and where the namespace, name, UID, resourceVersion, controller UID and
+  // controller name end (a '/' follows a namespace). A copy is deep; a moved-from one is empty.
+  struct Chars {
+    Chars() = default;
+    Chars(const Chars& o) { *this = o; }
+    Chars& operator=(const Chars& o);
+    Chars(Chars&& o) noexcept : bytes(std::move(o.bytes)), ends(std::exchange(o.ends, {})) {}
+    Chars& operator=(Chars&& o) noexcept {
+      bytes = std::move(o.bytes);
+      ends = std::exchange(o.ends, {});
+      return *this;
+    }
 
-  std::unique_ptr<char[]> chars_;
-  std::array<uint32_t, 6> ends_{};  // where namespace, name, uid, rv, controller UID, name end
+    std::string_view View(uint32_t begin, uint32_t end) const {
+      return begin >= end ? std::string_view() : std::string_view(bytes.get() + begin, end - begin);
+    }
+    // Part i: 0 namespace, 1 name, 2 UID, 3 resourceVersion, 4 controller UID, 5 its name.
+    std::string_view Part(size_t i) const {
+      if (i == 0) return View(0, ends[0]);
+      return View(i == 1 && ends[0] != 0 ? ends[0] + 1 : ends[i - 1], ends[i]);
+    }
+
+    std::unique_ptr<char[]> bytes;
+    std::array<uint32_t, 6> ends{};
+  };
+  Chars chars_;
 };
 
 // The cache's key ("namespace/name"), owner index (the controller's UID) and resourceVersion
