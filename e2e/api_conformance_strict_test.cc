@@ -310,6 +310,24 @@ TEST_P(ApiServerStrictTest, APodSpecChangesOnlyWhereKubernetesAllows) {
   EXPECT_EQ(Bind("ghost").status, 404);
 }
 
+// An update made from a pod read before its binding is a conflict, as in Kubernetes, not a
+// forbidden change of spec.nodeName: the client reads again and retries (a patch does so
+// itself), where a 422 would fail it for a change it did not make.
+TEST_P(ApiServerStrictTest, AnUpdateFromAStaleReadIsAConflictNotAForbiddenChange) {
+  ASSERT_EQ(Call("POST", kPods, Pod("s")).status, 201);
+  json read = Call("GET", Path(kPods, "s")).body;
+  ASSERT_EQ(Bind("s", "local").status, 201);
+  read["metadata"]["labels"] = {{"v", "2"}};
+  Answer stale = Call("PUT", Path(kPods, "s"), read);
+  EXPECT_EQ(stale.status, 409) << stale.body.dump();
+  EXPECT_EQ(stale.body["reason"], "Conflict");
+  Answer patched = Call("PATCH", Path(kPods, "s"), {{"metadata", {{"labels", {{"v", "2"}}}}}},
+                        "application/merge-patch+json");
+  ASSERT_EQ(patched.status, 200) << patched.body.dump();
+  EXPECT_EQ(patched.body["metadata"]["labels"]["v"], "2");
+  EXPECT_EQ(patched.body["spec"]["nodeName"], "local");
+}
+
 TEST_P(ApiServerStrictTest, FinalizersAndGracePeriodsOnDeletion) {
   json pod = Pod("f");
   pod["metadata"]["finalizers"] = {"lockstep.io/a"};

@@ -316,6 +316,13 @@ ApiResponse ApiServer::Impl::Update(const Route& route, json body) {
   Meta(body)["name"] = route.name;
   std::string rv = MetaString(body, "resourceVersion");
   if (rv.empty()) rv = MetaString(*old, "resourceVersion");
+  // A stale resourceVersion is a conflict before anything is validated, as in Kubernetes'
+  // registry: validated against a newer object, an update made from an older one could fail
+  // for a change it did not make (a patch racing a binding: "may not change spec.nodeName"),
+  // where a conflict lets the client (and Patch below) try again on the new one.
+  if (rv != MetaString(*old, "resourceVersion")) {
+    return StoreError(absl::AbortedError("stale resourceVersion"), t, route.name);
+  }
   json obj;
   if (route.subresource == "status") {
     obj = *old;
