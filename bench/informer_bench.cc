@@ -248,7 +248,7 @@ std::string Uid(int job, int child) {
   return buf;
 }
 
-json ChildMeta(int job, const std::string& name, int child, const json& labels) {
+json ChildMetadataJson(int job, const std::string& name, int child, const json& labels) {
   return {{"creationTimestamp", "2026-11-25T15:57:37Z"},
           {"generation", 1},
           {"labels", labels},
@@ -280,7 +280,7 @@ json JobPod(int job, const std::string& type, int index, int child) {
   std::string name = "job-" + std::to_string(job) + "-" + type + "-" + std::to_string(index);
   json p = json::parse(
       R"({"apiVersion":"v1","kind":"Pod","spec":{"containers":[{"args":["--model=mlp"],"env":[{"name":"LOCKSTEP_STRATEGY","value":"MultiWorkerMirrored"},{"name":"LOCKSTEP_JOB_TOKEN","valueFrom":{"secretKeyRef":{"key":"token","name":"job-token"}}}],"image":"lockstep/trainer:0.1.0","imagePullPolicy":"IfNotPresent","name":"lockstep","ports":[{"containerPort":2222,"name":"lockstep","protocol":"TCP"}],"resources":{},"terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File"}],"dnsPolicy":"ClusterFirst","nodeName":"lockstep-local","restartPolicy":"Never","schedulerName":"default-scheduler","serviceAccountName":"default"},"status":{"conditions":[{"status":"True","type":"PodScheduled"},{"status":"True","type":"Initialized"},{"status":"True","type":"ContainersReady"},{"status":"True","type":"Ready"}],"containerStatuses":[{"image":"lockstep/trainer:0.1.0","imageID":"","name":"lockstep","ready":true,"restartCount":0,"started":true,"state":{"running":{"startedAt":"2026-11-25T15:57:38Z"}}}],"hostIP":"127.0.0.1","phase":"Running","podIP":"10.0.0.2","podIPs":[{"ip":"10.0.0.2"}],"qosClass":"BestEffort","startTime":"2026-11-25T15:57:37Z"}})");
-  p["metadata"] = ChildMeta(job, name, child, ReplicaLabels(job, type, index, true));
+  p["metadata"] = ChildMetadataJson(job, name, child, ReplicaLabels(job, type, index, true));
   p["spec"]["hostname"] = name;
   return p;
 }
@@ -289,7 +289,7 @@ json JobService(int job, const std::string& type, int index, int child) {
   std::string name = "job-" + std::to_string(job) + "-" + type + "-" + std::to_string(index);
   json s = json::parse(
       R"({"apiVersion":"v1","kind":"Service","spec":{"clusterIP":"None","ports":[{"name":"lockstep","port":2222,"protocol":"TCP","targetPort":2222}],"publishNotReadyAddresses":true,"sessionAffinity":"None","type":"ClusterIP"}})");
-  s["metadata"] = ChildMeta(job, name, child, ReplicaLabels(job, type, index, false));
+  s["metadata"] = ChildMetadataJson(job, name, child, ReplicaLabels(job, type, index, false));
   s["spec"]["selector"] = ReplicaLabels(job, type, index, false);
   return s;
 }
@@ -297,8 +297,8 @@ json JobService(int job, const std::string& type, int index, int child) {
 json JobSecret(int job) {
   json s = json::parse(
       R"({"apiVersion":"v1","data":{"token":"NjhlMWI1ZDllN2YxMTRjNWE1NjMxOGNhODg4MDhhYzVmNDE5OTU5NTlkN2I2MDRkNmM4ZjI4MzRkYTFmYzFlMw=="},"kind":"Secret","type":"Opaque"})");
-  s["metadata"] = ChildMeta(job, "job-" + std::to_string(job) + "-token", 9,
-                            {{"lockstep.io/job-name", "job-" + std::to_string(job)}});
+  s["metadata"] = ChildMetadataJson(job, "job-" + std::to_string(job) + "-token", 9,
+                                    {{"lockstep.io/job-name", "job-" + std::to_string(job)}});
   return s;
 }
 

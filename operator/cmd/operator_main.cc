@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
   std::jthread watch_signals([&stop, &controller](std::stop_token st) {
     // Freed heap stays resident after a burst of work (the creates of thousands of jobs parse
     // and free megabytes of JSON) until it is handed back: the operator does that once its
-    // queue has been empty for a second after work, at most every 10 s (about a millisecond).
+    // queue has been empty for a second after work, at most every 10 s.
     int idle_ticks = 0, since_trim = 0;  // ticks of 100 ms
     bool worked = false;
     while (!st.stop_requested() && !g_signalled) {

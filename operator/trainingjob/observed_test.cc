@@ -84,7 +84,7 @@ TEST(ObservedTest, APendingPodSaysWhyItIsNotScheduled) {
   EXPECT_FALSE(pod->unschedulable);
 }
 
-TEST(ObservedTest, AChildsStringsShareOneAllocationAndCopyAsValues) {
+TEST(ObservedTest, AChildsPackedStringsReadBackAndCopyAsValues) {
   ChildMeta m({.namespace_ = "ns",
                .name = "t-worker-0",
                .uid = "u0",
