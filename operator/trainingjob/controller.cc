@@ -70,10 +70,12 @@ struct TrainingJobController::Impl {
   std::vector<ProgressTarget> ProgressTargets() const {
     std::vector<ProgressTarget> out;
     for (const auto& j : jobs.cache().List()) {
-      if (!IsPolled(j->job)) continue;
-      std::shared_ptr<const ObservedPod> pod =
-          pods.cache().Get(runtime::ObjectKey(j->job.metadata.namespace_, ProgressPodName(j->job)));
-      if (auto t = ProgressTargetOf(j->job, pod.get())) out.push_back(*std::move(t));
+      if (!j->progress.polled) continue;
+      std::shared_ptr<const ObservedPod> pod = pods.cache().Get(runtime::ObjectKey(
+          j->metadata.namespace_(), ProgressPodName(j->metadata.name(), j->progress)));
+      if (auto t = ProgressTargetOf(j->metadata, j->progress, pod.get())) {
+        out.push_back(*std::move(t));
+      }
     }
     return out;
   }
@@ -147,7 +149,7 @@ TrainingJobController::TrainingJobController(kube::RestClient* client, kube::Clo
     std::map<api::JobState, int> counts;
     for (const api::EnumName<api::JobState>& e : api::kJobStateNames) counts[e.value] = 0;
     for (const auto& j : impl->jobs.cache().List()) {
-      counts[j->job.status ? j->job.status->state : api::JobState::kPending] += 1;
+      counts[j->state] += 1;
     }
     for (const auto& [state, n] : counts) {
       m.Set("lockstep_trainingjobs",
@@ -166,18 +168,18 @@ void TrainingJobController::Run(std::stop_token stop) {
   i.jobs.AddHandlers({
       .on_add =
           [&i](const std::shared_ptr<const JobObject>& j) {
-            i.queue.Add(runtime::KeyOf(j->job.metadata));
+            i.queue.Add(std::string(j->metadata.key()));
           },
       .on_update =
           [&i](const std::shared_ptr<const JobObject>& old,
                const std::shared_ptr<const JobObject>& j) {
-            i.queue.Add(runtime::KeyOf(j->job.metadata));
+            i.queue.Add(std::string(j->metadata.key()));
             // A job that starts running is polled at once rather than at the next round.
-            if (i.poller && IsPolled(j->job) && !IsPolled(old->job)) i.poller->Wake();
+            if (i.poller && j->progress.polled && !old->progress.polled) i.poller->Wake();
           },
       .on_delete =
           [&i](const std::shared_ptr<const JobObject>& j) {
-            i.queue.Add(runtime::KeyOf(j->job.metadata));
+            i.queue.Add(std::string(j->metadata.key()));
           },
   });
   i.WatchChildren(&i.pods, ChildKind::kPod);

@@ -9,6 +9,8 @@
 
 #include "operator/api/job_state.h"
 #include "operator/kube/testing/fake_clock.h"
+#include "operator/trainingjob/observe.h"
+#include "operator/trainingjob/progress_target.h"
 #include "operator/trainingjob/testing.h"
 
 namespace lockstep::trainingjob {
@@ -193,6 +195,10 @@ TEST_F(ProgressPollerTest, WakeMakesASleepingPollerSeeANewTarget) {
   stop.request_stop();
 }
 
+std::optional<ProgressTarget> TargetOf(const api::TrainingJob& job, const ObservedPod* pod) {
+  return ProgressTargetOf(ObserveChildMeta(job.metadata), ProgressSpeakerOf(job), pod);
+}
+
 TEST(ProgressTargetTest, TheChiefElseWorkerZeroWhileTheJobRuns) {
   nlohmann::json metrics_port = {
       {"replicaSpecs",
@@ -206,9 +212,9 @@ TEST(ProgressTargetTest, TheChiefElseWorkerZeroWhileTheJobRuns) {
   api::TrainingJob job =
       testing::Job("ParameterServer", {{"Chief"}, {"Worker", 2}, {"PS"}}, metrics_port);
   job.status = api::TrainingJobStatus{.state = api::JobState::kRunning};
-  EXPECT_EQ(ProgressPodName(job), "t-chief-0");
+  EXPECT_EQ(ProgressPodName(job.metadata.name, ProgressSpeakerOf(job)), "t-chief-0");
   ObservedPod chief = MakePod(job, ReplicaType::kChief, 0, 0, PodPhase::kRunning);
-  std::optional<ProgressTarget> t = ProgressTargetOf(job, &chief);
+  std::optional<ProgressTarget> t = TargetOf(job, &chief);
   ASSERT_TRUE(t.has_value());
   EXPECT_EQ(t->job_key, "ns/t");
   EXPECT_EQ(t->pod_uid, chief.metadata.uid());
@@ -217,10 +223,10 @@ TEST(ProgressTargetTest, TheChiefElseWorkerZeroWhileTheJobRuns) {
 
   api::TrainingJob no_chief = testing::Job("MultiWorkerMirrored", {{"Worker", 2}});
   no_chief.status = api::TrainingJobStatus{.state = api::JobState::kRestarting};
-  EXPECT_EQ(ProgressPodName(no_chief), "t-worker-0");
+  EXPECT_EQ(ProgressPodName(no_chief.metadata.name, ProgressSpeakerOf(no_chief)), "t-worker-0");
   ObservedPod w0 = MakePod(no_chief, ReplicaType::kWorker, 0, 0, PodPhase::kRunning);
-  ASSERT_TRUE(ProgressTargetOf(no_chief, &w0).has_value());
-  EXPECT_EQ(ProgressTargetOf(no_chief, &w0)->port, api::kDefaultMetricsPort);
+  ASSERT_TRUE(TargetOf(no_chief, &w0).has_value());
+  EXPECT_EQ(TargetOf(no_chief, &w0)->port, api::kDefaultMetricsPort);
 
   ObservedPod pending = MakePod(job, ReplicaType::kChief, 0, 0, PodPhase::kPending);
   ObservedPod no_ip = chief;
@@ -230,15 +236,15 @@ TEST(ProgressTargetTest, TheChiefElseWorkerZeroWhileTheJobRuns) {
   other.controller_uid = "another-job-uid";
   not_ours.metadata.Set(other);
   ObservedPod worker1 = MakePod(job, ReplicaType::kWorker, 1, 0, PodPhase::kRunning);
-  EXPECT_FALSE(ProgressTargetOf(job, nullptr).has_value());
-  EXPECT_FALSE(ProgressTargetOf(job, &pending).has_value());
-  EXPECT_FALSE(ProgressTargetOf(job, &no_ip).has_value());
-  EXPECT_FALSE(ProgressTargetOf(job, &not_ours).has_value());
-  EXPECT_FALSE(ProgressTargetOf(job, &worker1).has_value());
+  EXPECT_FALSE(TargetOf(job, nullptr).has_value());
+  EXPECT_FALSE(TargetOf(job, &pending).has_value());
+  EXPECT_FALSE(TargetOf(job, &no_ip).has_value());
+  EXPECT_FALSE(TargetOf(job, &not_ours).has_value());
+  EXPECT_FALSE(TargetOf(job, &worker1).has_value());
   for (api::JobState s : {api::JobState::kPending, api::JobState::kCreated,
                           api::JobState::kSucceeded, api::JobState::kFailed}) {
     job.status->state = s;
-    EXPECT_FALSE(ProgressTargetOf(job, &chief).has_value());
+    EXPECT_FALSE(TargetOf(job, &chief).has_value());
   }
 }
 

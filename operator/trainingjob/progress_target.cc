@@ -12,31 +12,33 @@ bool IsPolled(const api::TrainingJob& job) {
   return s == api::JobState::kRunning || s == api::JobState::kRestarting;
 }
 
-namespace {
-api::ReplicaType ProgressType(const api::TrainingJob& job) {
-  return job.spec.replica_specs.contains(api::ReplicaType::kChief) ? api::ReplicaType::kChief
-                                                                   : api::ReplicaType::kWorker;
+ProgressSpeaker ProgressSpeakerOf(const api::TrainingJob& job) {
+  ProgressSpeaker s{.polled = IsPolled(job)};
+  auto spec = job.spec.replica_specs.find(api::ReplicaType::kChief);
+  if (spec == job.spec.replica_specs.end()) {
+    s.type = api::ReplicaType::kWorker;
+    spec = job.spec.replica_specs.find(api::ReplicaType::kWorker);
+  }
+  if (spec != job.spec.replica_specs.end()) s.port = spec->second.pod_template.MetricsPort();
+  return s;
 }
-}  // namespace
 
-std::string ProgressPodName(const api::TrainingJob& job) {
-  return api::ReplicaName(job.metadata.name, ProgressType(job), 0);
+std::string ProgressPodName(std::string_view job_name, const ProgressSpeaker& speaker) {
+  return api::ReplicaName(job_name, speaker.type, 0);
 }
 
-std::optional<ProgressTarget> ProgressTargetOf(const api::TrainingJob& job,
+std::optional<ProgressTarget> ProgressTargetOf(const ChildMeta& job, const ProgressSpeaker& speaker,
                                                const ObservedPod* pod) {
-  if (pod == nullptr || !IsPolled(job) || pod->phase != PodPhase::kRunning || pod->pod_ip.empty() ||
-      pod->metadata.deletion_timestamp || pod->metadata.name() != ProgressPodName(job)) {
+  if (pod == nullptr || !speaker.polled || pod->phase != PodPhase::kRunning ||
+      pod->pod_ip.empty() || pod->metadata.deletion_timestamp ||
+      pod->metadata.name() != ProgressPodName(job.name(), speaker)) {
     return std::nullopt;
   }
-  if (pod->metadata.controller_uid() != job.metadata.uid) return std::nullopt;
-  auto spec = job.spec.replica_specs.find(ProgressType(job));
-  return ProgressTarget{.job_key = api::ObjectKey(job.metadata.namespace_, job.metadata.name),
+  if (pod->metadata.controller_uid() != job.uid()) return std::nullopt;
+  return ProgressTarget{.job_key = std::string(job.key()),
                         .pod_uid = std::string(pod->metadata.uid()),
                         .pod_ip = pod->pod_ip,
-                        .port = spec == job.spec.replica_specs.end()
-                                    ? api::kDefaultMetricsPort
-                                    : spec->second.pod_template.MetricsPort()};
+                        .port = speaker.port};
 }
 
 }  // namespace lockstep::trainingjob

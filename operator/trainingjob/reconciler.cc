@@ -45,13 +45,25 @@ std::vector<std::shared_ptr<const T>> Controlled(const runtime::Cache<T>& cache,
 
 }  // namespace
 
+namespace {
+JobObject::Decoded DecodeLeniently(const json& j) {
+  JobObject::Decoded d;
+  d.job = api::DecodeTrainingJob(j, &d.errors, {.reject_unknown_fields = false});
+  return d;
+}
+}  // namespace
+
+JobObject::Decoded JobObject::Decode() const { return DecodeLeniently(json::parse(json)); }
+
 absl::StatusOr<JobObject> DecodeJobObject(const json& j) {
-  JobObject o;
-  o.job = api::DecodeTrainingJob(j, &o.errors, {.reject_unknown_fields = false});
-  if (o.job.metadata.name.empty()) {
+  JobObject::Decoded d = DecodeLeniently(j);
+  if (d.job.metadata.name.empty()) {
     return absl::InvalidArgumentError("TrainingJob without metadata.name");
   }
-  return o;
+  return JobObject{.metadata = ObserveChildMeta(d.job.metadata),
+                   .state = d.job.status ? d.job.status->state : api::JobState::kPending,
+                   .progress = ProgressSpeakerOf(d.job),
+                   .json = j.dump()};
 }
 
 absl::StatusOr<ObjectHeader> DecodeObjectHeader(const json& j) {
@@ -112,8 +124,7 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
     d_.expectations->Forget(key);
     return runtime::ReconcileResult{};
   }
-  const api::TrainingJob& job = cached->job;
-  if (job.metadata.deletion_timestamp) return runtime::ReconcileResult{};
+  if (cached->metadata.deletion_timestamp) return runtime::ReconcileResult{};
   if (!d_.expectations->Satisfied(key)) {
     common::LogDebug(kLog, key, ": waiting for ", d_.expectations->Outstanding(key),
                      " of its own writes to come back through the watch");
@@ -121,8 +132,10 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
   }
 
   Observed o;
-  o.job = job;  // a copy: the cache's object is never modified
-  o.decode_errors = cached->errors;
+  JobObject::Decoded decoded = cached->Decode();
+  o.job = std::move(decoded.job);
+  o.decode_errors = std::move(decoded.errors);
+  const api::TrainingJob& job = o.job;
   o.pods = Controlled(*d_.pods, job.metadata.uid);
   for (const auto& s : Controlled(*d_.services, job.metadata.uid)) {
     o.services.push_back({std::string(s->metadata.name()), std::string(s->metadata.uid()),
