@@ -15,6 +15,8 @@ struct ContainerState {
   std::string reason;
   std::string message;  // for terminated containers: the termination message
   int32_t exit_code = 0;
+
+  bool operator==(const ContainerState&) const = default;
 };
 
 struct ContainerStatus {

@@ -17,20 +17,6 @@ bool IsDisruptionReason(std::string_view r) {
          r == "Shutdown" || r == "Terminated" || r == "DisruptionTarget";
 }
 
-// The training container's status: the one whose name the pod's first container has, which is
-// what a single-container training pod has; otherwise the first terminated one.
-const ContainerStatus* FailedContainer(const ObservedPod& pod) {
-  const ContainerStatus* best = nullptr;
-  for (const ContainerStatus& c : pod.container_statuses) {
-    bool terminated = c.state.kind == ContainerState::Kind::kTerminated && c.state.exit_code != 0;
-    bool restarted = c.restart_count > 0 && c.last_state.kind == ContainerState::Kind::kTerminated;
-    if (terminated || restarted) {
-      if (best == nullptr || c.restart_count > best->restart_count || terminated) best = &c;
-    }
-  }
-  return best;
-}
-
 const api::ReplicaSpec* SpecOf(const api::TrainingJobSpec& spec, ReplicaType t) {
   auto it = spec.replica_specs.find(t);
   return it == spec.replica_specs.end() ? nullptr : &it->second;
@@ -90,8 +76,7 @@ bool HostsCoordinator(const PodFailure& f, const api::TrainingJobSpec& spec) {
 
 int32_t FailureCount(const ObservedPod& pod) {
   int32_t n = pod.phase == PodPhase::kFailed ? 1 : 0;
-  for (const ContainerStatus& c : pod.container_statuses) n += c.restart_count;
-  return n;
+  return n + pod.restarts;
 }
 
 PodFailure DescribeFailure(const ObservedPod& pod, ReplicaType type, int32_t index) {
@@ -101,16 +86,15 @@ PodFailure DescribeFailure(const ObservedPod& pod, ReplicaType type, int32_t ind
   f.type = type;
   f.index = index;
   f.restarted_in_place = pod.phase != PodPhase::kFailed;
-  f.disruption = IsDisruptionReason(pod.reason) || pod.disruption_target;
+  const PodDetail& why = pod.why();
+  f.disruption = IsDisruptionReason(why.reason) || pod.disruption_target;
 
   std::string container_reason;
   std::string termination;
-  if (const ContainerStatus* c = FailedContainer(pod)) {
-    const ContainerState& s =
-        c->state.kind == ContainerState::Kind::kTerminated ? c->state : c->last_state;
-    f.exit_code = s.exit_code;
-    container_reason = s.reason;
-    termination = s.message;
+  if (why.failure) {
+    f.exit_code = why.failure->exit_code;
+    container_reason = why.failure->reason;
+    termination = why.failure->message;
   }
   // The trainer's termination message is JSON; anything else is kept as plain text.
   nlohmann::json msg = nlohmann::json::parse(termination, nullptr, false);
@@ -122,17 +106,17 @@ PodFailure DescribeFailure(const ObservedPod& pod, ReplicaType type, int32_t ind
     f.message = termination.substr(0, 512);
   }
   if (f.reason.empty()) {
-    if (f.disruption && !pod.reason.empty()) {
-      f.reason = pod.reason;
+    if (f.disruption && !why.reason.empty()) {
+      f.reason = why.reason;
     } else if (f.disruption) {
       f.reason = "DisruptionTarget";
     } else if (!container_reason.empty()) {
       f.reason = container_reason;
     } else {
-      f.reason = pod.reason;
+      f.reason = why.reason;
     }
   }
-  if (f.message.empty()) f.message = pod.message;
+  if (f.message.empty()) f.message = why.message;
   return f;
 }
 

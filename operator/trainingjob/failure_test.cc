@@ -56,7 +56,7 @@ TEST_P(DecisionTest, Decides) {
 ObservedPod Code(ObservedPod p, int code) { return Exited(std::move(p), code); }
 ObservedPod Evicted(ObservedPod p) {
   p = Exited(std::move(p), 137);
-  p.reason = "Evicted";
+  p.mutable_detail().reason = "Evicted";
   return p;
 }
 ObservedPod DisruptionTarget(ObservedPod p) {

@@ -32,22 +32,53 @@ ChildMeta ObserveChildMeta(const api::ObjectMeta& m) {
   return c;
 }
 
+namespace {
+
+// FailedContainer's choice (observed.h, PodDetail::failure): null when no container failed.
+const ContainerState* FailedContainer(const std::vector<api::ContainerStatus>& containers) {
+  const api::ContainerStatus* best = nullptr;
+  for (const api::ContainerStatus& c : containers) {
+    bool terminated = c.state.kind == ContainerState::Kind::kTerminated && c.state.exit_code != 0;
+    bool restarted = c.restart_count > 0 && c.last_state.kind == ContainerState::Kind::kTerminated;
+    if (terminated || restarted) {
+      if (best == nullptr || c.restart_count > best->restart_count || terminated) best = &c;
+    }
+  }
+  if (best == nullptr) return nullptr;
+  return best->state.kind == ContainerState::Kind::kTerminated ? &best->state : &best->last_state;
+}
+
+}  // namespace
+
 ObservedPod ObservePod(const kube::Pod& pod) {
   ObservedPod out;
   out.metadata = ObserveChildMeta(pod.metadata);
   out.phase = ParsePodPhase(pod.phase);
-  out.reason = pod.reason;
-  out.message = pod.message;
   out.pod_ip = pod.pod_ip;
+  if (!pod.reason.empty()) out.mutable_detail().reason = pod.reason;
+  if (!pod.message.empty()) out.mutable_detail().message = pod.message;
   for (const api::PodCondition& c : pod.conditions) {
     if (c.type == "Ready") out.ready = c.status == "True";
     if (c.type == "DisruptionTarget") out.disruption_target = c.status == "True";
     if (c.type == "PodScheduled" && c.status == "False") {
       out.unschedulable = true;
-      out.unschedulable_message = c.message;
+      if (!c.message.empty()) out.mutable_detail().unschedulable_message = c.message;
     }
   }
-  out.container_statuses = pod.container_statuses;
+  bool waiting_seen = false;
+  for (const api::ContainerStatus& c : pod.container_statuses) {
+    out.containers_running =
+        out.containers_running && c.state.kind == ContainerState::Kind::kRunning;
+    out.restarts += c.restart_count;
+    if (!waiting_seen && c.state.kind == ContainerState::Kind::kWaiting &&
+        !c.state.reason.empty()) {
+      waiting_seen = true;
+      out.mutable_detail().waiting = c.state;
+    }
+  }
+  if (const ContainerState* failed = FailedContainer(pod.container_statuses)) {
+    out.mutable_detail().failure = *failed;
+  }
   return out;
 }
 

@@ -98,4 +98,17 @@ std::vector<std::string> OwnerUids(const ChildMeta& m) {
   return {std::string(m.controller_uid())};
 }
 
+const PodDetail& ObservedPod::why() const {
+  static const PodDetail kNone;
+  return detail ? *detail : kNone;
+}
+
+PodDetail& ObservedPod::mutable_detail() {
+  if (!detail || detail.use_count() > 1) {
+    detail = std::make_shared<PodDetail>(detail ? *detail : PodDetail{});
+  }
+  // Made here, as non-const: the const view only keeps others from changing it.
+  return const_cast<PodDetail&>(*detail);
+}
+
 }  // namespace lockstep::trainingjob

@@ -31,7 +31,6 @@ PodPhase ParsePodPhase(std::string_view phase);
 std::string_view PodPhaseName(PodPhase phase);
 
 using api::ContainerState;
-using api::ContainerStatus;
 
 // What the planner reads of a child's metadata (pods, Services, Secrets, PodGroups), parsed
 // once where the object comes in (observe.h) and nothing more: the controller caches 20,000
@@ -110,19 +109,44 @@ std::string KeyOf(const ChildMeta& m);
 std::vector<std::string> OwnerUids(const ChildMeta& m);
 inline std::string_view ResourceVersionOf(const ChildMeta& m) { return m.resource_version(); }
 
+// Why a pod is not simply running, as far as the planner reads it: kept out of line because
+// most pods have none of it (ObservedPod::detail is null then).
+struct PodDetail {
+  std::string reason;   // status.reason (Evicted, Preempted, ...)
+  std::string message;  // status.message
+  // PodScheduled False's message: why the pod cannot be scheduled.
+  std::string unschedulable_message;
+  // The first container waiting for a reason (ErrImagePull: ...): why a pod is Pending.
+  ContainerState waiting;
+  // How a failed container ended: the one that terminated with a nonzero exit code, else the
+  // one that restarted most after terminating; its state, or its last state when the
+  // container restarted. Unset when no container failed.
+  std::optional<ContainerState> failure;
+
+  bool operator==(const PodDetail&) const = default;
+};
+
+// What the planner reads of a pod. The controller caches 20,000 pods at scale: a running pod
+// costs its metadata, a few facts and its IP, with no allocation of its own beyond ChildMeta's
+// (bench/informer_bench BM_ControllerCacheMemory).
 struct ObservedPod {
   ChildMeta metadata;
   PodPhase phase = PodPhase::kUnknown;
-  std::string reason;
-  std::string message;
-  std::string pod_ip;
   // The pod conditions the planner reads: Ready and DisruptionTarget with status True, and
-  // PodScheduled with status False (with its message: why the pod cannot be scheduled).
+  // PodScheduled with status False.
   bool ready = false;
   bool disruption_target = false;
   bool unschedulable = false;
-  std::string unschedulable_message;
-  std::vector<ContainerStatus> container_statuses;
+  // Of its containers: whether each one's state is running, and their restarts summed.
+  bool containers_running = true;
+  int32_t restarts = 0;
+  std::string pod_ip;
+  std::shared_ptr<const PodDetail> detail;  // null: every field of it is empty
+
+  // The detail, or an empty one.
+  const PodDetail& why() const;
+  // The detail to change, made or copied first when shared (for the observer and tests).
+  PodDetail& mutable_detail();
 };
 
 }  // namespace lockstep::trainingjob

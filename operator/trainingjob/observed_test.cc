@@ -47,19 +47,18 @@ TEST(ObservedTest, ThePodInformersDecoderTypesThePod) {
   ASSERT_TRUE(pod.ok()) << pod.status();
   EXPECT_EQ(pod->metadata.name(), "t-worker-0");
   EXPECT_EQ(pod->phase, PodPhase::kFailed);
-  EXPECT_EQ(pod->reason, "Evicted");
+  EXPECT_EQ(pod->why().reason, "Evicted");
   EXPECT_EQ(pod->pod_ip, "10.0.0.7");
   EXPECT_TRUE(pod->disruption_target);
   EXPECT_FALSE(pod->ready);
   EXPECT_FALSE(pod->unschedulable);
-  ASSERT_EQ(pod->container_statuses.size(), 1u);
-  const ContainerStatus& c = pod->container_statuses[0];
-  EXPECT_EQ(c.restart_count, 2);
-  EXPECT_EQ(c.state.kind, ContainerState::Kind::kTerminated);
-  EXPECT_EQ(c.state.exit_code, 137);
-  EXPECT_EQ(c.state.message, "m");
-  EXPECT_EQ(c.last_state.kind, ContainerState::Kind::kTerminated);
-  EXPECT_EQ(c.last_state.exit_code, 1);
+  EXPECT_FALSE(pod->containers_running);
+  EXPECT_EQ(pod->restarts, 2);
+  // The container terminated with 137: its state, not the last state, says how it failed.
+  ASSERT_TRUE(pod->why().failure.has_value());
+  EXPECT_EQ(pod->why().failure->kind, ContainerState::Kind::kTerminated);
+  EXPECT_EQ(pod->why().failure->exit_code, 137);
+  EXPECT_EQ(pod->why().failure->message, "m");
   EXPECT_FALSE(DecodeObservedPod(nlohmann::json::array()).ok());
 }
 
@@ -73,7 +72,8 @@ TEST(ObservedTest, APendingPodSaysWhyItIsNotScheduled) {
   ASSERT_TRUE(pod.ok()) << pod.status();
   EXPECT_FALSE(pod->ready);
   EXPECT_TRUE(pod->unschedulable);
-  EXPECT_EQ(pod->unschedulable_message, "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.");
+  EXPECT_EQ(pod->why().unschedulable_message,
+            "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.");
 
   pod = DecodeObservedPod(nlohmann::json::parse(R"({
     "metadata": {"name": "t-worker-0"},
@@ -186,4 +186,50 @@ TEST(ObservedTest, AChildsMetadataIsParsedOnceWhereItComesIn) {
 }
 
 }  // namespace
+TEST(ObservedTest, APodKeepsOfItsContainersOnlyWhatThePlannerReads) {
+  auto decode = [](const char* containers) {
+    return *DecodeObservedPod(nlohmann::json::parse(
+        std::string(R"({"metadata": {"name": "t-worker-0"}, "status": {"phase": "Running",
+                       "podIP": "10.0.0.7", "containerStatuses": )") +
+        containers + "}}"));
+  };
+  // Running, never restarted: nothing out of line.
+  ObservedPod running = decode(R"([{"name": "a", "state": {"running": {}}},
+                                    {"name": "b", "state": {"running": {}}}])");
+  EXPECT_TRUE(running.containers_running);
+  EXPECT_EQ(running.restarts, 0);
+  EXPECT_EQ(running.detail, nullptr);
+  EXPECT_EQ(running.why(), PodDetail{});
+
+  // Restarted in place: the container that restarted most speaks, by its last state.
+  ObservedPod restarted = decode(R"([
+    {"name": "a", "restartCount": 1, "state": {"running": {}},
+     "lastState": {"terminated": {"exitCode": 3, "reason": "Error"}}},
+    {"name": "b", "restartCount": 4, "state": {"running": {}},
+     "lastState": {"terminated": {"exitCode": 42, "reason": "OOMKilled"}}}])");
+  EXPECT_TRUE(restarted.containers_running);
+  EXPECT_EQ(restarted.restarts, 5);
+  ASSERT_TRUE(restarted.why().failure.has_value());
+  EXPECT_EQ(restarted.why().failure->exit_code, 42);
+  EXPECT_EQ(restarted.why().failure->reason, "OOMKilled");
+
+  // One waits with a reason, one exited 0: the first says why, nothing failed.
+  ObservedPod waiting = decode(R"([
+    {"name": "a", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+    {"name": "b", "state": {"waiting": {"reason": "ErrImagePull", "message": "no such image"}}},
+    {"name": "c", "state": {"waiting": {"reason": "ContainerCreating"}}}])");
+  EXPECT_FALSE(waiting.containers_running);
+  EXPECT_EQ(waiting.why().waiting.reason, "ErrImagePull");
+  EXPECT_EQ(waiting.why().waiting.message, "no such image");
+  EXPECT_FALSE(waiting.why().failure.has_value());
+
+  // A copy shares the detail until it is changed.
+  ObservedPod copy = restarted;
+  EXPECT_EQ(copy.detail, restarted.detail);
+  copy.mutable_detail().reason = "Evicted";
+  EXPECT_NE(copy.detail, restarted.detail);
+  EXPECT_EQ(restarted.why().reason, "");
+  EXPECT_EQ(copy.why().failure, restarted.why().failure);
+}
+
 }  // namespace lockstep::trainingjob

@@ -425,7 +425,7 @@ TEST(PlannerRestartTest, DisruptionRestartsWithoutSpendingBudget) {
   AllRunning(w);
   w.Step();
   w.pods[0] = Exited(w.pods[0], 137);
-  w.pods[0].reason = "Evicted";
+  w.pods[0].mutable_detail().reason = "Evicted";
   Plan p = w.Step();
   EXPECT_EQ(w.state(), JobState::kRestarting);
   EXPECT_EQ(w.job.status->restart_count, 0);
@@ -798,7 +798,7 @@ TEST(PlannerTimerTest, PendingTooLongIsStalledThenClears) {
   World w = Mwm(2, "ExitCode", {{"runPolicy", {{"pendingTimeoutSeconds", 60}}}});
   w.pods = {MakePod(w.job, ReplicaType::kWorker, 0, 0, PodPhase::kRunning),
             MakePod(w.job, ReplicaType::kWorker, 1, 0, PodPhase::kPending)};
-  w.pods[1].container_statuses[0].state.reason = "ErrImagePull";
+  w.pods[1].mutable_detail().waiting.reason = "ErrImagePull";
   w.now = kT0 + absl::Seconds(30);
   Plan p = w.Step();
   EXPECT_EQ(p.requeue_after, absl::Seconds(30));

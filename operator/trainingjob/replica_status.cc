@@ -80,20 +80,16 @@ std::string ReadyString(const api::TrainingJobSpec& spec,
 }
 
 bool PodRunning(const ObservedPod& pod) {
-  if (pod.phase != PodPhase::kRunning) return false;
-  for (const ContainerStatus& c : pod.container_statuses) {
-    if (c.state.kind != ContainerState::Kind::kRunning) return false;
-  }
-  return true;
+  return pod.phase == PodPhase::kRunning && pod.containers_running;
 }
 
 std::string PendingDetail(const ObservedPod& pod) {
-  for (const ContainerStatus& c : pod.container_statuses) {
-    if (c.state.kind == ContainerState::Kind::kWaiting && !c.state.reason.empty()) {
-      return StrCat(": ", c.state.reason, c.state.message.empty() ? "" : ": ", c.state.message);
-    }
+  const PodDetail& why = pod.why();
+  if (!why.waiting.reason.empty()) {
+    return StrCat(": ", why.waiting.reason, why.waiting.message.empty() ? "" : ": ",
+                  why.waiting.message);
   }
-  if (pod.unschedulable) return StrCat(": unschedulable: ", pod.unschedulable_message);
+  if (pod.unschedulable) return StrCat(": unschedulable: ", why.unschedulable_message);
   return "";
 }
 

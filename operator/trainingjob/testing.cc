@@ -60,40 +60,45 @@ ObservedPod MakePod(const api::TrainingJob& job, api::ReplicaType type, int inde
   p.metadata.attempt = attempt;
   p.phase = phase;
   p.pod_ip = "127.0.1." + std::to_string(index + 1);
-  ContainerStatus c;
-  c.name = "tensorflow";
+  // One container: running, terminated as Completed, or waiting as ContainerCreating.
   if (phase == PodPhase::kRunning) {
-    c.state.kind = ContainerState::Kind::kRunning;
-    c.ready = true;
     p.ready = true;
-  } else if (phase == PodPhase::kSucceeded) {
-    c.state.kind = ContainerState::Kind::kTerminated;
-    c.state.reason = "Completed";
   } else {
-    c.state.kind = ContainerState::Kind::kWaiting;
-    c.state.reason = "ContainerCreating";
+    p.containers_running = false;
+    if (phase != PodPhase::kSucceeded) {
+      p.mutable_detail().waiting = {.kind = ContainerState::Kind::kWaiting,
+                                    .reason = "ContainerCreating"};
+    }
   }
-  p.container_statuses.push_back(c);
   return p;
 }
 
 ObservedPod Exited(ObservedPod pod, int code, const std::string& termination_message) {
   pod.phase = PodPhase::kFailed;
-  ContainerState& s = pod.container_statuses.at(0).state;
-  s.kind = ContainerState::Kind::kTerminated;
-  s.exit_code = code;
-  s.reason = "Error";
-  s.message = termination_message;
   pod.ready = false;
+  pod.containers_running = false;
+  PodDetail& why = pod.mutable_detail();
+  why.waiting = {};
+  // The container's state is the one that failed, unless it exited 0 and never restarted.
+  why.failure.reset();
+  if (code != 0 || pod.restarts > 0) {
+    why.failure = ContainerState{.kind = ContainerState::Kind::kTerminated,
+                                 .reason = "Error",
+                                 .message = termination_message,
+                                 .exit_code = code};
+  }
   return pod;
 }
 
 ObservedPod RestartedInPlace(ObservedPod pod, int code, int times) {
-  ContainerStatus& c = pod.container_statuses.at(0);
-  c.restart_count += times;
-  c.last_state.kind = ContainerState::Kind::kTerminated;
-  c.last_state.exit_code = code;
-  c.last_state.reason = "Error";
+  pod.restarts += times;
+  PodDetail& why = pod.mutable_detail();
+  // A container that has terminated with a nonzero code still speaks for the pod.
+  bool terminated = pod.phase == PodPhase::kFailed && why.failure && why.failure->exit_code != 0;
+  if (!terminated) {
+    why.failure = ContainerState{
+        .kind = ContainerState::Kind::kTerminated, .reason = "Error", .exit_code = code};
+  }
   return pod;
 }
 
