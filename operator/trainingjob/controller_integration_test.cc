@@ -363,6 +363,19 @@ TEST_F(ControllerIntegrationTest, CreatesPodsServicesAndSecretWithTheEnvironment
   EXPECT_EQ(progress_.last_address(), "127.0.9.1:9464");
   EXPECT_GE(metrics_.Value(kPodsCreatedMetric, {{"replica_type", "worker"}}), 2);
   EXPECT_THAT(metrics_.Render(), HasSubstr("lockstep_trainingjobs{state=\"Running\"} 1"));
+  // A change to a pod that the planner does not read is a reconcile that writes nothing, and
+  // is counted apart from those that wrote.
+  EXPECT_GE(metrics_.Count(kReconcileLatencyMetric, {{"writes", "some"}}), 1u);
+  const uint64_t none_before = metrics_.Count(kReconcileLatencyMetric, {{"writes", "none"}});
+  ASSERT_TRUE(client_
+                  ->Patch(res::kPods, "ns", "t-worker-1", kube::PatchType::kMerge,
+                          {{"metadata", {{"annotations", {{"example.com/note", "seen"}}}}}})
+                  .ok());
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return metrics_.Count(kReconcileLatencyMetric, {{"writes", "none"}}) > none_before;
+      },
+      "a reconcile that wrote nothing"));
 }
 
 // A job's Services and pods go out in parallel batches (4, then 8...), not one by one: with
