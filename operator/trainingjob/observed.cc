@@ -107,7 +107,8 @@ PodDetail& ObservedPod::mutable_detail() {
   if (!detail || detail.use_count() > 1) {
     detail = std::make_shared<PodDetail>(detail ? *detail : PodDetail{});
   }
-  // Made here, as non-const: the const view only keeps others from changing it.
+  // Every detail is made just above as a non-const PodDetail, and this pod now holds the only
+  // reference: changing it changes no other pod.
   return const_cast<PodDetail&>(*detail);
 }
 

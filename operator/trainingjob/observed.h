@@ -32,13 +32,13 @@ std::string_view PodPhaseName(PodPhase phase);
 
 using api::ContainerState;
 
-// What the planner reads of a child's metadata (pods, Services, Secrets, PodGroups), parsed
-// once where the object comes in (observe.h) and nothing more: the controller caches 20,000
-// children at scale. Its six strings share one allocation ("namespace/name", then the UID,
-// resourceVersion, and the controller's UID and name): a cached Service costs 0.44 KB,
-// against 1.37 KB with an api::ObjectMeta, its label map and owner references
-// (bench/informer_bench BM_ControllerCacheMemory). The job name label is the informers'
-// selector, so it is not kept.
+// What the planner reads of a child's metadata (pods, Services, Secrets, PodGroups; the job
+// cache keeps a TrainingJob's own this way too), parsed once where the object comes in
+// (observe.h) and nothing more: the controller caches 20,000 children at scale. Its six
+// strings share one allocation ("namespace/name", then the UID, resourceVersion, and the
+// controller's UID and name): a cached Service costs 0.44 KB, against 1.37 KB with an
+// api::ObjectMeta, its label map and owner references (bench/informer_bench
+// BM_ControllerCacheMemory). The job name label is the informers' selector, so it is not kept.
 class ChildMeta {
  public:
   struct Strings {
@@ -127,8 +127,9 @@ struct PodDetail {
 };
 
 // What the planner reads of a pod. The controller caches 20,000 pods at scale: a running pod
-// costs its metadata, a few facts and its IP, with no allocation of its own beyond ChildMeta's
-// (bench/informer_bench BM_ControllerCacheMemory).
+// costs its metadata, a few facts and its IP (an IPv4 address needs no allocation), 0.50 KB
+// against 0.81 KB with its container statuses (bench/informer_bench BM_ControllerCacheMemory).
+// Copies share the detail, which is never changed once shared.
 struct ObservedPod {
   ChildMeta metadata;
   PodPhase phase = PodPhase::kUnknown;
