@@ -70,10 +70,10 @@ struct TrainingJobController::Impl {
   std::vector<ProgressTarget> ProgressTargets() const {
     std::vector<ProgressTarget> out;
     for (const auto& j : jobs.cache().List()) {
-      if (!j->progress.polled) continue;
+      if (!IsPolled(j->state)) continue;
       std::shared_ptr<const ObservedPod> pod = pods.cache().Get(runtime::ObjectKey(
           j->metadata.namespace_(), ProgressPodName(j->metadata.name(), j->progress)));
-      if (auto t = ProgressTargetOf(j->metadata, j->progress, pod.get())) {
+      if (auto t = ProgressTargetOf(j->metadata, j->state, j->progress, pod.get())) {
         out.push_back(*std::move(t));
       }
     }
@@ -175,7 +175,7 @@ void TrainingJobController::Run(std::stop_token stop) {
                const std::shared_ptr<const JobObject>& j) {
             i.queue.Add(std::string(j->metadata.key()));
             // A job that starts running is polled at once rather than at the next round.
-            if (i.poller && j->progress.polled && !old->progress.polled) i.poller->Wake();
+            if (i.poller && IsPolled(j->state) && !IsPolled(old->state)) i.poller->Wake();
           },
       .on_delete =
           [&i](const std::shared_ptr<const JobObject>& j) {

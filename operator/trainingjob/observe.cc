@@ -34,7 +34,7 @@ ChildMeta ObserveChildMeta(const api::ObjectMeta& m) {
 
 namespace {
 
-// FailedContainer's choice (observed.h, PodDetail::failure): null when no container failed.
+// The state PodDetail::failure keeps (observed.h): null when no container failed.
 const ContainerState* FailedContainer(const std::vector<api::ContainerStatus>& containers) {
   const api::ContainerStatus* best = nullptr;
   for (const api::ContainerStatus& c : containers) {
@@ -65,15 +65,13 @@ ObservedPod ObservePod(const kube::Pod& pod) {
       if (!c.message.empty()) out.mutable_detail().unschedulable_message = c.message;
     }
   }
-  bool waiting_seen = false;
   for (const api::ContainerStatus& c : pod.container_statuses) {
     out.containers_running =
         out.containers_running && c.state.kind == ContainerState::Kind::kRunning;
     out.restarts += c.restart_count;
-    if (!waiting_seen && c.state.kind == ContainerState::Kind::kWaiting &&
-        !c.state.reason.empty()) {
-      waiting_seen = true;
-      out.mutable_detail().waiting = c.state;
+    if (c.state.kind == ContainerState::Kind::kWaiting && !c.state.reason.empty() &&
+        out.why().waiting.reason.empty()) {
+      out.mutable_detail().waiting = c.state;  // the first one
     }
   }
   if (const ContainerState* failed = FailedContainer(pod.container_statuses)) {

@@ -202,8 +202,9 @@ class Planner {
     std::vector<PodFailure> failures;
     for (const auto& [type, index, pod] : pods_) {
       int32_t n = FailureCount(*pod);
-      counted[std::string(pod->metadata.uid())] = n;
-      auto it = st_.counted_failures.find(std::string(pod->metadata.uid()));
+      std::string uid(pod->metadata.uid());
+      auto it = st_.counted_failures.find(uid);
+      counted[std::move(uid)] = n;
       int32_t before = it == st_.counted_failures.end() ? 0 : it->second;
       if (n <= before || slots_[{type, index}].pod != pod) continue;
       if (InGroup(type) && pod->metadata.attempt < st_.attempt) continue;

@@ -23,6 +23,7 @@ using testing::Job;
 using testing::kT0;
 using testing::MakePod;
 using testing::RestartedInPlace;
+using testing::WithUid;
 
 // The world the planner sees: a job, its pods, and whether its services and secret exist.
 struct World {
@@ -408,11 +409,7 @@ TEST(PlannerRestartTest, EvaluatorFailuresAreIsolated) {
   EXPECT_NE(w.state(), JobState::kFailed);
   // A permanent evaluator failure leaves it failed; the job goes on.
   w.pods[0] = Exited(MakePod(w.job, ReplicaType::kEvaluator, 0, 0, PodPhase::kRunning), 2);
-  {
-    ChildMeta::Strings s = w.pods[0].metadata.strings();
-    s.uid = "eval-2";
-    w.pods[0].metadata.Set(s);
-  }
+  w.pods[0] = WithUid(w.pods[0], "eval-2");
   p = w.Step();
   EXPECT_TRUE(Deleted(p).empty());
   EXPECT_TRUE(Created(p).empty());
@@ -579,11 +576,7 @@ TEST(PlannerInPlaceTest, ALostWorkerIsReplacedAloneAsItsNextIncarnation) {
   EXPECT_EQ(w.state(), JobState::kRunning);
   // Lost again: the third incarnation.
   w.pods[2] = Exited(w.pods[2], 137);
-  {
-    ChildMeta::Strings s = w.pods[2].metadata.strings();
-    s.uid = "second";
-    w.pods[2].metadata.Set(s);
-  }
+  w.pods[2] = WithUid(w.pods[2], "second");
   w.Step();
   w.pods.pop_back();
   p = w.Step();

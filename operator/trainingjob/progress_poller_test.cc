@@ -196,7 +196,9 @@ TEST_F(ProgressPollerTest, WakeMakesASleepingPollerSeeANewTarget) {
 }
 
 std::optional<ProgressTarget> TargetOf(const api::TrainingJob& job, const ObservedPod* pod) {
-  return ProgressTargetOf(ObserveChildMeta(job.metadata), ProgressSpeakerOf(job), pod);
+  return ProgressTargetOf(ObserveChildMeta(job.metadata),
+                          job.status ? job.status->state : api::JobState::kPending,
+                          ProgressSpeakerOf(job), pod);
 }
 
 TEST(ProgressTargetTest, TheChiefElseWorkerZeroWhileTheJobRuns) {

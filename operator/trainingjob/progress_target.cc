@@ -7,13 +7,12 @@
 
 namespace lockstep::trainingjob {
 
-bool IsPolled(const api::TrainingJob& job) {
-  api::JobState s = job.status ? job.status->state : api::JobState::kPending;
-  return s == api::JobState::kRunning || s == api::JobState::kRestarting;
+bool IsPolled(api::JobState state) {
+  return state == api::JobState::kRunning || state == api::JobState::kRestarting;
 }
 
 ProgressSpeaker ProgressSpeakerOf(const api::TrainingJob& job) {
-  ProgressSpeaker s{.polled = IsPolled(job)};
+  ProgressSpeaker s;
   auto spec = job.spec.replica_specs.find(api::ReplicaType::kChief);
   if (spec == job.spec.replica_specs.end()) {
     s.type = api::ReplicaType::kWorker;
@@ -27,9 +26,10 @@ std::string ProgressPodName(std::string_view job_name, const ProgressSpeaker& sp
   return api::ReplicaName(job_name, speaker.type, 0);
 }
 
-std::optional<ProgressTarget> ProgressTargetOf(const ChildMeta& job, const ProgressSpeaker& speaker,
+std::optional<ProgressTarget> ProgressTargetOf(const ChildMeta& job, api::JobState state,
+                                               const ProgressSpeaker& speaker,
                                                const ObservedPod* pod) {
-  if (pod == nullptr || !speaker.polled || pod->phase != PodPhase::kRunning ||
+  if (pod == nullptr || !IsPolled(state) || pod->phase != PodPhase::kRunning ||
       pod->pod_ip.empty() || pod->metadata.deletion_timestamp ||
       pod->metadata.name() != ProgressPodName(job.name(), speaker)) {
     return std::nullopt;

@@ -22,22 +22,22 @@ struct ProgressTarget {
 };
 
 // Whether a job's progress is read: it is Running or Restarting (its chief may be training).
-bool IsPolled(const api::TrainingJob& job);
+bool IsPolled(api::JobState state);
 
 // What the poller reads of a job, taken from it once: the job cache keeps it beside the job's
 // JSON (reconciler.h), so a polling round decodes no job.
 struct ProgressSpeaker {
-  bool polled = false;                               // IsPolled
   api::ReplicaType type = api::ReplicaType::kChief;  // the chief, else worker 0
   int32_t port = api::kDefaultMetricsPort;           // its container's lockstep-metrics port
 };
 ProgressSpeaker ProgressSpeakerOf(const api::TrainingJob& job);
 // The pod whose /progress speaks for the job: "<job>-chief-0", else "<job>-worker-0".
 std::string ProgressPodName(std::string_view job_name, const ProgressSpeaker& speaker);
-// The target for the job with metadata `job`, given its pod named ProgressPodName (null when
-// absent): none unless the job is polled and the pod is controlled by the job, Running and has
-// an IP.
-std::optional<ProgressTarget> ProgressTargetOf(const ChildMeta& job, const ProgressSpeaker& speaker,
+// The target for the job with metadata `job` in `state`, given its pod named ProgressPodName
+// (null when absent): none unless the job is polled and the pod is controlled by the job,
+// Running and has an IP.
+std::optional<ProgressTarget> ProgressTargetOf(const ChildMeta& job, api::JobState state,
+                                               const ProgressSpeaker& speaker,
                                                const ObservedPod* pod);
 
 }  // namespace lockstep::trainingjob

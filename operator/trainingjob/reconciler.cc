@@ -43,14 +43,12 @@ std::vector<std::shared_ptr<const T>> Controlled(const runtime::Cache<T>& cache,
   return out;
 }
 
-}  // namespace
-
-namespace {
 JobObject::Decoded DecodeLeniently(const json& j) {
   JobObject::Decoded d;
   d.job = api::DecodeTrainingJob(j, &d.errors, {.reject_unknown_fields = false});
   return d;
 }
+
 }  // namespace
 
 JobObject::Decoded JobObject::Decode() const { return DecodeLeniently(json::parse(json)); }
@@ -154,14 +152,14 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
                                                                job.metadata.name)) != nullptr;
   }
   // The poller's latest reading, for a job whose chief is expected to be training.
-  if (d_.progress != nullptr && IsPolled(job)) o.progress = d_.progress->Latest(key);
+  if (d_.progress != nullptr && IsPolled(cached->state)) o.progress = d_.progress->Latest(key);
   o.now = d_.clock->Now();
 
   Plan plan = MakePlan(o, options_.planner);
   const api::TrainingJobStatus old_status = job.status.value_or(api::TrainingJobStatus{});
 
-  const bool status_written = !job.status || plan.status != *job.status;
-  if (status_written) {
+  const bool status_changed = !job.status || plan.status != *job.status;
+  if (status_changed) {
     api::TrainingJob updated = job;
     updated.status = plan.status;
     absl::StatusOr<json> r = d_.client->UpdateStatus(
@@ -206,7 +204,7 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     // A reconcile that sends nothing measures the operator alone; one that writes, also the
     // API server's latency.
-    const bool wrote = status_written || !plan.actions.empty();
+    const bool wrote = status_changed || !plan.actions.empty();
     d_.metrics->Observe(kReconcileLatencyMetric, {{"writes", wrote ? "some" : "none"}},
                         std::max(0.0, took - throttled));
     d_.metrics->Observe(kThrottleWaitMetric, {}, throttled);

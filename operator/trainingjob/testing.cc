@@ -102,6 +102,13 @@ ObservedPod RestartedInPlace(ObservedPod pod, int code, int times) {
   return pod;
 }
 
+ObservedPod WithUid(ObservedPod pod, std::string_view uid) {
+  ChildMeta::Strings s = pod.metadata.strings();
+  s.uid = uid;
+  pod.metadata.Set(s);
+  return pod;
+}
+
 std::shared_ptr<const ObservedPod> Share(ObservedPod p) {
   return std::make_shared<const ObservedPod>(std::move(p));
 }

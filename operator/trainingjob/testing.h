@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -37,6 +38,9 @@ ObservedPod MakePod(const api::TrainingJob& job, api::ReplicaType type, int inde
 ObservedPod Exited(ObservedPod pod, int code, const std::string& termination_message = "");
 // The kubelet restarted the container in place `times` times, the last run exiting `code`.
 ObservedPod RestartedInPlace(ObservedPod pod, int code, int times = 1);
+
+// The same pod under another UID: a pod recreated under its name.
+ObservedPod WithUid(ObservedPod pod, std::string_view uid);
 
 std::shared_ptr<const ObservedPod> Share(ObservedPod p);
 
