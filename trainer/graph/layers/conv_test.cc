@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "trainer/graph/testing/gradcheck.h"
+#include "trainer/graph/testing/summation_bound.h"
 #include "trainer/graph/testing/torch_oracle.h"
 #include "trainer/keras/layer_factory.h"
 
@@ -136,15 +137,27 @@ struct UseBackend {
   ~UseBackend() { SetConvBackend(ConvBackend::kOneDnn); }
 };
 
+Tensor Abs(Tensor t) {
+  for (float& v : t.values()) v = std::abs(v);
+  return t;
+}
+
 // Forward and backward of a freshly built layer on x, with dy drawn from `seed`: the output,
-// the input gradient and every weight gradient, in that order.
-std::vector<Tensor> RunOnce(Layer& l, const Tensor& x, uint64_t seed) {
+// the input gradient and every weight gradient, in that order. With `absolute`, on the
+// absolute values of x, the weights and dy: for a linear layer, each element is then the sum
+// of the magnitudes of the products behind it (summation_bound.h).
+std::vector<Tensor> RunOnce(Layer& l, const Tensor& x_in, uint64_t seed, bool absolute = false) {
   std::mt19937_64 rng(7);
-  EXPECT_TRUE(l.Build({PerExample(x)}, BuildContext{&rng}).ok());
+  EXPECT_TRUE(l.Build({PerExample(x_in)}, BuildContext{&rng}).ok());
+  const Tensor x = absolute ? Abs(x_in) : x_in;
+  if (absolute) {
+    for (Weight& w : l.weights()) w.value = Abs(w.value);
+  }
   std::vector<Tensor> out(1), din(1);
   Saved s;
   l.Forward(Args{{&x}, {nullptr}}, &out, &s, CallContext{true, &rng});
-  const Tensor dy = RandomTensor(out[0].shape(), seed);
+  const Tensor dy =
+      absolute ? Abs(RandomTensor(out[0].shape(), seed)) : RandomTensor(out[0].shape(), seed);
   for (Weight& w : l.weights()) w.grad.Fill(0.0f);
   l.Backward(Args{{&x}, {nullptr}}, out, {&dy}, {true}, &din, &s);
   std::vector<Tensor> r{out[0], din[0]};
@@ -154,7 +167,10 @@ std::vector<Tensor> RunOnce(Layer& l, const Tensor& x, uint64_t seed) {
 
 // oneDNN's primitives against the loops (im2col + GEMM, direct depthwise loops), on fresh
 // random data of realistic sizes: ResNet and EfficientNet shapes, strides, dilation, odd
-// padding, 1D/3D, depthwise multipliers, and a layer called on two batch sizes.
+// padding, 1D/3D, depthwise multipliers, and a layer called on two batch sizes. The two add
+// in different orders, which also differ by CPU (AVX2 or AVX-512 kernels): each element is
+// held to the summation bound of its sum's length and magnitude (summation_bound.h), the
+// magnitudes from the loops run on absolute values.
 TEST(ConvLayersTest, OneDnnMatchesTheLoops) {
   struct Case {
     std::string what;
@@ -205,10 +221,23 @@ TEST(ConvLayersTest, OneDnnMatchesTheLoops) {
     dnnl = RunOnce(*c.make(), x, 12);
     ASSERT_EQ(OneDnnRefusals(), refused) << c.what << ": oneDNN refused the geometry";
     ASSERT_EQ(loops.size(), dnnl.size()) << c.what;
+    std::vector<Tensor> magnitude;
+    {
+      UseBackend b(ConvBackend::kLoops);
+      magnitude = RunOnce(*c.make(), x, 12, /*absolute=*/true);
+    }
+    // The longest sum behind an element of each: an output adds taps x input channels per
+    // output channel (taps for a depthwise one) and the bias; an input gradient, taps x the
+    // output channels fed by one input channel; the weight gradients, examples x positions.
+    const int64_t kernel = loops[2].size(), out_channels = loops[0].shape().back();
+    const int64_t in_channels = x.shape().back();
+    const int64_t lengths[] = {kernel / out_channels + 1, kernel / in_channels,
+                               loops[0].size() / out_channels, loops[0].size() / out_channels};
     const char* names[] = {"output", "input gradient", "kernel gradient", "bias gradient"};
     for (size_t i = 0; i < loops.size(); ++i) {
       ASSERT_EQ(loops[i].shape(), dnnl[i].shape()) << c.what << " " << names[i];
-      EXPECT_LT(testing::MaxRelativeError(dnnl[i], loops[i]), 1e-4) << c.what << " " << names[i];
+      EXPECT_EQ(testing::SummationMismatch(dnnl[i], loops[i], magnitude[i], lengths[i]), "")
+          << c.what << " " << names[i];
     }
   }
   // One layer called on two batch sizes keeps a primitive per shape: a batch of one (the first
@@ -265,7 +294,15 @@ TEST(ConvLayersTest, LargeBatchesRunInChunksWithTheSameResult) {
       ASSERT_FLOAT_EQ(din[0][n * xn.size() + i], dn[0][i]) << n << " " << i;
     }
   }
-  EXPECT_LT(testing::MaxRelativeError(batch_grad, sum_grad), 1e-4);
+  // The two add the 2 x 4096 products of each kernel element in different orders: held to
+  // their summation bound, the magnitudes from the same pass over |x| and |dy|.
+  const Tensor xa = Abs(x), dya = Abs(dy);
+  Saved sa;
+  std::vector<Tensor> oa(1), da(1);
+  c->Forward(Args{{&xa}, {nullptr}}, &oa, &sa, CallContext{true, &rng});
+  c->weights()[0].grad.Fill(0.0f);
+  c->Backward(Args{{&xa}, {nullptr}}, oa, {&dya}, {true}, &da, &sa);
+  EXPECT_EQ(testing::SummationMismatch(batch_grad, sum_grad, c->weights()[0].grad, 2 * 4096), "");
 }
 
 TEST(ConvLayersTest, TransposeGradientsAndKerasLengths) {
