@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "trainer/cli/termination.h"
 #include "trainer/cli/trainer_flags.h"
+#include "trainer/kernels/cuda/gpu_available.h"
 #include "trainer/strategy/data_parallel.h"
 #include "trainer/strategy/evaluator.h"
 #include "trainer/strategy/multi_worker.h"
@@ -57,7 +58,8 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   if (config->version) {
-    std::cout << "lockstep-trainer " << LOCKSTEP_VERSION << "\n";
+    std::cout << "lockstep-trainer " << LOCKSTEP_VERSION << "\n"
+              << "GPU libraries: " << lockstep::trainer::cuda::GpuLibraryVersions() << "\n";
     return kExitOk;
   }
   const int training_tasks = TrainingTasks(*config);

@@ -1,8 +1,11 @@
 #include "trainer/strategy/collective_choice.h"
 
+#include <map>
+
 #include "absl/strings/str_cat.h"
 #include "trainer/comm/nccl.h"
 #include "trainer/comm/ring.h"
+#include "trainer/kernels/cuda/gpu_available.h"
 #include "trainer/strategy/session.h"
 
 namespace lockstep::trainer {
@@ -12,8 +15,21 @@ namespace {
 // (session.h).
 
 absl::StatusOr<std::unique_ptr<comm::Collective>> ConnectNcclRank(const CollectiveSetup& s) {
-  // The NCCL unique id travels through the coordination service; each process trains on its
-  // first visible GPU.
+  // Each process trains on its first visible GPU. Every rank publishes that GPU's UUID and
+  // checks the group's before NCCL starts: ranks that share a GPU are a configuration NCCL
+  // cannot serve, found at once rather than as a failed (and retried) communicator.
+  if (absl::Status st = s.coord->Set(absl::StrCat("nccl/gpu/", s.rank), cuda::GpuUuid(0));
+      !st.ok()) {
+    return PeerLost(st);
+  }
+  std::vector<std::string> gpus;
+  for (int r = 0; r < s.world_size; ++r) {
+    absl::StatusOr<std::string> g = s.coord->Get(absl::StrCat("nccl/gpu/", r), s.setup_timeout);
+    if (!g.ok()) return PeerLost(g.status());
+    gpus.push_back(*g);
+  }
+  if (absl::Status st = OneGpuPerRank(gpus); !st.ok()) return st;
+  // The NCCL unique id travels through the coordination service.
   absl::StatusOr<std::unique_ptr<comm::Collective>> c = comm::ConnectNccl(
       s.rank, s.world_size, 0, [&](const std::string& id) { return s.coord->Set("nccl/id", id); },
       [&] { return s.coord->Get("nccl/id", s.setup_timeout); }, s.setup_timeout);
@@ -74,6 +90,51 @@ std::string CollectiveChoice::Describe() const {
     absl::StrAppend(&out, i == 0 ? "; skipped " : ", ", skipped[i]);
   }
   return out;
+}
+
+absl::Status OneGpuPerRank(const std::vector<std::string>& gpus) {
+  std::map<std::string, int> first_rank;
+  for (int r = 0; r < static_cast<int>(gpus.size()); ++r) {
+    if (gpus[r].empty()) continue;
+    auto [it, fresh] = first_rank.emplace(gpus[r], r);
+    if (!fresh) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ranks ", it->second, " and ", r, " share GPU ", gpus[r],
+          ": NCCL takes one GPU per rank (give each replica its own GPU, or use --collective "
+          "ring or auto)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<comm::Collective>> ConnectChosen(
+    const std::vector<CollectiveCandidate>& candidates, CollectiveBackend requested,
+    const Placement& placement, const CollectiveSetup& setup, CollectiveChoice* choice) {
+  for (;;) {
+    absl::StatusOr<std::unique_ptr<comm::Collective>> c = choice->chosen->connect(setup);
+    if (c.ok() || requested != CollectiveBackend::kAuto || !absl::IsInvalidArgument(c.status())) {
+      return c;
+    }
+    // The next enabled candidate after the one that cannot serve this group.
+    const CollectiveCandidate* refused = choice->chosen;
+    choice->skipped.push_back(
+        absl::StrCat(CollectiveBackendName(refused->backend), ": ", c.status().message()));
+    choice->chosen = nullptr;
+    for (auto it = candidates.begin(); it != candidates.end(); ++it) {
+      if (&*it != refused) continue;
+      for (++it; it != candidates.end(); ++it) {
+        if (it->enabled(placement).ok()) {
+          choice->chosen = &*it;
+          break;
+        }
+      }
+      break;
+    }
+    if (choice->chosen == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no collective backend can serve these replicas: ", choice->Describe()));
+    }
+  }
 }
 
 absl::StatusOr<CollectiveChoice> ChooseCollective(

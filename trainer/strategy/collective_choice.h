@@ -59,4 +59,20 @@ absl::StatusOr<CollectiveChoice> ChooseCollective(
     const std::vector<CollectiveCandidate>& candidates, CollectiveBackend requested,
     const Placement& placement);
 
+// Connects this rank through `choice->chosen`. A candidate can find only at connection time,
+// from the whole group, that it cannot serve it: it then fails with InvalidArgument (NCCL
+// when two ranks share a GPU). Under --collective auto (`requested` kAuto) the next enabled
+// candidate takes its place, and `choice` records the change; every rank sees the same
+// group, so every rank moves alike. With the backend named, the InvalidArgument is returned
+// (BadConfig: no retry can help).
+absl::StatusOr<std::unique_ptr<comm::Collective>> ConnectChosen(
+    const std::vector<CollectiveCandidate>& candidates, CollectiveBackend requested,
+    const Placement& placement, const CollectiveSetup& setup, CollectiveChoice* choice);
+
+// NCCL takes one GPU per rank: ranks that share one (two processes on a node's only GPU,
+// time-slicing, MPS) fail inside ncclCommInitRank, again on every retry. `gpus[r]` is rank r's
+// GPU UUID (empty: unknown, not compared). InvalidArgument naming the first two ranks that share
+// a GPU, and the GPU; OK when all differ.
+absl::Status OneGpuPerRank(const std::vector<std::string>& gpus);
+
 }  // namespace lockstep::trainer

@@ -116,7 +116,8 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
                       .coord = &coord,
                       .setup_timeout = setup,
                       .collective_timeout = absl::Seconds(c.collective_timeout_seconds)};
-  absl::StatusOr<std::unique_ptr<comm::Collective>> first = choice->chosen->connect(how);
+  absl::StatusOr<std::unique_ptr<comm::Collective>> first =
+      ConnectChosen(candidates, c.collective, *place, how, &*choice);
   if (!first.ok()) return first.status();
   common::LogInfo(
       "collective", "MultiWorkerMirrored rank ", joined->rank, " of ", joined->size(), " (", task,

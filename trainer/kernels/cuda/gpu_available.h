@@ -19,4 +19,14 @@ struct GpuCountResult {
 // device has 0.
 GpuCountResult GpuCount();
 
+// The CUDA libraries this process loaded, with their versions as they report them: "CUDA
+// runtime 13.0, driver 13.0, cuBLAS 13.0.2, cuDNN 9.13.0, NCCL 2.27.7" (driver "none" without
+// one). Needs no GPU; names the missing CUDA support in a build without it.
+std::string GpuLibraryVersions();
+
+// The UUID of visible GPU `device`, as nvidia-smi writes it ("GPU-1f2e3d4c-..."): the same
+// physical GPU has the same UUID in every process, whatever CUDA_VISIBLE_DEVICES numbers it.
+// Empty when it cannot be read (no CUDA in this build, no driver, no such device).
+std::string GpuUuid(int device);
+
 }  // namespace lockstep::trainer::cuda
