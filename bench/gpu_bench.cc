@@ -10,9 +10,13 @@
 //     span of the stream's work (host work, launches and the loss read-back between spans).
 // Without a GPU it says why and exits 0. Times are medians of repeated runs after warm-up,
 // taken with CUDA events (kernels) or the host clock around a synchronised step (training).
+// --json=FILE also appends every figure to FILE, one JSON object a line (bench/gpu.sh's
+// summary reads them beside PyTorch's, from bench/gpu_torch.py).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,7 +24,7 @@
 #include "trainer/kernels/cuda/gpu_available.h"
 
 #ifndef LOCKSTEP_HAVE_CUDA
-int main() {
+int main(int, char**) {
   std::printf("gpu_bench: %s\n", lockstep::trainer::cuda::GpuCount().why_none.c_str());
   return 0;
 }
@@ -94,16 +98,115 @@ lt::cuda::DeviceTensor RandomTensor(lt::cuda::GpuContext* ctx, int64_t n, DType 
   return d;
 }
 
+// One model and precision trained for 30 steps (5 of them warm-up) on the GPU engine: the
+// median wall time of a synchronised step, and the median share of it outside the span of
+// the device's work.
+struct TrainFigures {
+  double ms = 0;
+  double outside = 0;
+};
+
+absl::StatusOr<TrainFigures> TrainCase(const std::string& model, const std::string& precision,
+                                       bool tf32, int batch) {
+  lt::TrainerConfig c;
+  c.model = model;
+  c.device = lt::Device::kGpu;
+  absl::StatusOr<lt::Precision> p = lt::ParsePrecision(precision);
+  if (!p.ok()) return p.status();
+  c.precision = *p;
+  c.tf32 = tf32;
+  c.optimizer = "adam";
+  c.dataset = "synthetic";
+  c.synthetic_size = batch * 4;
+  c.batch_size = batch;
+  auto data = lt::LoadDatasets(c);
+  if (!data.ok()) return data.status();
+  auto engine = lt::MakeEngine(c, {.gpu = true, .gpus = 1}, 0, nullptr);
+  if (!engine.ok()) return engine.status();
+  lt::Batcher batches(&data->train, {.global_batch = batch, .seed = 1});
+  std::vector<lt::Batch> pool;
+  for (int i = 0; i < 4; ++i) pool.push_back(batches.Next());
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  std::vector<double> wall, outside;
+  absl::Status failed;
+  for (int i = 0; i < 30 && failed.ok(); ++i) {
+    const lt::Batch& bt = pool[static_cast<size_t>(i) % pool.size()];
+    cudaDeviceSynchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    cudaEventRecord(a, cudaStreamLegacy);
+    failed = (*engine)->TrainStep(bt).status();
+    if (failed.ok()) failed = (*engine)->Apply(1e-3f).status();
+    if (failed.ok()) failed = LOCKSTEP_GPU_STATUS(cudaDeviceSynchronize());
+    cudaEventRecord(b, cudaStreamLegacy);
+    cudaEventSynchronize(b);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (i < 5) continue;  // warm-up: algorithm search, allocator growth
+    const double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    float span = 0;
+    cudaEventElapsedTime(&span, a, b);
+    wall.push_back(ms);
+    outside.push_back(std::max(0.0, 1.0 - span / ms));
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  if (!failed.ok()) return failed;
+  std::sort(wall.begin(), wall.end());
+  std::sort(outside.begin(), outside.end());
+  return TrainFigures{.ms = wall[wall.size() / 2], .outside = outside[outside.size() / 2]};
+}
+
+// One JSON object a line in the --json file, when one was named.
+class JsonLines {
+ public:
+  explicit JsonLines(const char* path) {
+    if (path != nullptr) out_.open(path, std::ios::app);
+  }
+  // Emit({{"kind", "\"gemm\""}, {"tflops", "12.5"}}): values are JSON already.
+  void Emit(std::initializer_list<std::pair<const char*, std::string> > fields) {
+    if (!out_.is_open()) return;
+    out_ << "{";
+    const char* sep = "";
+    for (const auto& [k, v] : fields) {
+      out_ << sep << "\"" << k << "\": " << v;
+      sep = ", ";
+    }
+    out_ << "}\n";
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+std::string Str(const std::string& s) { return "\"" + s + "\""; }
+std::string Num(double v) { return std::to_string(v); }
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const char* json_path = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--json=", 7) == 0) {
+      json_path = argv[i] + 7;
+    } else {
+      std::fprintf(stderr, "usage: gpu_bench [--json=FILE]\n");
+      return 2;
+    }
+  }
+  JsonLines json(json_path);
   lt::cuda::GpuCountResult n = lt::cuda::GpuCount();
   if (n.count == 0) {
     std::printf("gpu_bench: %s\n", n.why_none.c_str());
     return 0;
   }
-  auto ctx = *lt::cuda::GpuContext::Create(0, {.tf32 = false});
-  auto ctx_tf32 = *lt::cuda::GpuContext::Create(0, {.tf32 = true});
+  auto made = lt::cuda::GpuContext::Create(0, {.tf32 = false});
+  CHECK_OK(made.status());
+  auto made_tf32 = lt::cuda::GpuContext::Create(0, {.tf32 = true});
+  CHECK_OK(made_tf32.status());
+  auto ctx = std::move(*made);
+  auto ctx_tf32 = std::move(*made_tf32);
   const lt::cuda::DeviceInfo& info = ctx->info();
   const Peak peak = PeakFor(info.name);
   std::printf("GPU: %s, %d SMs, %.1f GiB, compute %d.%d\n", info.name.c_str(), info.multiprocessors,
@@ -125,6 +228,7 @@ int main() {
   std::printf(
       "peaks (datasheet): dense bf16 %.0f TFLOP/s, HBM %.0f GB/s; measured copy %.0f GB/s\n",
       peak.dense_tflops, peak.hbm_gbs, copy_gbs);
+  json.Emit({{"kind", Str("ceiling")}, {"gpu", Str(info.name)}, {"copy_gbs", Num(copy_gbs)}});
 
   // GEMM.
   const int64_t g = 8192;
@@ -143,6 +247,7 @@ int main() {
     const double tflops = 2.0 * g * g * g / (ms * 1e9);
     std::printf("  %-24s %8.1f  %5.1f%%\n", label, tflops,
                 peak.dense_tflops > 0 ? 100 * tflops / peak.dense_tflops : 0.0);
+    json.Emit({{"kind", Str("gemm")}, {"dtype", Str(label)}, {"tflops", Num(tflops)}});
   }
 
   // Elementwise bandwidth.
@@ -152,6 +257,10 @@ int main() {
     const double gbs = bytes / (ms * 1e6);
     std::printf("  %-30s %7.0f  %5.1f%%  %5.1f%%\n", label, gbs,
                 peak.hbm_gbs > 0 ? 100 * gbs / peak.hbm_gbs : 0.0, 100 * gbs / copy_gbs);
+    json.Emit({{"kind", Str("elementwise")},
+               {"op", Str(label)},
+               {"gbs", Num(gbs)},
+               {"of_copy", Num(gbs / copy_gbs)}});
   };
   for (auto [label, t] : {std::pair{"relu forward fp32", DType::kF32},
                           std::pair{"relu forward bf16", DType::kBF16}}) {
@@ -203,52 +312,28 @@ int main() {
     for (auto [precision, tf32] :
          {std::pair{"float32", false}, std::pair{"float32", true},
           std::pair{"mixed_bfloat16", true}, std::pair{"mixed_float16", true}}) {
-      lt::TrainerConfig c;
-      c.model = model;
-      c.device = lt::Device::kGpu;
-      c.precision = *lt::ParsePrecision(precision);
-      c.tf32 = tf32;
-      c.optimizer = "adam";
-      c.dataset = "synthetic";
-      c.synthetic_size = batch * 4;
-      c.batch_size = batch;
-      auto data = lt::LoadDatasets(c);
-      CHECK_OK(data.status());
-      auto engine = lt::MakeEngine(c, {.gpu = true, .gpus = 1}, 0, nullptr);
-      CHECK_OK(engine.status());
-      lt::Batcher batches(&data->train, {.global_batch = batch, .seed = 1});
-      std::vector<lt::Batch> pool;
-      for (int i = 0; i < 4; ++i) pool.push_back(batches.Next());
-      cudaEvent_t a, b;
-      cudaEventCreate(&a);
-      cudaEventCreate(&b);
-      std::vector<double> wall, outside;
-      for (int i = 0; i < 30; ++i) {
-        const lt::Batch& bt = pool[static_cast<size_t>(i) % pool.size()];
-        cudaDeviceSynchronize();
-        const auto t0 = std::chrono::steady_clock::now();
-        cudaEventRecord(a, cudaStreamLegacy);
-        CHECK_OK((*engine)->TrainStep(bt).status());
-        CHECK_OK((*engine)->Apply(1e-3f).status());
-        cudaDeviceSynchronize();
-        cudaEventRecord(b, cudaStreamLegacy);
-        cudaEventSynchronize(b);
-        const auto t1 = std::chrono::steady_clock::now();
-        if (i < 5) continue;  // warm-up: algorithm search, allocator growth
-        const double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
-        float span = 0;
-        cudaEventElapsedTime(&span, a, b);
-        wall.push_back(ms);
-        outside.push_back(std::max(0.0, 1.0 - span / ms));
+      absl::StatusOr<TrainFigures> f = TrainCase(model, precision, tf32, batch);
+      if (!f.ok()) {  // reported; the other cases still run
+        std::printf("  %-9s %-15s %s %5d FAILED %s\n", model, precision, tf32 ? "tf32" : "    ",
+                    batch, std::string(f.status().ToString()).c_str());
+        json.Emit({{"kind", Str("train")},
+                   {"model", Str(model)},
+                   {"precision", Str(precision)},
+                   {"tf32", tf32 ? "true" : "false"},
+                   {"batch", Num(batch)},
+                   {"error", Str(std::string(f.status().message()))}});
+        continue;
       }
-      std::sort(wall.begin(), wall.end());
-      std::sort(outside.begin(), outside.end());
-      const double ms = wall[wall.size() / 2];
       std::printf("  %-9s %-15s %s %5d %10.0f %9.3f %8.1f%%\n", model, precision,
-                  tf32 ? "tf32" : "    ", batch, batch / (ms / 1e3), ms,
-                  100 * outside[outside.size() / 2]);
-      cudaEventDestroy(a);
-      cudaEventDestroy(b);
+                  tf32 ? "tf32" : "    ", batch, batch / (f->ms / 1e3), f->ms, 100 * f->outside);
+      json.Emit({{"kind", Str("train")},
+                 {"model", Str(model)},
+                 {"precision", Str(precision)},
+                 {"tf32", tf32 ? "true" : "false"},
+                 {"batch", Num(batch)},
+                 {"samples_per_s", Num(batch / (f->ms / 1e3))},
+                 {"ms_per_step", Num(f->ms)},
+                 {"outside_stream", Num(f->outside)}});
     }
   }
   return 0;

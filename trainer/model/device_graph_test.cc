@@ -21,6 +21,7 @@ TEST(DeviceGraphTest, SkippedWithoutCuda) {
 
 #include "trainer/model/device_graph.h"
 #include "trainer/model/gpu_support.h"
+#include "trainer/testing/source_dir.h"
 
 namespace lockstep::trainer {
 namespace {
@@ -28,9 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 using cuda::DType;
 
-std::string Source(const std::string& path) {
-  return std::string(LOCKSTEP_SOURCE_DIR) + "/" + path;
-}
+std::string Source(const std::string& path) { return (testing::SourceDir() / path).string(); }
 
 std::vector<std::string> Models() {
   std::vector<std::string> out = {Source("examples/models/mlp.json"),
@@ -42,8 +41,7 @@ std::vector<std::string> Models() {
                                   Source("trainer/model/testdata/recurrent.json"),
                                   Source("trainer/model/testdata/masked.json"),
                                   Source("trainer/model/testdata/states.json")};
-  const fs::path dir =
-      fs::path(LOCKSTEP_SOURCE_DIR) / ".." / "shared" / "testdata" / "keras-configs";
+  const fs::path dir = testing::SharedDir() / "testdata" / "keras-configs";
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     if (e.path().extension() != ".json") continue;

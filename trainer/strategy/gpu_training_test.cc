@@ -23,6 +23,7 @@ TEST(GpuTrainingTest, SkippedWithoutCuda) {
 #include "trainer/kernels/cuda/gpu_available.h"
 #include "trainer/strategy/data_parallel.h"
 #include "trainer/strategy/engine.h"
+#include "trainer/testing/source_dir.h"
 
 namespace lockstep::trainer {
 namespace {
@@ -111,7 +112,7 @@ TEST_F(GpuTrainingTest, KerasModelFilesStepAsOnTheCpu) {
   for (const char* model :
        {"examples/models/cnn.json", "trainer/model/testdata/every_gpu_op.json"}) {
     for (const std::string& opt : {keras_adam, keras_rmsprop}) {
-      TrainerConfig c = Config(std::string(LOCKSTEP_SOURCE_DIR) + "/" + model, "float32");
+      TrainerConfig c = Config((testing::SourceDir() / model).string(), "float32");
       c.tf32 = false;
       c.keras_optimizer = opt;
       absl::StatusOr<std::unique_ptr<Engine> > gpu =
@@ -152,7 +153,7 @@ TEST_F(GpuTrainingTest, KerasModelFilesStepAsOnTheCpu) {
 // The built-in cnn, and the same network as a Keras file on the device graph.
 TEST_F(GpuTrainingTest, CnnTrainsAsWellAsOnTheCpu) {
   for (const std::string& model :
-       {std::string("cnn"), std::string(LOCKSTEP_SOURCE_DIR) + "/examples/models/cnn.json"}) {
+       {std::string("cnn"), (testing::SourceDir() / "examples/models/cnn.json").string()}) {
     TrainerConfig cc = Config(model, "float32");
     cc.device = Device::kCpu;
     absl::StatusOr<Datasets> data = LoadDatasets(cc);
