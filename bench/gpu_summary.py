@@ -9,6 +9,7 @@ Usage: python3 bench/gpu_summary.py OUT
 """
 import json
 import os
+import re
 import sys
 
 out = sys.argv[1]
@@ -28,7 +29,8 @@ machine = os.path.join(out, "machine.txt")
 if os.path.exists(machine):
     with open(machine) as f:
         lines = f.read().splitlines()
-    for line in lines[:2] + [l for l in lines if l.startswith(("lib", "GPU libraries", "torch ", "commit"))]:
+    wanted = re.compile(r"^(lib\S*\.so\S*: |GPU libraries|torch |commit)")
+    for line in lines[:2] + [l for l in lines if wanted.match(l)]:
         print("  " + line)
 
 print("\nparts")

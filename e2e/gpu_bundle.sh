@@ -30,7 +30,8 @@ bundle=$work/out/lockstep-gpu
 # The system library folder inside the namespace: glibc, the loader, the compiler runtime.
 multiarch=/usr/lib/x86_64-linux-gnu
 allowed='^(linux-vdso\.so\.1|ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libresolv\.so\.2|libutil\.so\.1|libgcc_s\.so\.1|libstdc\+\+\.so\.6)$'
-mkdir -p "$work/usrlib/x86_64-linux-gnu" "$work/empty" "$work/venv/lib/python3.12/site-packages/nvidia/cu13/lib"
+wheels=$work/venv/lib/python3.12/site-packages/nvidia/cu13/lib
+mkdir -p "$work/usrlib/x86_64-linux-gnu" "$wheels"
 for lib in ld-linux-x86-64.so.2 libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 \
   libresolv.so.2 libutil.so.1 libgcc_s.so.1 libstdc++.so.6; do
   [[ -e $multiarch/$lib ]] && cp -L "$multiarch/$lib" "$work/usrlib/x86_64-linux-gnu/"
@@ -39,35 +40,42 @@ done
 cuda_lib=$(readlink -f /usr/local/cuda/lib64)
 [[ -f $cuda_lib/libcublas.so.13 ]] || { echo "no CUDA 13 toolkit in /usr/local/cuda: skipping"; exit 77; }
 
-# Inside: /bin/sh (dash, which needs only the C library) runs what is left once the library
-# folder is replaced; `mount` runs before that, the folder last.
-cat >"$work/inside.sh" <<EOF
-set -e
-mount --bind "$cuda_lib" "$work/venv/lib/python3.12/site-packages/nvidia/cu13/lib"
-mount -t tmpfs none /usr/local/cuda
-mount -t tmpfs none /usr/local/lib
-mount --bind "$work/ld.so.cache" /etc/ld.so.cache
-mount --bind "$work/usrlib" /usr/lib
-export LOCKSTEP_GPU_LIB_ROOTS="$work"
-"$bundle/run" --env >"$work/env.txt" 2>&1
-"$bundle/run" lockstep-trainer --version >"$work/version.txt" 2>&1
-for p in lockstep-trainer gpu_bench trainer_gpu_test trainer_graph_gpu_test trainer_gpu_training_test; do
-  "$bundle/run" --list "\$p" >"$work/list-\$p.txt" 2>&1
-done
-"$bundle/run" lockstep-trainer --device=cpu --model=mlp --dataset=synthetic --synthetic-size=512 \
-  --steps=5 --batch-size=64 --checkpoint-dir="$work/ckpt" --metrics-port=0 >"$work/train.txt" 2>&1
-for t in trainer_gpu_test trainer_graph_gpu_test trainer_gpu_training_test; do
-  "$bundle/run" "\$t" >"$work/\$t.txt" 2>&1
-done
-"$bundle/run" gpu_bench >"$work/gpu_bench.txt" 2>&1
-EOF
-# A clean environment: nothing of the caller's library path reaches the namespace.
-env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME="$work" \
-  ${ASAN_OPTIONS:+ASAN_OPTIONS=$ASAN_OPTIONS} ${UBSAN_OPTIONS:+UBSAN_OPTIONS=$UBSAN_OPTIONS} \
-  unshare --mount --propagation private /bin/sh "$work/inside.sh" ||
-  fail "in the namespace: $(for f in "$work"/*.txt; do echo "--- $f"; tail -5 "$f"; done)"
+# in_namespace NAME: runs the commands on stdin (sh, with $b the bundle's launcher and $w this
+# test's folder) in a mount namespace over that library folder, from a clean environment.
+# /bin/sh (dash) needs only the C library, so it runs what is left once the folder is
+# replaced; `mount` runs before that, the folder last.
+in_namespace() {
+  {
+    echo "set -e; b='$bundle/run'; w='$work'"
+    echo "mount --bind '$cuda_lib' '$wheels'"
+    echo "mount -t tmpfs none /usr/local/cuda"
+    echo "mount -t tmpfs none /usr/local/lib"
+    echo "mount --bind '$work/ld.so.cache' /etc/ld.so.cache"
+    echo "mount --bind '$work/usrlib' /usr/lib"
+    echo "export LOCKSTEP_GPU_LIB_ROOTS='$work'"
+    cat
+  } >"$work/$1.sh"
+  env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME="$work" \
+    ${ASAN_OPTIONS:+ASAN_OPTIONS=$ASAN_OPTIONS} ${UBSAN_OPTIONS:+UBSAN_OPTIONS=$UBSAN_OPTIONS} \
+    unshare --mount --propagation private /bin/sh "$work/$1.sh" ||
+    fail "$1: $(for f in "$work"/*.txt; do echo "--- $f"; tail -n 5 "$f"; done)"
+}
+train='lockstep-trainer --device=cpu --model=mlp --dataset=synthetic --synthetic-size=512 --steps=5 --batch-size=64 --metrics-port=0'
 
-grep -q "^libcudnn.so.9: $work/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcudnn.so.9$" "$work/env.txt" ||
+in_namespace inside <<EOF
+"\$b" --env >"\$w/env.txt" 2>&1
+"\$b" lockstep-trainer --version >"\$w/version.txt" 2>&1
+for p in lockstep-trainer gpu_bench trainer_gpu_test trainer_graph_gpu_test trainer_gpu_training_test; do
+  "\$b" --list "\$p" >"\$w/list-\$p.txt" 2>&1
+done
+"\$b" $train --checkpoint-dir="\$w/ckpt" >"\$w/train.txt" 2>&1
+for t in trainer_gpu_test trainer_graph_gpu_test trainer_gpu_training_test; do
+  "\$b" "\$t" >"\$w/\$t.txt" 2>&1
+done
+"\$b" gpu_bench >"\$w/gpu_bench.txt" 2>&1
+EOF
+
+grep -q "^libcudnn.so.9: $wheels/libcudnn.so.9$" "$work/env.txt" ||
   fail "run --env did not find cuDNN in the wheels' folder: $(cat "$work/env.txt")"
 grep -Eq '^GPU libraries: CUDA runtime 13\.[0-9]+, driver none, cuBLAS 13\.[0-9.]+, cuDNN 9\.[0-9.]+, NCCL 2\.[0-9.]+$' \
   "$work/version.txt" || fail "bundled lockstep-trainer --version: $(cat "$work/version.txt")"
@@ -103,20 +111,10 @@ grep -q '^gpu_bench: no usable GPU' "$work/gpu_bench.txt" ||
 # A machine without the compiler runtime (or with one older than the build's): the launcher
 # takes the bundle's copies from lib/fallback.
 rm "$work/usrlib/x86_64-linux-gnu/libstdc++.so.6" "$work/usrlib/x86_64-linux-gnu/libgcc_s.so.1"
-cat >"$work/inside-old.sh" <<EOF
-set -e
-mount --bind "$cuda_lib" "$work/venv/lib/python3.12/site-packages/nvidia/cu13/lib"
-mount -t tmpfs none /usr/local/cuda
-mount --bind "$work/ld.so.cache" /etc/ld.so.cache
-mount --bind "$work/usrlib" /usr/lib
-export LOCKSTEP_GPU_LIB_ROOTS="$work"
-"$bundle/run" --env >"$work/env-old.txt" 2>&1
-"$bundle/run" lockstep-trainer --device=cpu --model=mlp --dataset=synthetic --synthetic-size=512 \
-  --steps=5 --batch-size=64 --checkpoint-dir="$work/ckpt-old" --metrics-port=0 >"$work/train-old.txt" 2>&1
+in_namespace inside-old <<EOF
+"\$b" --env >"\$w/env-old.txt" 2>&1
+"\$b" $train --checkpoint-dir="\$w/ckpt-old" >"\$w/train-old.txt" 2>&1
 EOF
-env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME="$work" \
-  unshare --mount --propagation private /bin/sh "$work/inside-old.sh" ||
-  fail "without the machine's libstdc++: $(tail -n 5 "$work/env-old.txt" "$work/train-old.txt")"
 grep -q '^libstdc++: bundled' "$work/env-old.txt" || fail "run --env: $(cat "$work/env-old.txt")"
 grep -q 'after 5 steps' "$work/train-old.txt" ||
   fail "with the bundled libstdc++: $(tail -n 5 "$work/train-old.txt")"
