@@ -17,8 +17,9 @@
 #   3. alone, timed: gpu_bench, then PyTorch (bench/gpu_torch.py: eager and torch.compile,
 #      the same models, batch sizes and precisions, and the copy and bf16 GEMM ceilings);
 #   4. the summary (bench/gpu_summary.py), printed last.
-# Fashion-MNIST's gzipped IDX files are read from --data-dir, .gpu/fashion-mnist or Debian's
-# folder; without them the cnn trains on synthetic data and the summary says so.
+# Fashion-MNIST's gzipped IDX files are read from $LOCKSTEP_DATA_DIR, .gpu/fashion-mnist or
+# Debian's folder; without them the cnn trains on synthetic data and the summary says so.
+# $LOCKSTEP_GPU_TORCH_ARGS adds flags to bench/gpu_torch.py (e.g. --models=mlp,cnn).
 #
 # On the device machine (64 MiB a call, the working tree included; a warm machine keeps what
 # an earlier call left), two calls in a row:
@@ -48,7 +49,12 @@ if [[ -f $bundle ]]; then
   dir=$(dirname "$bundle")/lockstep-gpu
   if [[ ! -f $dir/.unpacked || $bundle -nt $dir/.unpacked ]]; then
     rm -rf "$dir"
-    tar -C "$(dirname "$bundle")" -xJf "$bundle" || { echo "cannot unpack $bundle" >&2; exit 1; }
+    if command -v xz >/dev/null; then
+      tar -C "$(dirname "$bundle")" -xJf "$bundle"
+    else  # Python's tarfile reads xz where the xz program is missing
+      python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+        "$bundle" "$(dirname "$bundle")"
+    fi || { echo "cannot unpack $bundle" >&2; exit 1; }
     touch "$dir/.unpacked"
   fi
   bundle=$dir
