@@ -1,5 +1,6 @@
 #include "trainer/strategy/collective_choice.h"
 
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -116,20 +117,15 @@ absl::StatusOr<std::unique_ptr<comm::Collective>> ConnectChosen(
       return c;
     }
     // The next enabled candidate after the one that cannot serve this group.
-    const CollectiveCandidate* refused = choice->chosen;
+    auto refused = std::find_if(candidates.begin(), candidates.end(),
+                                [&](const CollectiveCandidate& k) { return &k == choice->chosen; });
     choice->skipped.push_back(
-        absl::StrCat(CollectiveBackendName(refused->backend), ": ", c.status().message()));
-    choice->chosen = nullptr;
-    for (auto it = candidates.begin(); it != candidates.end(); ++it) {
-      if (&*it != refused) continue;
-      for (++it; it != candidates.end(); ++it) {
-        if (it->enabled(placement).ok()) {
-          choice->chosen = &*it;
-          break;
-        }
-      }
-      break;
-    }
+        absl::StrCat(CollectiveBackendName(choice->chosen->backend), ": ", c.status().message()));
+    if (refused != candidates.end()) ++refused;
+    auto next = std::find_if(refused, candidates.end(), [&](const CollectiveCandidate& k) {
+      return k.enabled(placement).ok();
+    });
+    choice->chosen = next == candidates.end() ? nullptr : &*next;
     if (choice->chosen == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("no collective backend can serve these replicas: ", choice->Describe()));
