@@ -28,14 +28,14 @@
 #   call 1: carry .gpu/lockstep-gpu.tar.xz, run bench/gpu.sh --unpack-only
 #   call 2: carry .gpu/fashion-mnist, run bench/gpu.sh (timeout 540 s)
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
-repo=$(pwd)
-out=${OUT:-$repo/gpu-out}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
 unpack_only=0
 [[ ${1:-} == --unpack-only ]] && { unpack_only=1; shift; }
-bundle=${1:-.gpu/lockstep-gpu.tar.xz}
+# Paths given are the caller's; the script runs from the repository's root.
+repo=$(cd "$(dirname "$0")/.." && pwd)
+bundle=$(realpath -m "${1:-$repo/.gpu/lockstep-gpu.tar.xz}")
+out=$(realpath -m "${OUT:-$repo/gpu-out}")
+cd "$repo" || exit 1
+mkdir -p "$out"
 started=$SECONDS
 parts=$out/parts.tsv
 : >"$parts"
