@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "nlohmann/json.hpp"
 #include "trainer/kernels/cuda/gpu_available.h"
 
 #ifndef LOCKSTEP_HAVE_CUDA
@@ -157,31 +158,20 @@ absl::StatusOr<TrainFigures> TrainCase(const std::string& model, const std::stri
   return TrainFigures{.ms = wall[wall.size() / 2], .outside = outside[outside.size() / 2]};
 }
 
-// One JSON object a line in the --json file, when one was named.
+// One JSON object a line in the --json file, when one was named (nlohmann escapes the GPU's
+// name and error messages).
 class JsonLines {
  public:
   explicit JsonLines(const char* path) {
     if (path != nullptr) out_.open(path, std::ios::app);
   }
-  // Emit({{"kind", "\"gemm\""}, {"tflops", "12.5"}}): values are JSON already.
-  void Emit(std::initializer_list<std::pair<const char*, std::string> > fields) {
-    if (!out_.is_open()) return;
-    out_ << "{";
-    const char* sep = "";
-    for (const auto& [k, v] : fields) {
-      out_ << sep << "\"" << k << "\": " << v;
-      sep = ", ";
-    }
-    out_ << "}\n";
-    out_.flush();
+  void Emit(const nlohmann::json& record) {
+    if (out_.is_open()) out_ << record.dump() << "\n" << std::flush;
   }
 
  private:
   std::ofstream out_;
 };
-
-std::string Str(const std::string& s) { return "\"" + s + "\""; }
-std::string Num(double v) { return std::to_string(v); }
 
 }  // namespace
 
@@ -228,7 +218,7 @@ int main(int argc, char** argv) {
   std::printf(
       "peaks (datasheet): dense bf16 %.0f TFLOP/s, HBM %.0f GB/s; measured copy %.0f GB/s\n",
       peak.dense_tflops, peak.hbm_gbs, copy_gbs);
-  json.Emit({{"kind", Str("ceiling")}, {"gpu", Str(info.name)}, {"copy_gbs", Num(copy_gbs)}});
+  json.Emit({{"kind", "ceiling"}, {"gpu", info.name}, {"copy_gbs", copy_gbs}});
 
   // GEMM.
   const int64_t g = 8192;
@@ -247,7 +237,7 @@ int main(int argc, char** argv) {
     const double tflops = 2.0 * g * g * g / (ms * 1e9);
     std::printf("  %-24s %8.1f  %5.1f%%\n", label, tflops,
                 peak.dense_tflops > 0 ? 100 * tflops / peak.dense_tflops : 0.0);
-    json.Emit({{"kind", Str("gemm")}, {"dtype", Str(label)}, {"tflops", Num(tflops)}});
+    json.Emit({{"kind", "gemm"}, {"dtype", label}, {"tflops", tflops}});
   }
 
   // Elementwise bandwidth.
@@ -257,10 +247,7 @@ int main(int argc, char** argv) {
     const double gbs = bytes / (ms * 1e6);
     std::printf("  %-30s %7.0f  %5.1f%%  %5.1f%%\n", label, gbs,
                 peak.hbm_gbs > 0 ? 100 * gbs / peak.hbm_gbs : 0.0, 100 * gbs / copy_gbs);
-    json.Emit({{"kind", Str("elementwise")},
-               {"op", Str(label)},
-               {"gbs", Num(gbs)},
-               {"of_copy", Num(gbs / copy_gbs)}});
+    json.Emit({{"kind", "elementwise"}, {"op", label}, {"gbs", gbs}, {"of_copy", gbs / copy_gbs}});
   };
   for (auto [label, t] : {std::pair{"relu forward fp32", DType::kF32},
                           std::pair{"relu forward bf16", DType::kBF16}}) {
@@ -316,24 +303,24 @@ int main(int argc, char** argv) {
       if (!f.ok()) {  // reported; the other cases still run
         std::printf("  %-9s %-15s %s %5d FAILED %s\n", model, precision, tf32 ? "tf32" : "    ",
                     batch, std::string(f.status().ToString()).c_str());
-        json.Emit({{"kind", Str("train")},
-                   {"model", Str(model)},
-                   {"precision", Str(precision)},
-                   {"tf32", tf32 ? "true" : "false"},
-                   {"batch", Num(batch)},
-                   {"error", Str(std::string(f.status().message()))}});
+        json.Emit({{"kind", "train"},
+                   {"model", model},
+                   {"precision", precision},
+                   {"tf32", tf32},
+                   {"batch", batch},
+                   {"error", std::string(f.status().message())}});
         continue;
       }
       std::printf("  %-9s %-15s %s %5d %10.0f %9.3f %8.1f%%\n", model, precision,
                   tf32 ? "tf32" : "    ", batch, batch / (f->ms / 1e3), f->ms, 100 * f->outside);
-      json.Emit({{"kind", Str("train")},
-                 {"model", Str(model)},
-                 {"precision", Str(precision)},
-                 {"tf32", tf32 ? "true" : "false"},
-                 {"batch", Num(batch)},
-                 {"samples_per_s", Num(batch / (f->ms / 1e3))},
-                 {"ms_per_step", Num(f->ms)},
-                 {"outside_stream", Num(f->outside)}});
+      json.Emit({{"kind", "train"},
+                 {"model", model},
+                 {"precision", precision},
+                 {"tf32", tf32},
+                 {"batch", batch},
+                 {"samples_per_s", batch / (f->ms / 1e3)},
+                 {"ms_per_step", f->ms},
+                 {"outside_stream", f->outside}});
     }
   }
   return 0;
