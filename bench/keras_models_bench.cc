@@ -129,7 +129,8 @@ int main(int argc, char** argv) {
 
   Shape batch_shape{batch};
   batch_shape.insert(batch_shape.end(), example.begin(), example.end());
-  Tensor x(batch_shape);
+  lockstep::trainer::Dataset b{.inputs = {Tensor(batch_shape)}, .targets = {Tensor()}};
+  Tensor& x = b.inputs[0];
   std::vector<int32_t> y(static_cast<size_t>(batch));
   std::vector<int64_t> perm(static_cast<size_t>(examples));
   std::iota(perm.begin(), perm.end(), 0);
@@ -153,7 +154,8 @@ int main(int argc, char** argv) {
     }
     const Clock::time_point t0 = Clock::now();
     const double c0 = ThreadCpuSeconds();
-    model.TrainStep(x, y);
+    model.Targets(y, &b.targets[0]);
+    model.TrainStep(b);
     if (std::string bad = model.TakeInputError(); !bad.empty()) {
       std::fprintf(stderr, "%s\n", bad.c_str());
       return 3;

@@ -104,7 +104,7 @@ std::vector<Tensor> Train(const std::string& name, const Dataset& d, int64_t ste
   Batcher batches(&d, {.global_batch = 16, .seed = 3}, epoch, epoch_step);
   for (; step < steps; ++step) {
     Batch b = batches.Next();
-    model->TrainStep(b.images, b.labels);
+    model->TrainStep(b);
     opt->Step(model->Params(), model->Grads());
     if (step + 1 == save_at) {
       CheckpointState s{.step = step + 1, .model = name, .optimizer = "sgd"};

@@ -105,6 +105,15 @@ Trains a model with a tf.distribute strategy and serves GET /progress and /metri
   --synthetic-size=N              examples in the synthetic dataset (default 10000)
   --epochs=N | --steps=N          how long to train (default 5 epochs)
   --batch-size=N                  global batch size (default 64)
+  --eval-batch-size=N             examples per evaluation batch (default: --batch-size)
+  --open-axis-size=N              the size of every axis a model file's inputs leave open
+                                  (None: a sequence's length, an image's height and width);
+                                  default 32 with --dataset synthetic, else required for such
+                                  a model
+  --loss=NAME|JSON                every output's loss, over the file's compile loss or the one
+                                  inferred from its output layer: a Keras loss name
+                                  (mean_squared_error, binary_crossentropy...) or its JSON
+                                  ({"class_name": "CategoricalCrossentropy", "config": {...}})
   --optimizer=adam|sgd            (default adam)
   --learning-rate=LR              (default 0.001 for adam, 0.01 for sgd)
   --lr-schedule=cosine|constant   cosine decay to zero over the run (default cosine)
@@ -229,6 +238,13 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
       c.steps = v;
     } else if (name == "batch-size") {
       s = positive(&c.batch_size);
+    } else if (name == "eval-batch-size") {
+      s = positive(&c.eval_batch_size);
+    } else if (name == "open-axis-size") {
+      s = positive(&c.open_axis_size);
+    } else if (name == "loss") {
+      if (value.empty()) return Bad(name, value, "a Keras loss name or its JSON");
+      c.loss = value;
     } else if (name == "optimizer") {
       if (value != "adam" && value != "sgd") return Bad(name, value, "adam or sgd");
       c.optimizer = value;

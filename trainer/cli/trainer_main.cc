@@ -1,6 +1,7 @@
 // lockstep-trainer: the program in the trainer image (DESIGN section 3). Reads its flags and
 // TF_CONFIG/LOCKSTEP_* variables, serves /progress and /metrics, trains, and ends with the exit
 // code and JSON termination message the operator classifies.
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -132,7 +133,11 @@ int main(int argc, char** argv) {
         return kExitRetryable;
     }
   }
-  if (r->evaluated) {
+  if (r->evaluated && std::isnan(r->test_accuracy)) {
+    // Every output a regression: no prediction is judged right or wrong.
+    std::printf("final test loss: %.4f after %lld steps\n", r->test_loss,
+                static_cast<long long>(r->steps));
+  } else if (r->evaluated) {
     std::printf("final test accuracy: %.4f (loss %.4f) after %lld steps\n", r->test_accuracy,
                 r->test_loss, static_cast<long long>(r->steps));
   } else {

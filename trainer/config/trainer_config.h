@@ -60,6 +60,10 @@ struct TrainerConfig {
   int64_t epochs = 5;
   std::optional<int64_t> steps;  // overrides epochs
   int64_t batch_size = 64;       // global
+  int64_t eval_batch_size = 0;   // 0: batch_size
+  int64_t open_axis_size =
+      0;             // --open-axis-size: the model inputs' open axes; 0: 32 on synthetic data
+  std::string loss;  // --loss: every output's loss (a Keras name or JSON); "": the model's
   std::string optimizer = "adam";
   float learning_rate = 0.001f;
   float momentum = 0.9f;

@@ -38,20 +38,11 @@ Batch Batcher::Make(int64_t epoch, int64_t step) {
     }
     order_epoch_ = epoch;
   }
-  const int64_t ex = data_->example_size();
   Batch b;
   b.epoch = epoch;
   b.step = step;
-  Shape shape = data_->images.shape();
-  shape[0] = local_;
-  b.images = Tensor(shape);
-  b.labels.resize(static_cast<size_t>(local_));
   const int64_t first = step * o_.global_batch + o_.shard_index * local_;
-  for (int64_t i = 0; i < local_; ++i) {
-    const int64_t src = order_[static_cast<size_t>(first + i)];
-    std::copy_n(data_->images.data() + src * ex, ex, b.images.data() + i * ex);
-    b.labels[static_cast<size_t>(i)] = data_->labels[static_cast<size_t>(src)];
-  }
+  GatherRows(*data_, order_.data() + first, local_, &b);
   return b;
 }
 

@@ -21,9 +21,8 @@
 
 namespace lockstep::trainer {
 
-struct Batch {
-  Tensor images;
-  std::vector<int32_t> labels;
+// A few rows of the data set: every input's and every target's.
+struct Batch : Dataset {
   int64_t epoch = 0;
   int64_t step = 0;  // within the epoch
 };

@@ -74,10 +74,11 @@ absl::StatusOr<Dataset> LoadCsv(const std::string& glob, const DataSpec& spec, F
   if (files_out != nullptr) *files_out = *set;
   const std::vector<std::string>* files = &set->files;
   std::vector<std::string> columns = spec.columns;  // fixed by the first file's header
-  std::vector<size_t> inputs;
-  size_t label = 0;
-  std::vector<float> values;
-  std::vector<int32_t> labels;
+  // Each source's columns: the inputs', then the labels'; and each source's values.
+  std::vector<std::vector<size_t>> sources;
+  std::vector<std::vector<float>> values;
+  const size_t input_sources = std::max<size_t>(spec.input_columns.size(), 1);
+  int64_t rows = 0;
   auto index = [&](const std::string& file, const std::string& name) -> absl::StatusOr<size_t> {
     auto it = std::find(columns.begin(), columns.end(), name);
     if (it == columns.end()) {
@@ -86,20 +87,38 @@ absl::StatusOr<Dataset> LoadCsv(const std::string& glob, const DataSpec& spec, F
     }
     return static_cast<size_t>(it - columns.begin());
   };
-  // Which columns are the label and the inputs, once the columns are known.
+  // Which columns each source takes, once the columns are known.
   auto layout = [&](const std::string& file) -> absl::Status {
-    absl::StatusOr<size_t> l = index(file, spec.label_column);
-    if (!l.ok()) return l.status();
-    label = *l;
-    for (size_t c = 0; spec.inputs.empty() && c < columns.size(); ++c) {
-      if (c != label) inputs.push_back(c);
+    std::vector<std::vector<size_t>> labels;
+    std::vector<bool> is_label(columns.size(), false);
+    for (const auto& l : spec.label_columns) {
+      labels.emplace_back();
+      for (const std::string& name : l.what) {
+        absl::StatusOr<size_t> c = index(file, name);
+        if (!c.ok()) return c.status();
+        labels.back().push_back(*c);
+        is_label[*c] = true;
+      }
     }
-    for (const std::string& name : spec.inputs) {
-      absl::StatusOr<size_t> c = index(file, name);
-      if (!c.ok()) return c.status();
-      inputs.push_back(*c);
+    if (spec.input_columns.empty()) {
+      sources.emplace_back();
+      for (size_t c = 0; c < columns.size(); ++c) {
+        if (!is_label[c]) sources.back().push_back(c);
+      }
     }
-    if (inputs.empty()) return absl::InvalidArgumentError("data spec: no input columns");
+    for (const auto& in : spec.input_columns) {
+      sources.emplace_back();
+      for (const std::string& name : in.what) {
+        absl::StatusOr<size_t> c = index(file, name);
+        if (!c.ok()) return c.status();
+        sources.back().push_back(*c);
+      }
+    }
+    for (const auto& in : sources) {
+      if (in.empty()) return absl::InvalidArgumentError("data spec: no input columns");
+    }
+    sources.insert(sources.end(), labels.begin(), labels.end());
+    values.resize(sources.size());
     return absl::OkStatus();
   };
   for (const std::string& file : *files) {
@@ -123,13 +142,13 @@ absl::StatusOr<Dataset> LoadCsv(const std::string& glob, const DataSpec& spec, F
           return absl::DataLossError(at + ": the header (" + absl::StrJoin(*fields, ", ") +
                                      ") is not the columns (" + absl::StrJoin(columns, ", ") + ")");
         }
-        if (inputs.empty()) {
+        if (sources.empty()) {
           if (absl::Status s = layout(file); !s.ok()) return s;
         }
         continue;
       }
       first = false;
-      if (inputs.empty()) {  // no header: the spec's columns
+      if (sources.empty()) {  // no header: the spec's columns
         if (absl::Status s = layout(file); !s.ok()) return s;
       }
       if (fields->size() != columns.size()) {
@@ -137,42 +156,43 @@ absl::StatusOr<Dataset> LoadCsv(const std::string& glob, const DataSpec& spec, F
                                                 " fields; the columns are ", columns.size(), " (",
                                                 absl::StrJoin(columns, ", "), ")"));
       }
-      for (size_t c : inputs) {
-        const std::string& f = (*fields)[c];
-        float v = 0;
-        if (f.find_first_not_of(" \t") == std::string::npos) {
-          if (!spec.missing) {
-            return absl::DataLossError(at + ": column \"" + columns[c] +
-                                       "\" is empty (give the spec a \"missing\" value)");
+      for (size_t k = 0; k < sources.size(); ++k) {
+        const bool label = k >= input_sources;
+        for (size_t c : sources[k]) {
+          const std::string& f = (*fields)[c];
+          float v = 0;
+          if (label && !spec.label_vocabulary.empty()) {
+            auto it = std::find(spec.label_vocabulary.begin(), spec.label_vocabulary.end(), f);
+            if (it == spec.label_vocabulary.end()) {
+              return absl::DataLossError(at + ": label \"" + f + "\" is not in label_vocabulary");
+            }
+            v = static_cast<float>(it - spec.label_vocabulary.begin());
+          } else if (f.find_first_not_of(" \t") == std::string::npos) {
+            if (!spec.missing || label) {
+              return absl::DataLossError(
+                  at + ": column \"" + columns[c] + "\" is empty" +
+                  (label ? " (a label has a value)" : " (give the spec a \"missing\" value)"));
+            }
+            v = *spec.missing;
+          } else if (!ParseNumber(f, &v)) {
+            return absl::DataLossError(at + ": column \"" + columns[c] + "\" is \"" + f +
+                                       "\", not a number" +
+                                       (label ? " (for words, give label_vocabulary)" : ""));
           }
-          v = *spec.missing;
-        } else if (!ParseNumber(f, &v)) {
-          return absl::DataLossError(at + ": column \"" + columns[c] + "\" is \"" + f +
-                                     "\", not a number");
+          values[k].push_back(v);
         }
-        values.push_back(v);
       }
-      const std::string& lf = (*fields)[label];
-      float lv = 0;
-      if (!spec.label_vocabulary.empty()) {
-        auto it = std::find(spec.label_vocabulary.begin(), spec.label_vocabulary.end(), lf);
-        if (it == spec.label_vocabulary.end()) {
-          return absl::DataLossError(at + ": label \"" + lf + "\" is not in label_vocabulary");
-        }
-        lv = static_cast<float>(it - spec.label_vocabulary.begin());
-      } else if (!ParseNumber(lf, &lv) || !(lv >= 0) || lv != std::floor(lv) ||
-                 lv > 2147483647.0f) {
-        return absl::DataLossError(at + ": label \"" + lf +
-                                   "\" is not a class id (0, 1, 2...; or give label_vocabulary)");
-      }
-      labels.push_back(static_cast<int32_t>(lv));
+      ++rows;
     }
     if (in.bad()) return absl::DataLossError("reading " + file + " failed");
   }
   Dataset d;
-  const auto rows = static_cast<int64_t>(labels.size());
-  d.images = Tensor({rows, static_cast<int64_t>(inputs.size())}, std::move(values));
-  d.labels = std::move(labels);
+  for (size_t k = 0; k < sources.size(); ++k) {
+    // One label column is one value per example ([rows]: a class id or a value).
+    const bool one_label = k >= input_sources && sources[k].size() == 1;
+    Shape shape = one_label ? Shape{rows} : Shape{rows, static_cast<int64_t>(sources[k].size())};
+    (k < input_sources ? d.inputs : d.targets).emplace_back(shape, std::move(values[k]));
+  }
   return d;
 }
 

@@ -17,10 +17,11 @@ namespace lockstep::trainer {
 // The fields of one line; InvalidArgument for a quote left open or text after a closing quote.
 absl::StatusOr<std::vector<std::string>> SplitCsvLine(const std::string& line, char delimiter);
 
-// Every row of the files `glob` matches, as examples [rows, inputs] and labels. DataLoss names
-// the file and line: a row with the wrong number of fields, a field that is not a number (or
-// empty without "missing"), a label that is not a class id or not in label_vocabulary, a header
-// that differs from the first file's or lacks a named column.
+// Every row of the files `glob` matches: an input [rows, columns] per input source and a target
+// per label source ([rows] for one column, else [rows, columns]), in the spec's order. DataLoss
+// names the file and line: a row with the wrong number of fields, a field that is not a number
+// (or an empty input without "missing"), a label not in label_vocabulary, a header that differs
+// from the first file's or lacks a named column.
 // `shard`: this worker's part of the files (files.h); `files` gets the files read.
 absl::StatusOr<Dataset> LoadCsv(const std::string& glob, const DataSpec& spec,
                                 FileSet* files = nullptr, FileShard shard = {});

@@ -57,8 +57,8 @@ TEST_F(CsvTest, ReadsRowsAcrossFilesWithVocabularyAndMissingValues) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(files.files.size(), 2u);
   EXPECT_FALSE(files.sharded);
-  EXPECT_EQ(d->images, Tensor({3, 2}, {3.5f, 5.1f, 3.0f, 4.9f, -1.0f, 7.0f}));
-  EXPECT_EQ(d->labels, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(d->inputs[0], Tensor({3, 2}, {3.5f, 5.1f, 3.0f, 4.9f, -1.0f, 7.0f}));
+  EXPECT_EQ(ClassIds(d->targets[0]), (std::vector<int32_t>{0, 1, 2}));
   // Two files for two workers: the second reads the second file only; for three, every file.
   absl::StatusOr<Dataset> second = LoadCsv(spec.files, spec, &files, {.index = 1, .count = 2});
   ASSERT_TRUE(second.ok()) << second.status();
@@ -78,8 +78,8 @@ TEST_F(CsvTest, DefaultInputsAndNoHeader) {
   const DataSpec spec = Spec({{"header", false}, {"columns", {"a", "b", "y"}}, {"label", "y"}});
   absl::StatusOr<Dataset> d = LoadCsv(spec.files, spec);
   ASSERT_TRUE(d.ok()) << d.status();
-  EXPECT_EQ(d->images, Tensor({2, 2}, {1, 2, 3, 4}));
-  EXPECT_EQ(d->labels, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(d->inputs[0], Tensor({2, 2}, {1, 2, 3, 4}));
+  EXPECT_EQ(ClassIds(d->targets[0]), (std::vector<int32_t>{0, 1}));
 }
 
 TEST_F(CsvTest, BadRowsAreNamedWithFileAndLine) {
@@ -96,7 +96,7 @@ TEST_F(CsvTest, BadRowsAreNamedWithFileAndLine) {
   refused("a,b,y\n1,2,0\n1,2\n", p + ":3: 2 fields; the columns are 3 (a, b, y)", y);
   refused("a,b,y\n1,x,0\n", p + ":2: column \"b\" is \"x\", not a number", y);
   refused("a,b,y\n1,,0\n", p + ":2: column \"b\" is empty", y);
-  refused("a,b,y\n1,2,-1\n", p + ":2: label \"-1\" is not a class id", y);
+  refused("a,b,y\n1,2,\n", p + ":2: column \"y\" is empty (a label has a value)", y);
   refused("a,b,y\n1,2,cat\n", p + ":2: label \"cat\" is not in label_vocabulary",
           {{"label", "y"}, {"label_vocabulary", {"dog"}}});
   refused("a,b,y\n\"1,2,0\n", p + ":2: a quote left open", y);

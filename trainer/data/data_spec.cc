@@ -4,6 +4,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <tuple>
 
 namespace lockstep::trainer {
 namespace {
@@ -57,6 +58,61 @@ absl::StatusOr<FeatureSpec> ParseFeature(const std::string& name, const json& j)
   return f;
 }
 
+// A source, a list of sources (by position), or {"model_name": source} (by name).
+absl::StatusOr<std::vector<Feeds<std::string>>> ParseSources(const std::string& key,
+                                                             const json& v) {
+  std::vector<Feeds<std::string>> out;
+  auto one = [&](const std::string& feeds, const json& e) -> absl::Status {
+    if (!e.is_string() || e.get<std::string>().empty()) {
+      return Bad(key, "must be a non-empty string, a list of them, or {\"model_name\": string}");
+    }
+    out.push_back({feeds, e.get<std::string>()});
+    return absl::OkStatus();
+  };
+  if (v.is_array() && !v.empty()) {
+    for (const json& e : v) {
+      if (absl::Status s = one("", e); !s.ok()) return s;
+    }
+  } else if (v.is_object() && !v.empty()) {
+    for (const auto& [name, e] : v.items()) {
+      if (absl::Status s = one(name, e); !s.ok()) return s;
+    }
+  } else if (absl::Status s = one("", v); !s.ok()) {
+    return s;
+  }
+  return out;
+}
+
+// CSV columns: "col" or ["col", ...] for one source (`list_is_one`) or one per column, or
+// {"model_name": "col" or ["col", ...]}.
+absl::StatusOr<std::vector<Feeds<std::vector<std::string>>>> ParseColumns(const std::string& key,
+                                                                          const json& v) {
+  auto names = [&](const json& e) -> absl::StatusOr<std::vector<std::string>> {
+    std::vector<std::string> cols;
+    if (e.is_string() && !e.get<std::string>().empty()) return std::vector{e.get<std::string>()};
+    if (!e.is_array() || e.empty()) return Bad(key, "must name columns: \"col\" or [\"col\", ...]");
+    for (const json& c : e) {
+      if (!c.is_string() || c.get<std::string>().empty())
+        return Bad(key, "must be a list of names");
+      cols.push_back(c.get<std::string>());
+    }
+    return cols;
+  };
+  std::vector<Feeds<std::vector<std::string>>> out;
+  if (v.is_object() && !v.empty()) {
+    for (const auto& [name, e] : v.items()) {
+      absl::StatusOr<std::vector<std::string>> cols = names(e);
+      if (!cols.ok()) return cols.status();
+      out.push_back({name, *cols});
+    }
+    return out;
+  }
+  absl::StatusOr<std::vector<std::string>> cols = names(v);
+  if (!cols.ok()) return cols.status();
+  out.push_back({"", *cols});
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
@@ -81,7 +137,7 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
   const std::string format = j["format"].get<std::string>();
   const auto& [kind, own] = formats.at(format);
   s.format = kind;
-  std::string input, label;
+  std::vector<Feeds<std::string>> input, label;  // tfrecord: feature names
   std::map<std::string, FeatureSpec> features;
   auto strings = [&](const std::string& key, const json& v,
                      std::vector<std::string>* out) -> absl::Status {
@@ -95,9 +151,9 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
   };
   for (const auto& [key, value] : j.items()) {
     if (key == "format") continue;
-    const bool common = key == "validation_split" || key == "input_scale";
+    const bool common = key == "validation_split" || key == "input_scale" || key == "target";
     if (!common && !own.count(key)) {
-      std::string known = "format, validation_split, input_scale";
+      std::string known = "format, validation_split, input_scale, target";
       for (const std::string& k : own) known += ", " + k;
       bool elsewhere = false;
       for (const auto& [name, f] : formats) elsewhere = elsewhere || f.second.count(key) > 0;
@@ -105,27 +161,35 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
                                 : "unknown field (" + known + ")");
     }
     absl::Status st;
-    if (key == "input" && kind == DataFormat::kCsv) {
-      st = strings(key, value, &s.inputs);
+    if (key == "target") {
+      if (value != "input") return Bad(key, "the one value is \"input\" (an autoencoder)");
+      s.target_is_input = true;
+    } else if ((key == "input" || key == "label") && kind == DataFormat::kCsv) {
+      absl::StatusOr<std::vector<Feeds<std::vector<std::string>>>> cols = ParseColumns(key, value);
+      if (!cols.ok()) return cols.status();
+      (key == "input" ? s.input_columns : s.label_columns) = std::move(*cols);
+    } else if (key == "input" || key == "label" || key == "x" || key == "y" ||
+               key == "validation_x" || key == "validation_y") {
+      absl::StatusOr<std::vector<Feeds<std::string>>> src = ParseSources(key, value);
+      if (!src.ok()) return src.status();
+      if (key == "input") input = *src;
+      if (key == "label") label = *src;
+      if (key == "x") s.x = *src;
+      if (key == "y") s.y = *src;
+      if (key == "validation_x") s.validation_x = *src;
+      if (key == "validation_y") s.validation_y = *src;
     } else if (key == "columns") {
       st = strings(key, value, &s.columns);
     } else if (key == "label_vocabulary") {
       st = strings(key, value, &s.label_vocabulary);
-    } else if (key == "files" || key == "validation_files" || key == "input" || key == "label" ||
-               key == "x" || key == "y" || key == "validation_x" || key == "validation_y" ||
-               key == "directory" || key == "validation_directory") {
+    } else if (key == "files" || key == "validation_files" || key == "directory" ||
+               key == "validation_directory") {
       if (!value.is_string() || value.get<std::string>().empty()) {
         return Bad(key, "must be a non-empty string");
       }
       const std::string v = value.get<std::string>();
       if (key == "files") s.files = v;
       if (key == "validation_files") s.validation_files = v;
-      if (key == "input") input = v;
-      if (key == "label") label = v;
-      if (key == "x") s.x = v;
-      if (key == "y") s.y = v;
-      if (key == "validation_x") s.validation_x = v;
-      if (key == "validation_y") s.validation_y = v;
       if (key == "directory") s.directory = v;
       if (key == "validation_directory") s.validation_directory = v;
     } else if (key == "validation_split") {
@@ -171,42 +235,81 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
     if (s.directory.empty()) return Bad("directory", "is required: DIR/<class>/*.png|jpg");
     return s;
   }
-  if (kind == DataFormat::kNumpy) {
-    if (s.x.empty() || s.y.empty()) {
-      return Bad(s.x.empty() ? "x" : "y",
-                 "is required: a .npy file, or FILE.npz:KEY, of the training inputs and labels");
+  // Sources by name or all by position, never a mix.
+  auto names_all_or_none = [](const std::string& key, const auto& sources) -> absl::Status {
+    const auto named = std::count_if(sources.begin(), sources.end(),
+                                     [](const auto& f) { return !f.feeds.empty(); });
+    if (named != 0 && named != static_cast<long>(sources.size())) {
+      return Bad(key, "name every model input (output) or none");
     }
-    if (s.validation_x.empty() != s.validation_y.empty()) {
+    return absl::OkStatus();
+  };
+  if (kind == DataFormat::kNumpy) {
+    if (s.x.empty()) {
+      return Bad("x", "is required: a .npy file, or FILE.npz:KEY, of the training inputs");
+    }
+    if (s.y.empty() && !s.target_is_input) {
+      return Bad("y",
+                 "is required: a .npy file, or FILE.npz:KEY, of the training targets (or "
+                 "\"target\": \"input\" for an autoencoder)");
+    }
+    if (s.validation_x.empty() != (s.validation_y.empty() && !s.target_is_input)) {
       return Bad(s.validation_x.empty() ? "validation_x" : "validation_y",
                  "validation_x and validation_y come together");
     }
+    for (const auto& [key, src] :
+         {std::pair{"x", &s.x}, std::pair{"y", &s.y}, std::pair{"validation_x", &s.validation_x},
+          std::pair{"validation_y", &s.validation_y}}) {
+      if (absl::Status st = names_all_or_none(key, *src); !st.ok()) return st;
+    }
+    if (s.target_is_input && !s.y.empty()) return Bad("y", "not with \"target\": \"input\"");
     return s;
   }
   if (s.files.empty()) return Bad("files", "is required: a glob of the training files");
   if (kind == DataFormat::kCsv) {
-    if (label.empty()) return Bad("label", "is required: the label's column");
-    s.label_column = label;
+    if (s.label_columns.empty() && !s.target_is_input) {
+      return Bad("label", "is required: the label's column (or columns)");
+    }
     if (!s.header && s.columns.empty()) {
       return Bad("columns", "is required when the files have no header line");
     }
-    if (std::find(s.inputs.begin(), s.inputs.end(), label) != s.inputs.end()) {
-      return Bad("input", "holds the label's column \"" + label + "\"");
+    if (absl::Status st = names_all_or_none("input", s.input_columns); !st.ok()) return st;
+    if (absl::Status st = names_all_or_none("label", s.label_columns); !st.ok()) return st;
+    std::set<std::string> labels;
+    for (const auto& l : s.label_columns) labels.insert(l.what.begin(), l.what.end());
+    for (const auto& in : s.input_columns) {
+      for (const std::string& col : in.what) {
+        if (labels.count(col)) return Bad("input", "holds the label's column \"" + col + "\"");
+      }
+    }
+    if (!s.label_vocabulary.empty() &&
+        (s.label_columns.size() != 1 || s.label_columns[0].what.size() != 1)) {
+      return Bad("label_vocabulary", "needs one label column");
     }
     return s;
   }
-  for (const auto& [field, name] : {std::pair{"input", &input}, std::pair{"label", &label}}) {
-    if (name->empty()) return Bad(field, "is required: the name of a feature");
-    if (!features.count(*name)) {
-      return Bad(field, "\"" + *name + "\" is not one of the features");
+  if (input.empty()) return Bad("input", "is required: the name of a feature");
+  if (label.empty() && !s.target_is_input)
+    return Bad("label", "is required: the name of a feature");
+  std::set<std::string> used;
+  for (const auto& [field, sources, out] : {std::tuple{"input", &input, &s.input_features},
+                                            std::tuple{"label", &label, &s.label_features}}) {
+    if (absl::Status st = names_all_or_none(field, *sources); !st.ok()) return st;
+    for (const Feeds<std::string>& f : *sources) {
+      if (!features.count(f.what)) {
+        return Bad(field, "\"" + f.what + "\" is not one of the features");
+      }
+      if (!used.insert(f.what).second) {
+        return Bad(field, "feature \"" + f.what + "\" is given twice");
+      }
+      out->push_back({f.feeds, features.at(f.what)});
     }
   }
-  s.input = features.at(input);
-  s.label = features.at(label);
-  if (s.label.type != FeatureType::kInt64 || s.label.size() != 1 || s.label.var_len) {
-    return Bad("features." + label,
-               "the label is one int64 class id (dtype int64, shape [] or [1])");
+  for (const Feeds<FeatureSpec>& l : s.label_features) {
+    if (l.what.var_len) {
+      return Bad("features." + l.what.name, "a label has a fixed shape (not var_len)");
+    }
   }
-  if (input == label) return Bad("label", "the input and the label are one feature");
   return s;
 }
 

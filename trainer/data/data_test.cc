@@ -17,13 +17,13 @@ TEST(FashionMnistTest, LoadsTheDebianFiles) {
   absl::StatusOr<Dataset> test = LoadFashionMnist(kDefaultFashionMnistDir, "t10k");
   ASSERT_TRUE(test.ok()) << test.status();
   EXPECT_EQ(test->size(), 10000);
-  EXPECT_EQ(test->images.shape(), (Shape{10000, 1, 28, 28}));
+  EXPECT_EQ(test->inputs[0].shape(), (Shape{10000, 1, 28, 28}));
   std::vector<int> counts(10);
-  for (int32_t l : test->labels) counts[static_cast<size_t>(l)] += 1;
+  for (int32_t l : ClassIds(test->targets[0])) counts[static_cast<size_t>(l)] += 1;
   for (int c : counts) EXPECT_EQ(c, 1000);  // the test set is balanced
   double mean = 0;
-  for (float v : test->images.values()) mean += v;
-  EXPECT_NEAR(mean / static_cast<double>(test->images.size()), 0.0, 0.05);  // standardised
+  for (float v : test->inputs[0].values()) mean += v;
+  EXPECT_NEAR(mean / static_cast<double>(test->inputs[0].size()), 0.0, 0.05);  // standardised
 }
 
 class BadFilesTest : public ::testing::Test {
@@ -73,7 +73,7 @@ TEST_F(BadFilesTest, MissingTruncatedAndMislabelledFilesAreNamed) {
 
 TEST(BatcherTest, ShardsPartitionEachGlobalBatchAndEpochsReshuffle) {
   Dataset d = SyntheticDataset(40, 1);
-  for (int64_t i = 0; i < 40; ++i) d.labels[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  for (int64_t i = 0; i < 40; ++i) d.targets[0][i] = static_cast<float>(i);
   Batcher whole(&d, {.global_batch = 8, .seed = 5});
   Batcher a(&d, {.global_batch = 8, .shard_index = 0, .shard_count = 2, .seed = 5});
   Batcher b(&d,
@@ -83,18 +83,19 @@ TEST(BatcherTest, ShardsPartitionEachGlobalBatchAndEpochsReshuffle) {
   std::vector<int32_t> first_epoch_order;
   for (int step = 0; step < 5; ++step) {
     Batch w = whole.Next(), x = a.Next(), y = b.Next();
-    std::vector<int32_t> joined = x.labels;
-    joined.insert(joined.end(), y.labels.begin(), y.labels.end());
-    EXPECT_EQ(joined, w.labels) << step;
-    epoch0.insert(w.labels.begin(), w.labels.end());
-    first_epoch_order.insert(first_epoch_order.end(), w.labels.begin(), w.labels.end());
+    const std::vector<int32_t> wl = ClassIds(w.targets[0]), yl = ClassIds(y.targets[0]);
+    std::vector<int32_t> joined = ClassIds(x.targets[0]);
+    joined.insert(joined.end(), yl.begin(), yl.end());
+    EXPECT_EQ(joined, wl) << step;
+    epoch0.insert(wl.begin(), wl.end());
+    first_epoch_order.insert(first_epoch_order.end(), wl.begin(), wl.end());
   }
   EXPECT_EQ(epoch0.size(), 40u);  // every example once
   Batch next = whole.Next();
   EXPECT_EQ(next.epoch, 1);
   EXPECT_EQ(next.step, 0);
   EXPECT_NE(std::vector<int32_t>(first_epoch_order.begin(), first_epoch_order.begin() + 8),
-            next.labels);
+            ClassIds(next.targets[0]));
 }
 
 TEST(BatcherTest, StartingAtAPositionContinuesTheSameSequence) {
@@ -104,8 +105,8 @@ TEST(BatcherTest, StartingAtAPositionContinuesTheSameSequence) {
   Batcher resumed(&d, {.global_batch = 10, .seed = 9}, 1, 2);  // 7 = 1 * 5 + 2
   for (int i = 0; i < 4; ++i) {
     Batch x = from_start.Next(), y = resumed.Next();
-    EXPECT_EQ(x.labels, y.labels);
-    EXPECT_EQ(x.images, y.images);
+    EXPECT_EQ(ClassIds(x.targets[0]), ClassIds(y.targets[0]));
+    EXPECT_EQ(x.inputs[0], y.inputs[0]);
     EXPECT_EQ(x.epoch, y.epoch);
   }
 }
@@ -118,12 +119,12 @@ namespace {
 
 TEST(SyntheticTokensTest, IdsInRangePaddedAtTheEndAndRepeatable) {
   Dataset d = SyntheticTokens(200, 4, 0, {12}, 3, 50);
-  ASSERT_EQ(d.images.shape(), Shape({200, 12}));
+  ASSERT_EQ(d.inputs[0].shape(), Shape({200, 12}));
   int padded = 0;
   for (int64_t i = 0; i < 200; ++i) {
     bool seen_pad = false;
     for (int64_t j = 0; j < 12; ++j) {
-      const float v = d.images[i * 12 + j];
+      const float v = d.inputs[0][i * 12 + j];
       EXPECT_EQ(v, std::floor(v));
       EXPECT_GE(v, 0.0f);
       EXPECT_LT(v, 50.0f);
@@ -133,11 +134,11 @@ TEST(SyntheticTokensTest, IdsInRangePaddedAtTheEndAndRepeatable) {
       }
     }
     padded += seen_pad;
-    EXPECT_LT(d.labels[static_cast<size_t>(i)], 3);
+    EXPECT_LT(ClassIds(d.targets[0])[static_cast<size_t>(i)], 3);
   }
   EXPECT_GT(padded, 50);
-  EXPECT_EQ(SyntheticTokens(200, 4, 0, {12}, 3, 50).images, d.images);
-  EXPECT_NE(SyntheticTokens(200, 4, 1, {12}, 3, 50).images, d.images);
+  EXPECT_EQ(SyntheticTokens(200, 4, 0, {12}, 3, 50).inputs[0], d.inputs[0]);
+  EXPECT_NE(SyntheticTokens(200, 4, 1, {12}, 3, 50).inputs[0], d.inputs[0]);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <random>
 
 namespace lockstep::trainer {
@@ -68,11 +69,10 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, const std::stri
                                std::to_string(n) + " images");
   }
   Dataset d;
-  d.images = Tensor({n, 1, 28, 28});
-  d.labels.resize(static_cast<size_t>(n));
+  Tensor x({n, 1, 28, 28}), y({n});
   for (int64_t i = 0; i < n * 784; ++i) {
     float v = static_cast<float>(static_cast<unsigned char>((*images)[16 + i])) / 255.0f;
-    d.images[i] = (v - kMean) / kStd;
+    x[i] = (v - kMean) / kStd;
   }
   for (int64_t i = 0; i < n; ++i) {
     int32_t l = static_cast<unsigned char>((*labels)[8 + i]);
@@ -80,64 +80,200 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, const std::stri
       return absl::DataLossError(labels_path + ": label " + std::to_string(l) + " at " +
                                  std::to_string(i) + " is not in 0..9");
     }
-    d.labels[static_cast<size_t>(i)] = l;
+    y[i] = static_cast<float>(l);
   }
+  d.inputs.push_back(std::move(x));
+  d.targets.push_back(std::move(y));
   return d;
 }
 
-Dataset SyntheticTokens(int64_t n, uint64_t seed, uint64_t split, const Shape& example,
-                        int32_t classes, int64_t vocabulary) {
-  const int64_t size = NumElements(example);
-  const int64_t vocab = std::max<int64_t>(vocabulary, 2);
-  std::mt19937_64 proto_rng(seed);
-  std::uniform_int_distribution<int64_t> id(1, vocab - 1);
-  std::vector<int64_t> prototypes(static_cast<size_t>(classes * size));
-  for (int64_t& v : prototypes) v = id(proto_rng);
-  std::mt19937_64 rng(seed * 1000003 + split + 1);
-  Dataset d;
-  Shape shape{n};
-  shape.insert(shape.end(), example.begin(), example.end());
-  d.images = Tensor(shape);
-  d.labels.resize(static_cast<size_t>(n));
-  std::uniform_int_distribution<int32_t> label(0, classes - 1);
-  std::uniform_int_distribution<int64_t> length(std::max<int64_t>(size / 2, 1), size);
-  std::bernoulli_distribution redraw(0.25);
-  for (int64_t i = 0; i < n; ++i) {
-    const int32_t l = label(rng);
-    d.labels[static_cast<size_t>(i)] = l;
-    const int64_t len = length(rng);
-    for (int64_t j = 0; j < size; ++j) {
-      const int64_t v = j >= len      ? 0
-                        : redraw(rng) ? id(rng)
-                                      : prototypes[static_cast<size_t>(l * size + j)];
-      d.images[i * size + j] = static_cast<float>(v);
+Shape ExampleShape(const Tensor& t) {
+  return t.shape().empty() ? Shape{} : Shape(t.shape().begin() + 1, t.shape().end());
+}
+
+int64_t ExampleSize(const Tensor& t) {
+  return t.shape().empty() || t.dim(0) == 0 ? 0 : t.size() / t.dim(0);
+}
+
+Dataset Rows(const Dataset& d, int64_t first, int64_t n) {
+  auto rows = [&](const std::vector<Tensor>& from, std::vector<Tensor>* to) {
+    for (const Tensor& t : from) {
+      Shape shape = t.shape();
+      shape[0] = n;
+      const int64_t each = ExampleSize(t);
+      to->emplace_back(shape,
+                       std::vector<float>(t.data() + first * each, t.data() + (first + n) * each));
     }
+  };
+  Dataset out;
+  rows(d.inputs, &out.inputs);
+  rows(d.targets, &out.targets);
+  return out;
+}
+
+void GatherRows(const Dataset& d, const int64_t* index, int64_t n, Dataset* out) {
+  auto gather = [&](const std::vector<Tensor>& from, std::vector<Tensor>* to) {
+    to->resize(from.size());
+    for (size_t k = 0; k < from.size(); ++k) {
+      const Tensor& t = from[k];
+      Shape shape = t.shape();
+      shape[0] = n;
+      Tensor& o = (*to)[k];
+      o.Resize(shape);
+      const int64_t each = ExampleSize(t);
+      for (int64_t i = 0; i < n; ++i) {
+        std::copy_n(t.data() + index[i] * each, each, o.data() + i * each);
+      }
+    }
+  };
+  gather(d.inputs, &out->inputs);
+  gather(d.targets, &out->targets);
+}
+
+std::vector<int32_t> ClassIds(const Tensor& t) {
+  std::vector<int32_t> ids(static_cast<size_t>(t.size()));
+  for (int64_t i = 0; i < t.size(); ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(t[i]);
+  return ids;
+}
+
+Tensor ClassTargets(const std::vector<int32_t>& ids) {
+  Tensor t({static_cast<int64_t>(ids.size())});
+  for (size_t i = 0; i < ids.size(); ++i) t[static_cast<int64_t>(i)] = static_cast<float>(ids[i]);
+  return t;
+}
+
+namespace {
+
+// Input `k` of every example: its class's prototype plus noise, or its class's token ids with
+// a quarter redrawn and a padded tail. `rng` is the examples' stream: input 0 shares it with
+// the class draws (so a one-input set is what it always was), the others have their own.
+// With `draw`, each example's class is drawn into `label` first.
+void SyntheticInputs(const SyntheticInput& in, uint64_t proto_seed, int32_t classes, float sigma,
+                     bool draw, std::mt19937_64& rng, std::vector<int32_t>* label, Tensor* x) {
+  const int64_t size = NumElements(in.shape);
+  const auto n = static_cast<int64_t>(label->size());
+  Shape shape{n};
+  shape.insert(shape.end(), in.shape.begin(), in.shape.end());
+  *x = Tensor(shape);
+  std::mt19937_64 proto_rng(proto_seed);
+  std::uniform_int_distribution<int32_t> pick(0, classes - 1);
+  if (in.vocabulary > 0) {
+    const int64_t vocab = std::max<int64_t>(in.vocabulary, 2);
+    std::uniform_int_distribution<int64_t> id(1, vocab - 1);
+    std::vector<int64_t> prototypes(static_cast<size_t>(classes * size));
+    for (int64_t& v : prototypes) v = id(proto_rng);
+    std::uniform_int_distribution<int64_t> length(std::max<int64_t>(size / 2, 1), size);
+    std::bernoulli_distribution redraw(0.25);
+    for (int64_t i = 0; i < n; ++i) {
+      int32_t& l = (*label)[static_cast<size_t>(i)];
+      if (draw) l = pick(rng);
+      const int64_t len = length(rng);
+      for (int64_t j = 0; j < size; ++j) {
+        const int64_t v = j >= len      ? 0
+                          : redraw(rng) ? id(rng)
+                                        : prototypes[static_cast<size_t>(l * size + j)];
+        (*x)[i * size + j] = static_cast<float>(v);
+      }
+    }
+    return;
+  }
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  Tensor prototypes({classes, size});
+  for (int64_t i = 0; i < prototypes.size(); ++i) prototypes[i] = noise(proto_rng);
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t& l = (*label)[static_cast<size_t>(i)];
+    if (draw) l = pick(rng);
+    for (int64_t j = 0; j < size; ++j) {
+      (*x)[i * size + j] = 0.5f * prototypes[l * size + j] + sigma * noise(rng);
+    }
+  }
+}
+
+// Target `t` of every example: the class id, or the class's fixed random target.
+Tensor SyntheticTargets(const SyntheticTarget& t, uint64_t proto_seed, int32_t classes,
+                        const std::vector<int32_t>& label) {
+  const auto n = static_cast<int64_t>(label.size());
+  const int64_t size = NumElements(t.shape);
+  const int64_t c = std::max<int64_t>(t.classes, 1);
+  Shape shape{n};
+  shape.insert(shape.end(), t.shape.begin(), t.shape.end());
+  Tensor y(shape);
+  if ((t.form == TargetForm::kClassIds || t.form == TargetForm::kBinary) && size == 1) {
+    const int64_t k = t.form == TargetForm::kBinary ? 2 : c;
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(label[static_cast<size_t>(i)] % k);
+    return y;
+  }
+  if (t.form == TargetForm::kOneHot && size == c) {
+    y.Fill(0.0f);
+    for (int64_t i = 0; i < n; ++i) y[i * c + label[static_cast<size_t>(i)] % c] = 1.0f;
+    return y;
+  }
+  std::mt19937_64 rng(proto_seed);
+  Tensor prototypes({classes, size});
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int64_t> id(0, c - 1);
+  std::bernoulli_distribution coin(0.5);
+  for (int32_t l = 0; l < classes; ++l) {
+    float* p = prototypes.data() + static_cast<int64_t>(l) * size;
+    switch (t.form) {
+      case TargetForm::kClassIds:
+        for (int64_t j = 0; j < size; ++j) p[j] = static_cast<float>(id(rng));
+        break;
+      case TargetForm::kOneHot:
+        std::fill_n(p, size, 0.0f);
+        for (int64_t r = 0; r < size / c; ++r) p[r * c + id(rng)] = 1.0f;
+        break;
+      case TargetForm::kBinary:
+        for (int64_t j = 0; j < size; ++j) p[j] = coin(rng) ? 1.0f : 0.0f;
+        break;
+      case TargetForm::kReal:
+        for (int64_t j = 0; j < size; ++j) p[j] = normal(rng);
+        break;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    std::copy_n(prototypes.data() + label[static_cast<size_t>(i)] * size, size,
+                y.data() + i * size);
+  }
+  return y;
+}
+
+}  // namespace
+
+Dataset SyntheticDataset(int64_t n, uint64_t seed, uint64_t split, const SyntheticSignature& sig) {
+  const int32_t classes = std::max<int32_t>(sig.classes, 1);
+  std::mt19937_64 rng(seed * 1000003 + split + 1);
+  std::vector<int32_t> label(static_cast<size_t>(n));
+  Dataset d;
+  d.inputs.resize(sig.inputs.size());
+  for (size_t k = 0; k < sig.inputs.size(); ++k) {
+    // Input 0 draws the classes as it goes (the order a one-input set always had).
+    std::mt19937_64 own(seed * 1000003 + split + 1 + 7919 * k);
+    SyntheticInputs(sig.inputs[k], seed + 104729 * k, classes, sig.noise, k == 0,
+                    k == 0 ? rng : own, &label, &d.inputs[k]);
+  }
+  for (size_t k = 0; k < sig.targets.size(); ++k) {
+    d.targets.push_back(SyntheticTargets(sig.targets[k], seed + 7 + 15485863 * k, classes, label));
   }
   return d;
 }
 
 Dataset SyntheticDataset(int64_t n, uint64_t seed, uint64_t split, const Shape& example,
                          int32_t classes) {
-  const int64_t size = NumElements(example);
-  std::mt19937_64 proto_rng(seed);
-  std::normal_distribution<float> noise(0.0f, 1.0f);
-  Tensor prototypes({classes, size});
-  for (int64_t i = 0; i < prototypes.size(); ++i) prototypes[i] = noise(proto_rng);
-  std::mt19937_64 rng(seed * 1000003 + split + 1);
-  Dataset d;
-  Shape shape{n};
-  shape.insert(shape.end(), example.begin(), example.end());
-  d.images = Tensor(shape);
-  d.labels.resize(static_cast<size_t>(n));
-  std::uniform_int_distribution<int32_t> label(0, classes - 1);
-  for (int64_t i = 0; i < n; ++i) {
-    int32_t l = label(rng);
-    d.labels[static_cast<size_t>(i)] = l;
-    for (int64_t j = 0; j < size; ++j) {
-      d.images[i * size + j] = 0.5f * prototypes[l * size + j] + noise(rng);
-    }
-  }
-  return d;
+  SyntheticSignature sig;
+  sig.inputs = {{example}};
+  sig.targets = {{.shape = {}, .form = TargetForm::kClassIds, .classes = classes}};
+  sig.classes = classes;
+  return SyntheticDataset(n, seed, split, sig);
+}
+
+Dataset SyntheticTokens(int64_t n, uint64_t seed, uint64_t split, const Shape& example,
+                        int32_t classes, int64_t vocabulary) {
+  SyntheticSignature sig;
+  sig.inputs = {{example, std::max<int64_t>(vocabulary, 2)}};
+  sig.targets = {{.shape = {}, .form = TargetForm::kClassIds, .classes = classes}};
+  sig.classes = classes;
+  return SyntheticDataset(n, seed, split, sig);
 }
 
 }  // namespace lockstep::trainer

@@ -162,6 +162,7 @@ absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, int64_t height, 
   }
   Dataset d;
   std::vector<fs::path> files;
+  std::vector<int32_t> labels;
   for (size_t k = 0; k < names.size(); ++k) {
     std::vector<fs::path> mine;
     for (const auto& e : fs::recursive_directory_iterator(fs::path(dir) / names[k], ec)) {
@@ -169,9 +170,9 @@ absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, int64_t height, 
     }
     std::sort(mine.begin(), mine.end());
     files.insert(files.end(), mine.begin(), mine.end());
-    d.labels.insert(d.labels.end(), mine.size(), static_cast<int32_t>(k));
+    labels.insert(labels.end(), mine.size(), static_cast<int32_t>(k));
   }
-  if (d.labels.empty()) return absl::NotFoundError(dir + ": no .png, .jpg or .jpeg images");
+  if (labels.empty()) return absl::NotFoundError(dir + ": no .png, .jpg or .jpeg images");
   // Decoded and resized across threads, each image into its own row.
   const int64_t row = height * width * channels;
   std::vector<float> values(files.size() * static_cast<size_t>(row));
@@ -187,7 +188,9 @@ absl::StatusOr<Dataset> LoadImageFolder(const std::string& dir, int64_t height, 
         return absl::OkStatus();
       });
   if (!decoded.ok()) return decoded;
-  d.images = Tensor({d.size(), height, width, channels}, std::move(values));
+  d.inputs.emplace_back(Shape{static_cast<int64_t>(labels.size()), height, width, channels},
+                        std::move(values));
+  d.targets.push_back(ClassTargets(labels));
   if (classes != nullptr) *classes = names;
   return d;
 }

@@ -80,9 +80,9 @@ TEST_F(ImagesTest, FoldersAreClassesAndBadFilesAreNamed) {
   absl::StatusOr<Dataset> d = LoadImageFolder(tmp_.Path("train"), 4, 6, 3, &classes);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(classes, (std::vector<std::string>{"cat", "dog"}));
-  EXPECT_EQ(d->images.shape(), (Shape{5, 4, 6, 3}));  // notes.txt is not an image
-  EXPECT_EQ(d->labels, (std::vector<int32_t>{0, 0, 1, 1, 1}));
-  for (float v : d->images.values()) EXPECT_TRUE(v >= 0 && v <= 255) << v;
+  EXPECT_EQ(d->inputs[0].shape(), (Shape{5, 4, 6, 3}));  // notes.txt is not an image
+  EXPECT_EQ(ClassIds(d->targets[0]), (std::vector<int32_t>{0, 0, 1, 1, 1}));
+  for (float v : d->inputs[0].values()) EXPECT_TRUE(v >= 0 && v <= 255) << v;
   absl::Status s = LoadImageFolder(tmp_.Path("bad"), 4, 4, 3, &classes).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(s.message().find(tmp_.Path("bad/x/broken.png")), std::string::npos) << s;

@@ -226,32 +226,29 @@ absl::StatusOr<NpyArray> ReadNumpy(const std::string& where) {
   return a;
 }
 
-absl::StatusOr<Dataset> LoadNumpyDataset(const std::string& x, const std::string& y) {
-  absl::StatusOr<NpyArray> xs = ReadNumpy(x);
-  if (!xs.ok()) return xs.status();
-  absl::StatusOr<NpyArray> ys = ReadNumpy(y);
-  if (!ys.ok()) return ys.status();
-  const Shape& xd = xs->values.shape();
-  const Shape& yd = ys->values.shape();
-  if (xd.empty()) return Bad(x, "a scalar, not [examples, ...]");
-  if (yd.empty() || (yd.size() > 1 && NumElements(yd) != yd[0])) {
-    return Bad(
-        y, "labels of shape " + ShapeString(yd) + "; class ids are [examples] or [examples, 1]");
-  }
-  if (xd[0] != yd[0]) {
-    return Bad(y, absl::StrCat(yd[0], " labels for the ", xd[0], " examples of ", x));
-  }
+absl::StatusOr<Dataset> LoadNumpyDataset(const std::vector<std::string>& x,
+                                         const std::vector<std::string>& y) {
   Dataset d;
-  d.labels.reserve(static_cast<size_t>(yd[0]));
-  for (int64_t i = 0; i < yd[0]; ++i) {
-    const float v = ys->values[i];
-    if (!(v >= 0) || v > 2147483647.0f || v != std::floor(v)) {
-      return Bad(y, absl::StrCat("label ", i, " is ", v, ", not a class id (0, 1, 2...)"));
+  std::string first;  // the first array, whose length the others must have
+  for (size_t k = 0; k < x.size() + y.size(); ++k) {
+    const bool input = k < x.size();
+    const std::string& where = input ? x[k] : y[k - x.size()];
+    absl::StatusOr<NpyArray> a = ReadNumpy(where);
+    if (!a.ok()) return a.status();
+    const Shape& shape = a->values.shape();
+    if (shape.empty()) return Bad(where, "a scalar, not [examples, ...]");
+    if (k == 0) {
+      first = where;
+    } else if (shape[0] != d.size()) {
+      return Bad(where, absl::StrCat(shape[0], " rows; ", first, " has ", d.size()));
     }
-    d.labels.push_back(static_cast<int32_t>(v));
+    (input ? d.inputs : d.targets).push_back(std::move(a->values));
   }
-  d.images = std::move(xs->values);
   return d;
+}
+
+absl::StatusOr<Dataset> LoadNumpyDataset(const std::string& x, const std::string& y) {
+  return LoadNumpyDataset(std::vector{x}, std::vector{y});
 }
 
 }  // namespace lockstep::trainer

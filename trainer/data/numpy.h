@@ -7,6 +7,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "trainer/data/dataset.h"
@@ -27,8 +28,11 @@ absl::StatusOr<NpyArray> ReadNumpy(const std::string& where);
 // The same from the bytes of one .npy file (`name` for messages).
 absl::StatusOr<NpyArray> ParseNpy(std::string_view bytes, const std::string& name);
 
-// A dataset of inputs `x` ([N, ...]) and class ids `y` ([N] or [N, 1]), each a ReadNumpy
-// location. DataLoss when their lengths differ or a label is not a class id (0, 1, 2...).
+// A dataset of the inputs `x` and the targets `y` ([N, ...] each), ReadNumpy locations.
+// DataLoss when their lengths differ. (The trainer checks the targets against the model's
+// outputs: class ids, shapes.)
+absl::StatusOr<Dataset> LoadNumpyDataset(const std::vector<std::string>& x,
+                                         const std::vector<std::string>& y);
 absl::StatusOr<Dataset> LoadNumpyDataset(const std::string& x, const std::string& y);
 
 }  // namespace lockstep::trainer

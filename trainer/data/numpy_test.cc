@@ -59,28 +59,33 @@ TEST_F(NumpyTest, ArchivesAndDatasets) {
   absl::StatusOr<Dataset> d =
       LoadNumpyDataset(Path("dataset.npz") + ":x_train", Path("dataset.npz") + ":y_train");
   ASSERT_TRUE(d.ok()) << d.status();
-  EXPECT_EQ(d->images.shape(), (Shape{60, 8, 8}));
-  EXPECT_EQ(d->images.values(), Want("x_train"));
-  std::vector<float> labels(d->labels.begin(), d->labels.end());
-  EXPECT_EQ(labels, Want("y_train"));
+  EXPECT_EQ(d->inputs[0].shape(), (Shape{60, 8, 8}));
+  EXPECT_EQ(d->inputs[0].values(), Want("x_train"));
+  EXPECT_EQ(d->targets[0].values(), Want("y_train"));
   // Labels [N, 1] from an uncompressed archive.
   absl::StatusOr<Dataset> p = LoadNumpyDataset(Path("plain.npz") + ":x", Path("plain.npz") + ":y");
   ASSERT_TRUE(p.ok()) << p.status();
-  std::vector<float> test_labels(p->labels.begin(), p->labels.end());
-  EXPECT_EQ(test_labels, Want("y_test"));
+  EXPECT_EQ(p->targets[0].values(), Want("y_test"));
   // Lengths that differ, a missing member, an archive without a key.
   absl::Status s =
       LoadNumpyDataset(Path("dataset.npz") + ":x_train", Path("dataset.npz") + ":y_test").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(s.message().find("20 labels for the 60 examples"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("20 rows; " + Path("dataset.npz") + ":x_train has 60"),
+            std::string::npos)
+      << s;
   s = ReadNumpy(Path("dataset.npz") + ":x_val").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_NE(s.message().find("has no array 'x_val'"), std::string::npos) << s;
   EXPECT_EQ(ReadNumpy(Path("dataset.npz")).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ReadNumpy(Path("none.npy")).status().code(), absl::StatusCode::kNotFound);
-  // Float labels that are not class ids.
-  absl::Status f = LoadNumpyDataset(Path("v2.npy"), Path("v2.npy")).status();
-  EXPECT_EQ(f.code(), absl::StatusCode::kDataLoss);
+  // Several inputs and targets, each an array of its own shape (the trainer fits them to the
+  // model); float targets are values (a regression's).
+  absl::StatusOr<Dataset> several =
+      LoadNumpyDataset(std::vector<std::string>{Path("v2.npy"), Path("v2.npy")},
+                       std::vector<std::string>{Path("v2.npy")});
+  ASSERT_TRUE(several.ok()) << several.status();
+  EXPECT_EQ(several->inputs.size(), 2u);
+  EXPECT_EQ(several->targets[0].values(), Want("v2"));
 }
 
 TEST_F(NumpyTest, WhatCannotBeReadIsNamed) {

@@ -72,12 +72,21 @@ absl::Status Extract(const tfexample::Example& e, const FeatureSpec& spec, const
 
 namespace {
 
-// One file's examples: its rows and labels, and the corrupt records skipped.
+// One file's examples: each feature's values (the inputs', then the labels'), the examples
+// read, and the corrupt records skipped.
 struct FileRows {
-  std::vector<float> values;
-  std::vector<int32_t> labels;
+  std::vector<std::vector<float>> values;
+  int64_t rows = 0;
   int64_t skipped = 0;
 };
+
+// The input features, then the label features.
+std::vector<const FeatureSpec*> Features(const DataSpec& spec) {
+  std::vector<const FeatureSpec*> out;
+  for (const auto& f : spec.input_features) out.push_back(&f.what);
+  for (const auto& f : spec.label_features) out.push_back(&f.what);
+  return out;
+}
 
 // The records of `file` read in order (the framing and its CRCs are sequential), then parsed and
 // converted on `threads` threads, each into its own rows.
@@ -101,9 +110,12 @@ absl::Status ReadFile(const std::string& file, const DataSpec& spec, int threads
     if (!*more) break;
     raw.push_back({std::move(record), At{file, index, offset}});
   }
-  const int64_t width = spec.input.size();
-  out->values.resize(raw.size() * static_cast<size_t>(width));
-  out->labels.resize(raw.size());
+  const std::vector<const FeatureSpec*> features = Features(spec);
+  out->rows = static_cast<int64_t>(raw.size());
+  out->values.resize(features.size());
+  for (size_t k = 0; k < features.size(); ++k) {
+    out->values[k].resize(raw.size() * static_cast<size_t>(features[k]->size()));
+  }
   return ParallelFor(static_cast<int64_t>(raw.size()), threads, [&](int64_t begin, int64_t end) {
     tfexample::Example e;
     for (int64_t i = begin; i < end; ++i) {
@@ -111,16 +123,13 @@ absl::Status ReadFile(const std::string& file, const DataSpec& spec, int threads
       if (!e.ParseFromString(raw[static_cast<size_t>(i)].record)) {
         return absl::DataLossError(at.str() + ": not a tf.train.Example");
       }
-      if (absl::Status s = Extract(e, spec.input, at, out->values.data() + i * width); !s.ok()) {
-        return s;
+      for (size_t k = 0; k < features.size(); ++k) {
+        const int64_t width = features[k]->size();
+        if (absl::Status s = Extract(e, *features[k], at, out->values[k].data() + i * width);
+            !s.ok()) {
+          return s;
+        }
       }
-      float label = 0;
-      if (absl::Status s = Extract(e, spec.label, at, &label); !s.ok()) return s;
-      if (!(label >= 0) || label > 2147483647.0f || label != std::floor(label)) {
-        return absl::DataLossError(at.str() + ": label '" + spec.label.name + "' is " +
-                                   std::to_string(label) + ", not a class id (0, 1, 2...)");
-      }
-      out->labels[static_cast<size_t>(i)] = static_cast<int32_t>(label);
     }
     return absl::OkStatus();
   });
@@ -155,25 +164,29 @@ absl::StatusOr<Dataset> LoadTfRecords(const std::string& glob, const DataSpec& s
         return absl::OkStatus();
       });
   if (!read.ok()) return read;
-  size_t n = 0;
-  for (const FileRows& f : rows) n += f.labels.size();
-  std::vector<float> values;
-  std::vector<int32_t> labels;
-  values.reserve(n * static_cast<size_t>(spec.input.size()));
-  labels.reserve(n);
+  const std::vector<const FeatureSpec*> features = Features(spec);
+  int64_t n = 0;
+  for (const FileRows& f : rows) n += f.rows;
+  std::vector<std::vector<float>> values(features.size());
+  for (size_t k = 0; k < features.size(); ++k) {
+    values[k].reserve(static_cast<size_t>(n * features[k]->size()));
+  }
   r.skipped = 0;
   for (FileRows& f : rows) {
-    values.insert(values.end(), f.values.begin(), f.values.end());
-    labels.insert(labels.end(), f.labels.begin(), f.labels.end());
+    for (size_t k = 0; k < features.size(); ++k) {
+      values[k].insert(values[k].end(), f.values[k].begin(), f.values[k].end());
+    }
     r.skipped += f.skipped;
     f = FileRows();
   }
-  r.records = static_cast<int64_t>(labels.size());
-  Shape shape{r.records};
-  shape.insert(shape.end(), spec.input.shape.begin(), spec.input.shape.end());
+  r.records = n;
   Dataset d;
-  d.images = Tensor(shape, std::move(values));
-  d.labels = std::move(labels);
+  for (size_t k = 0; k < features.size(); ++k) {
+    Shape shape{n};
+    shape.insert(shape.end(), features[k]->shape.begin(), features[k]->shape.end());
+    (k < spec.input_features.size() ? d.inputs : d.targets)
+        .emplace_back(shape, std::move(values[k]));
+  }
   return d;
 }
 

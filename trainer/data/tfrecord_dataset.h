@@ -25,8 +25,9 @@ struct TfRecordReport {
 
 // Every record of the files `glob` matches. DataLoss names the file, the record and its
 // offset: a corrupt record (unless spec.skip_corrupt), a record that is not a tf.train.Example,
-// a feature that is missing (without a default), of the other type, or of the wrong length, a
-// label that is not a class id.
+// a feature that is missing (without a default), of the other type, or of the wrong length.
+// The dataset's inputs are the spec's input features, its targets its label features, in the
+// spec's order (the trainer checks them against the model: class ids, shapes).
 // Records are read in order and decoded (parsed, converted) on `threads` threads (0: the
 // machine's, data/parallel_for.h).
 absl::StatusOr<Dataset> LoadTfRecords(const std::string& glob, const DataSpec& spec,

@@ -34,10 +34,28 @@ json BaseSpec() {
 TEST(DataSpecTest, ParsesAndNamesEveryMistake) {
   absl::StatusOr<DataSpec> s = Spec(BaseSpec());
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_EQ(s->input.name, "x");
-  EXPECT_EQ(s->input.shape, (Shape{2, 2}));
-  EXPECT_EQ(s->label.name, "y");
-  EXPECT_EQ(s->label.size(), 1);
+  ASSERT_EQ(s->input_features.size(), 1u);
+  EXPECT_EQ(s->input_features[0].feeds, "");
+  EXPECT_EQ(s->input_features[0].what.name, "x");
+  EXPECT_EQ(s->input_features[0].what.shape, (Shape{2, 2}));
+  ASSERT_EQ(s->label_features.size(), 1u);
+  EXPECT_EQ(s->label_features[0].what.name, "y");
+  EXPECT_EQ(s->label_features[0].what.size(), 1);
+  // Several inputs and labels: a list by position, or by the model's names.
+  json named = BaseSpec();
+  named["features"]["z"] = {{"dtype", "float32"}, {"shape", {3}}};
+  named["input"] = {{"image", "x"}, {"extra", "z"}};
+  named["label"] = json::array({"y"});
+  s = Spec(named);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->input_features.size(), 2u);
+  EXPECT_EQ(s->input_features[1].feeds, "image");
+  EXPECT_EQ(s->input_features[1].what.name, "x");
+  EXPECT_EQ(s->label_features[0].feeds, "");
+  // A float label of any shape is a target (regression, one-hot rows, masks).
+  json regression = BaseSpec();
+  regression["features"]["y"] = {{"dtype", "float32"}, {"shape", {2, 2}}};
+  EXPECT_TRUE(Spec(regression).ok());
   auto refused = [](json j, const std::string& want) {
     absl::StatusOr<DataSpec> r = ParseDataSpec(j);
     ASSERT_FALSE(r.ok()) << j.dump();
@@ -60,8 +78,16 @@ TEST(DataSpecTest, ParsesAndNamesEveryMistake) {
   j["features"]["x"]["dtype"] = "string";
   refused(j, "features.x.dtype: string features");
   j = BaseSpec();
-  j["features"]["y"]["dtype"] = "float32";
-  refused(j, "features.y: the label is one int64 class id");
+  j["features"]["y"]["var_len"] = true;
+  j["features"]["y"]["shape"] = {3};
+  refused(j, "features.y: a label has a fixed shape");
+  j = BaseSpec();
+  j["input"] = {{"a", "x"}};
+  j["label"] = {{"a", "x"}};
+  refused(j, "feature \"x\" is given twice");
+  j = BaseSpec();
+  j["target"] = "output";
+  refused(j, "target: the one value is \"input\"");
   j = BaseSpec();
   j["features"]["x"]["var_len"] = true;
   refused(j, "features.x.shape: a var_len feature has a one-axis shape");
@@ -117,8 +143,8 @@ TEST_F(TfRecordDatasetTest, ReadsRecordsAcrossFilesInNameOrder) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(report.files, (std::vector<std::string>{Path("a.tfrecord"), Path("b.tfrecord.gz")}));
   EXPECT_EQ(report.records, 3);
-  EXPECT_EQ(d->images, Tensor({3, 2, 2}, {1, 2, 3, 4, -1, -2, -3, -4, 5, 6, 7, 8}));
-  EXPECT_EQ(d->labels, (std::vector<int32_t>{0, 2, 1}));
+  EXPECT_EQ(d->inputs[0], Tensor({3, 2, 2}, {1, 2, 3, 4, -1, -2, -3, -4, 5, 6, 7, 8}));
+  EXPECT_EQ(d->targets[0], Tensor({3}, {0, 2, 1}));
   EXPECT_EQ(LoadTfRecords(Path("*.nothing"), TheSpec()).status().code(),
             absl::StatusCode::kNotFound);
 }
@@ -141,13 +167,13 @@ TEST_F(TfRecordDatasetTest, VarLenFeaturesArePaddedOrCutAndDefaultsFillMissingOn
                {"input", "tokens"}});
   absl::StatusOr<Dataset> d = LoadTfRecords(Path("t.tfrecord"), spec);
   ASSERT_TRUE(d.ok()) << d.status();
-  EXPECT_EQ(d->images, Tensor({3, 4}, {7, 8, 0, 0, 7, 8, 9, 10, 0, 0, 0, 0}));
+  EXPECT_EQ(d->inputs[0], Tensor({3, 4}, {7, 8, 0, 0, 7, 8, 9, 10, 0, 0, 0, 0}));
   // A fixed-length feature's default fills a missing one.
   Write(Path("t.tfrecord"), {Example({}, 1, "other")});
   absl::StatusOr<Dataset> dd =
       LoadTfRecords(Path("t.tfrecord"), TheSpec({{"features", {{"x", {{"default", -1}}}}}}));
   ASSERT_TRUE(dd.ok()) << dd.status();
-  EXPECT_EQ(dd->images, Tensor({1, 2, 2}, -1.0f));
+  EXPECT_EQ(dd->inputs[0], Tensor({1, 2, 2}, -1.0f));
 }
 
 TEST_F(TfRecordDatasetTest, BadRecordsAreNamedWithFileRecordAndFeature) {
@@ -167,7 +193,6 @@ TEST_F(TfRecordDatasetTest, BadRecordsAreNamedWithFileRecordAndFeature) {
           TheSpec());
   refused({Example({1, 2, 3, 4}, std::nullopt)}, "record 0 (offset 0): feature 'y' is missing",
           TheSpec());
-  refused({Example({1, 2, 3, 4}, -1)}, "label 'y' is -1", TheSpec());
   refused({"\xff\xff not a proto"}, "not a tf.train.Example", TheSpec());
   {
     tfexample::Example e;
@@ -193,7 +218,7 @@ TEST_F(TfRecordDatasetTest, BadRecordsAreNamedWithFileRecordAndFeature) {
       LoadTfRecords(Path("c.tfrecord"), TheSpec({{"skip_corrupt", true}}), &report);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(report.skipped, 1);
-  EXPECT_EQ(d->labels, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(d->targets[0], Tensor({2}, {0, 1}));
 }
 
 // Decoding on several threads gives the dataset one thread gives, and reports the same first
@@ -210,8 +235,8 @@ TEST_F(TfRecordDatasetTest, ThreadsChangeNeitherTheDataNorTheError) {
     absl::StatusOr<Dataset> many =
         LoadTfRecords(Path("many.tfrecord"), TheSpec(), nullptr, threads);
     ASSERT_TRUE(many.ok()) << many.status();
-    EXPECT_EQ(many->images, one->images) << threads;
-    EXPECT_EQ(many->labels, one->labels) << threads;
+    EXPECT_EQ(many->inputs, one->inputs) << threads;
+    EXPECT_EQ(many->targets, one->targets) << threads;
   }
   // The same records over three files (read side by side): the same rows, in file order.
   for (int f = 0; f < 3; ++f) {
@@ -223,11 +248,11 @@ TEST_F(TfRecordDatasetTest, ThreadsChangeNeitherTheDataNorTheError) {
     absl::StatusOr<Dataset> parts =
         LoadTfRecords(Path("part-*.tfrecord"), TheSpec(), nullptr, threads);
     ASSERT_TRUE(parts.ok()) << parts.status();
-    EXPECT_EQ(parts->images, one->images) << threads;
-    EXPECT_EQ(parts->labels, one->labels) << threads;
+    EXPECT_EQ(parts->inputs, one->inputs) << threads;
+    EXPECT_EQ(parts->targets, one->targets) << threads;
   }
   records[40] = Example({1, 2, 3}, 0);
-  records[90] = Example({1, 2, 3, 4}, -1);
+  records[90] = Example({1, 2, 3}, 0);
   Write(Path("many.tfrecord"), records);
   Write(Path("part-1.tfrecord"),
         std::vector<std::string>(records.begin() + 34, records.begin() + 68));
@@ -249,8 +274,8 @@ TEST_F(TfRecordDatasetTest, FilesFromAnIndependentWriterAreRead) {
   absl::StatusOr<Dataset> d = LoadTfRecords(Path("part-*.tfrecord.gz"), TheSpec());
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->size(), 15);
-  EXPECT_EQ(d->images.shape(), (Shape{15, 2, 2}));
-  for (int32_t y : d->labels) EXPECT_TRUE(y >= 0 && y < 3) << y;
+  EXPECT_EQ(d->inputs[0].shape(), (Shape{15, 2, 2}));
+  for (float y : d->targets[0].values()) EXPECT_TRUE(y >= 0 && y < 3) << y;
 }
 
 }  // namespace

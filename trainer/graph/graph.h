@@ -47,6 +47,8 @@ class Graph {
   const std::string& input_name(size_t i) const { return input_names_.at(i); }
   // The layer that made an output tensor (null for a graph input).
   const Layer* producer(int tensor) const;
+  // The node that made a tensor (-1 for a graph input).
+  int producer_node(int tensor) const { return producer_.at(static_cast<size_t>(tensor)); }
   // The layers that take a tensor as an input (a graph input feeding an Embedding holds ids).
   std::vector<const Layer*> Consumers(int tensor) const;
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }

@@ -25,6 +25,9 @@ absl::StatusOr<Loss> ParseLoss(const nlohmann::json& v) {
   nlohmann::json cfg = nlohmann::json::object();
   if (v.is_string()) {
     name = v.get<std::string>();
+  } else if (v.is_object() && v.value("class_name", "") == "function" && v.contains("config") &&
+             v["config"].is_string()) {
+    name = v["config"].get<std::string>();  // Keras 3's serialised loss function
   } else if (v.is_object() && v.contains("class_name") && v["class_name"].is_string()) {
     name = v["class_name"].get<std::string>();
     if (v.contains("config") && v["config"].is_object()) cfg = v["config"];

@@ -187,7 +187,8 @@ std::optional<Shape> ModelInputShape(const json& model) {
 
 class Builder {
  public:
-  Builder(Graph* g, bool keras3, uint64_t seed) : g_(g), keras3_(keras3), rng_(seed) {
+  Builder(Graph* g, bool keras3, uint64_t seed, int64_t open_axis_size = 0)
+      : g_(g), keras3_(keras3), rng_(seed), open_axis_size_(open_axis_size) {
     ctx_.rng = &rng_;
   }
 
@@ -244,9 +245,10 @@ class Builder {
       static const json kNone;
       const json& cfg = e.contains("config") ? e["config"] : kNone;
       if (t.empty()) {
-        std::optional<Shape> s = IsModelClass(cls)                         ? ModelInputShape(e)
-                                 : cls == "InputLayer" || !cfg.is_object() ? std::nullopt
-                                                                           : DeclaredShape(cfg);
+        std::optional<Shape> s =
+            Closed(IsModelClass(cls)                         ? ModelInputShape(e)
+                   : cls == "InputLayer" || !cfg.is_object() ? std::nullopt
+                                                             : DeclaredShape(cfg));
         if (cls == "InputLayer") {
           if (absl::StatusOr<int> in = Input(e); in.ok()) {
             t = {*in};
@@ -281,10 +283,20 @@ class Builder {
     return Call(*l, in);
   }
 
+  // A declared shape with its open axes (-1) given open_axis_size_ (when set).
+  std::optional<Shape> Closed(std::optional<Shape> s) const {
+    if (s && open_axis_size_ > 0) {
+      for (int64_t& d : *s) {
+        if (d < 0) d = open_axis_size_;
+      }
+    }
+    return s;
+  }
+
   absl::StatusOr<int> Input(const json& e) {
     LayerConfig c(e.value("config", json::object()), NameOf(e), "InputLayer", keras3_);
     const json& cfg = c.raw();
-    std::optional<Shape> s = DeclaredShape(cfg);
+    std::optional<Shape> s = Closed(DeclaredShape(cfg));
     c.Ignore("batch_input_shape");
     c.Ignore("batch_shape");
     c.Ignore("name");
@@ -546,6 +558,7 @@ class Builder {
   Graph* g_;
   bool keras3_;
   std::mt19937_64 rng_;
+  int64_t open_axis_size_ = 0;
   graph::BuildContext ctx_;
   std::map<const json*, Layer*> layers_;
   std::map<Layer*, bool> causal_;  // each MultiHeadAttention's use_causal_mask
@@ -705,7 +718,7 @@ absl::StatusOr<KerasModel> LoadKerasModel(const json& doc, const LoadOptions& o)
   // Built from the kept copy: the entry -> layer map holds addresses into it.
   auto config = std::make_shared<const json>(*model);
   out.graph = std::make_unique<Graph>();
-  Builder b(out.graph.get(), out.keras3, o.seed);
+  Builder b(out.graph.get(), out.keras3, o.seed, o.open_axis_size);
   absl::StatusOr<std::vector<int>> outs = b.Model(*config, nullptr);
   if (!outs.ok()) return outs.status();
   out.graph->SetOutputs(*outs);

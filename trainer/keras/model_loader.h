@@ -58,6 +58,9 @@ bool IsOpClass(const std::string& class_name);
 
 struct LoadOptions {
   uint64_t seed = 1;  // initial weights (initializers without a seed of their own)
+  // > 0: the size every open axis (None) of the model's inputs takes, so the graph has fixed
+  // shapes; 0 leaves them open (-1).
+  int64_t open_axis_size = 0;
 };
 
 absl::StatusOr<KerasModel> LoadKerasModel(const nlohmann::json& doc, const LoadOptions& o = {});

@@ -39,7 +39,9 @@ TEST(GpuSupportTest, TheGpuTestModelsLoadTrainAndAreAccepted) {
     Tensor x(s);
     // Small integers: token ids for the Embedding, values for the rest.
     for (int64_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7);
-    const cpu::XentResult r = (*m)->TrainStep(x, {0, 1, 2, 1});
+    Dataset batch{.inputs = {x}, .targets = {Tensor()}};
+    (*m)->Targets({0, 1, 2, 1}, &batch.targets[0]);
+    const StepResult r = (*m)->TrainStep(batch);
     EXPECT_TRUE(std::isfinite(r.loss)) << r.loss;
     EXPECT_EQ((*m)->TakeInputError(), "");
   }

@@ -1,15 +1,20 @@
 #pragma once
 // GraphModel: a Keras model file (trainer/keras/model_loader.h) as the model a replica trains,
-// on classification data (examples and class ids). The loss is the file's compile loss when it
-// has one, else sparse categorical cross-entropy on probabilities when the output ends in
-// softmax and on logits otherwise; a one-unit sigmoid output takes binary cross-entropy. A
-// model the trainer's data cannot feed (several inputs or outputs, an axis left open, an
-// output per time step, a regression loss) is refused at load with the reason.
+// with any number of inputs and outputs of any fixed shape. Each output's loss is, in order:
+// --loss (every output), the file's compile loss (one for all, a list by position, or a dict by
+// output name, with loss_weights the same way), or inferred from the output's activation (Keras
+// 2's to_json never stores one): softmax -> sparse categorical cross-entropy (one-hot targets
+// are taken as their class ids), sigmoid -> binary cross-entropy, a linear output of k > 1
+// units -> sparse categorical cross-entropy from logits (a classifier compiled with
+// from_logits=True, which to_json does not keep), anything else (one unit, an image, a
+// sequence; linear or another activation) -> mean squared error. loss_reasons() says which rule
+// chose each.
 // Thread-safety: one thread per model.
 
 #include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "trainer/graph/loss.h"
@@ -20,40 +25,48 @@ namespace lockstep::trainer {
 
 class GraphModel final : public Model {
  public:
-  static absl::StatusOr<std::unique_ptr<GraphModel>> Load(const std::string& path, uint64_t seed);
-  static absl::StatusOr<std::unique_ptr<GraphModel>> FromKeras(keras::KerasModel m, uint64_t seed);
+  // `loss` is --loss (a Keras loss name or its JSON object; "" for none).
+  static absl::StatusOr<std::unique_ptr<GraphModel>> Load(const std::string& path, uint64_t seed,
+                                                          const std::string& loss = "",
+                                                          int64_t open_axis_size = 0);
+  static absl::StatusOr<std::unique_ptr<GraphModel>> FromKeras(keras::KerasModel m, uint64_t seed,
+                                                               const std::string& loss = "");
 
-  cpu::XentResult TrainStep(const Tensor& x, const std::vector<int32_t>& labels,
-                            const GradsReady& grads_ready = nullptr) override;
-  cpu::XentResult Evaluate(const Tensor& x, const std::vector<int32_t>& labels) override;
+  StepResult TrainStep(const Dataset& batch, const GradsReady& grads_ready = nullptr) override;
+  StepResult Evaluate(const Dataset& batch) override;
   std::vector<Tensor*> Params() override { return graph().Params(); }
   std::vector<Tensor*> Grads() override { return graph().Grads(); }
   std::vector<Tensor*> State() override;
-  Shape example_shape() const override;
-  int64_t classes() const override;
-  int64_t vocabulary() const override;
+  std::vector<ModelInput> inputs() const override { return inputs_; }
+  std::vector<ModelOutput> outputs() const override { return outputs_; }
+  // Per output: where its loss came from ("--loss", "the compile config", or the inference
+  // rule that chose it).
+  const std::vector<std::string>& loss_reasons() const { return loss_reasons_; }
   // The first input the last step could not compute on (an id outside an Embedding), or "".
   std::string TakeInputError() override;
 
-  // The loss's targets for class labels: one-hot rows [n, classes] (categorical), else the ids
-  // as floats ([n] sparse, [n, 1] binary).
+  // The first output's loss targets for class labels (the GPU engine's one-output path):
+  // one-hot rows [n, classes] (categorical), else the ids as floats ([n] sparse, [n, 1]
+  // binary).
   void Targets(const std::vector<int32_t>& labels, Tensor* out) const;
 
   graph::Graph& graph() { return *m_.graph; }
-  const graph::Loss& loss() const { return loss_; }
+  const graph::Loss& loss() const { return outputs_[0].loss; }
   const keras::KerasModel& keras() const { return m_; }
   keras::KerasModel& keras() { return m_; }
 
  private:
-  GraphModel(keras::KerasModel m, graph::Loss loss, uint64_t seed);
-  cpu::XentResult Run(const Tensor& x, const std::vector<int32_t>& labels, bool training,
-                      const GradsReady* ready);
+  GraphModel(keras::KerasModel m, std::vector<ModelInput> inputs, std::vector<ModelOutput> outputs,
+             std::vector<std::string> reasons, uint64_t seed);
+  StepResult Run(const Dataset& batch, bool training, const GradsReady* ready);
 
   keras::KerasModel m_;
-  graph::Loss loss_;
+  std::vector<ModelInput> inputs_;
+  std::vector<ModelOutput> outputs_;
+  std::vector<std::string> loss_reasons_;
   std::mt19937_64 rng_;
   std::string error_;
-  Tensor x_, targets_, dy_;
+  std::vector<Tensor> x_, dy_;
 };
 
 }  // namespace lockstep::trainer

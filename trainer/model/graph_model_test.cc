@@ -15,14 +15,6 @@ std::string Example(const std::string& name) {
   return std::string(LOCKSTEP_SOURCE_DIR) + "/examples/models/" + name;
 }
 
-Tensor Slice(const Dataset& d, int64_t at, int64_t n) {
-  Shape s = d.images.shape();
-  s[0] = n;
-  Tensor t(s);
-  std::copy_n(d.images.data() + at * d.example_size(), n * d.example_size(), t.data());
-  return t;
-}
-
 TEST(GraphModelTest, TheExampleMlpLearnsASyntheticTask) {
   auto m = GraphModel::Load(Example("mlp.json"), 1);
   ASSERT_TRUE(m.ok()) << m.status();
@@ -33,39 +25,76 @@ TEST(GraphModelTest, TheExampleMlpLearnsASyntheticTask) {
   Dataset train = SyntheticDataset(512, 3, 0, {28, 28, 1}, 10);
   Dataset test = SyntheticDataset(256, 3, 1, {28, 28, 1}, 10);
   auto opt = MakeOptimizer("adam", 0.001f, 0.9f);
-  const std::vector<int32_t> test_labels(test.labels.begin(), test.labels.end());
-  const double before = (*m)->Evaluate(test.images, test_labels).loss;
+  const double before = (*m)->Evaluate(test).loss;
   for (int step = 0; step < 40; ++step) {
     const int64_t at = (step * 32) % 512;
-    std::vector<int32_t> y(train.labels.begin() + at, train.labels.begin() + at + 32);
-    (*m)->TrainStep(Slice(train, at, 32), y);
+    (*m)->TrainStep(Rows(train, at, 32));
     (*opt)->Step((*m)->Params(), (*m)->Grads());
   }
-  cpu::XentResult after = (*m)->Evaluate(test.images, test_labels);
+  StepResult after = (*m)->Evaluate(test);
   EXPECT_LT(after.loss, before / 4);
   EXPECT_GT(after.correct, 230);
 }
 
-TEST(GraphModelTest, ModelsTheTrainersDataCannotFeedAreRefusedWithTheReason) {
-  auto load = [](json doc) {
+TEST(GraphModelTest, EachOutputsLossIsTheFilesOrInferredFromItsActivation) {
+  auto load = [](json doc, const std::string& flag = "") {
     auto k = keras::LoadKerasModel(doc);
     EXPECT_TRUE(k.ok()) << k.status();
-    return GraphModel::FromKeras(std::move(*k), 1).status();
+    return GraphModel::FromKeras(std::move(*k), 1, flag);
   };
-  json d = {{"class_name", "Dense"}, {"config", {{"name", "d"}, {"units", 3}}}};
-  json open = d;
+  auto dense = [](int units, const std::string& activation) {
+    return json{{"class_name", "Dense"},
+                {"config",
+                 {{"name", "d"},
+                  {"units", units},
+                  {"activation", activation},
+                  {"batch_input_shape", {nullptr, 4}}}}};
+  };
+  auto sequential = [](json layer, json compile = nullptr) {
+    json m = {{"class_name", "Sequential"}, {"config", {{"name", "s"}, {"layers", {layer}}}}};
+    if (!compile.is_null()) m["training_config"] = compile;
+    return m;
+  };
+  using graph::LossKind;
+  struct Case {
+    json model;
+    std::string flag;
+    LossKind kind;
+    bool from_logits;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {sequential(dense(1, "linear")), "", LossKind::kMeanSquaredError, false, "regression"},
+      {sequential(dense(3, "linear")), "", LossKind::kSparseCategoricalCrossentropy, true,
+       "logits"},
+      {sequential(dense(3, "softmax")), "", LossKind::kSparseCategoricalCrossentropy, false,
+       "softmax"},
+      {sequential(dense(3, "sigmoid")), "", LossKind::kBinaryCrossentropy, false, "sigmoid"},
+      {sequential(dense(3, "relu")), "", LossKind::kMeanSquaredError, false, "relu"},
+      {sequential(dense(1, "linear"), {{"loss", "mae"}}), "", LossKind::kMeanAbsoluteError, false,
+       "compile config"},
+      {sequential(dense(3, "softmax"), {{"loss", "mse"}}), "huber", LossKind::kHuber, false,
+       "--loss"},
+      // Keras 3 serialises a loss given as a function so.
+      {sequential(dense(3, "softmax"), {{"loss",
+                                         {{"module", "builtins"},
+                                          {"class_name", "function"},
+                                          {"config", "categorical_crossentropy"}}}}),
+       "", LossKind::kCategoricalCrossentropy, false, "compile config"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.model.dump() + " --loss=" + c.flag);
+    auto m = load(c.model, c.flag);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ((*m)->loss().kind, c.kind);
+    EXPECT_EQ((*m)->loss().from_logits, c.from_logits);
+    EXPECT_NE((*m)->loss_reasons()[0].find(c.reason), std::string::npos) << (*m)->loss_reasons()[0];
+  }
+  json open = dense(3, "softmax");
   open["config"]["batch_input_shape"] = {nullptr, nullptr, 4};
-  EXPECT_NE(load({{"class_name", "Sequential"}, {"config", json::array({open})}})
-                .message()
-                .find("leaves an input axis open"),
+  EXPECT_NE(load(sequential(open)).status().message().find("--open-axis-size"), std::string::npos);
+  EXPECT_NE(load(sequential(dense(3, "softmax")), "hinge").status().message().find("--loss"),
             std::string::npos);
-  json regression = d;
-  regression["config"]["batch_input_shape"] = {nullptr, 4};
-  json m = {{"module", "keras"},
-            {"class_name", "Sequential"},
-            {"config", {{"name", "r"}, {"layers", {regression}}}},
-            {"compile_config", {{"loss", "mse"}}}};
-  EXPECT_NE(load(m).message().find("its loss mean_squared_error"), std::string::npos) << load(m);
   EXPECT_EQ(BuildModel("/nonexistent.json", 1).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(BuildModel("resnet", 1).status().message().find("unknown model"), std::string::npos);
 }
@@ -83,8 +112,9 @@ TEST(GraphModelTest, ASigmoidUnitTakesBinaryLabels) {
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ((*m)->loss().kind, graph::LossKind::kBinaryCrossentropy);
   EXPECT_EQ((*m)->classes(), 2);
-  Tensor x({2, 3}, {1, 2, 3, -1, -2, -3});
-  cpu::XentResult r = (*m)->TrainStep(x, {1, 0});
+  const Dataset batch{.inputs = {Tensor({2, 3}, {1, 2, 3, -1, -2, -3})},
+                      .targets = {Tensor({2, 1}, {1, 0})}};
+  StepResult r = (*m)->TrainStep(batch);
   EXPECT_GT(r.loss, 0);
   EXPECT_EQ((*m)->TakeInputError(), "");
 }

@@ -2,10 +2,35 @@
 
 namespace lockstep::trainer {
 
-cpu::XentResult SequentialModel::TrainStep(const Tensor& x, const std::vector<int32_t>& labels,
-                                           const GradsReady& grads_ready) {
-  const Tensor* h = &x;
+Shape TargetShape(const ModelOutput& o) {
+  if (o.loss.kind != graph::LossKind::kSparseCategoricalCrossentropy || o.shape.empty()) {
+    return o.shape;
+  }
+  return Shape(o.shape.begin(), o.shape.end() - 1);
+}
+
+int64_t Model::classes() const {
+  const Shape s = outputs()[0].shape;
+  const int64_t c = s.empty() ? 1 : s.back();
+  return c == 1 ? 2 : c;
+}
+
+std::vector<ModelOutput> SequentialModel::outputs() const {
+  return {{.name = "output", .shape = {10}, .loss = {.from_logits = true}}};
+}
+
+namespace {
+
+StepResult FromXent(const cpu::XentResult& r, int64_t n) {
+  return {.loss = r.loss, .correct = r.correct, .judged = n};
+}
+
+}  // namespace
+
+StepResult SequentialModel::TrainStep(const Dataset& batch, const GradsReady& grads_ready) {
+  const Tensor* h = &batch.inputs[0];
   for (auto& l : layers_) h = &l->Forward(*h, true);
+  const std::vector<int32_t> labels = ClassIds(batch.targets[0]);
   cpu::XentResult r = cpu::SoftmaxCrossEntropy(*h, labels, &dlogits_);
   const Tensor* g = &dlogits_;
   size_t end = 0;
@@ -16,13 +41,13 @@ cpu::XentResult SequentialModel::TrainStep(const Tensor& x, const std::vector<in
     end -= count;
     if (grads_ready && count > 0) grads_ready(end, count);
   }
-  return r;
+  return FromXent(r, batch.size());
 }
 
-cpu::XentResult SequentialModel::Evaluate(const Tensor& x, const std::vector<int32_t>& labels) {
-  const Tensor* h = &x;
+StepResult SequentialModel::Evaluate(const Dataset& batch) {
+  const Tensor* h = &batch.inputs[0];
   for (auto& l : layers_) h = &l->Forward(*h, false);
-  return cpu::SoftmaxCrossEntropy(*h, labels, nullptr);
+  return FromXent(cpu::SoftmaxCrossEntropy(*h, ClassIds(batch.targets[0]), nullptr), batch.size());
 }
 
 std::vector<Tensor*> SequentialModel::Params() {

@@ -12,19 +12,15 @@
 namespace lockstep::trainer {
 namespace {
 
-Tensor Slice(const Dataset& d, int64_t n) {
-  Tensor t({n, 1, 28, 28});
-  std::copy_n(d.images.data(), n * 784, t.data());
-  return t;
-}
+Dataset Slice(const Dataset& d, int64_t n) { return Rows(d, 0, n); }
 
 // dL/dp from TrainStep against central differences of Evaluate's loss, at a few coordinates of
 // every parameter tensor.
 void CheckModelGradients(const std::string& name) {
   auto model = *BuildBuiltinModel(name, 3);
   Dataset d = SyntheticDataset(3, 4);
-  Tensor x = Slice(d, 3);
-  model->TrainStep(x, d.labels);
+  Dataset x = Slice(d, 3);
+  model->TrainStep(x);
   std::vector<Tensor*> params = model->Params();
   std::vector<Tensor> grads;
   for (Tensor* g : model->Grads()) grads.push_back(*g);
@@ -34,9 +30,9 @@ void CheckModelGradients(const std::string& name) {
       const float saved = (*p)[i];
       const float eps = 1e-3f;  // small enough not to cross a ReLU or max-pool kink
       (*p)[i] = saved + eps;
-      double up = model->Evaluate(x, d.labels).loss;
+      double up = model->Evaluate(x).loss;
       (*p)[i] = saved - eps;
-      double down = model->Evaluate(x, d.labels).loss;
+      double down = model->Evaluate(x).loss;
       (*p)[i] = saved;
       double numeric = (up - down) / (2 * eps);
       EXPECT_NEAR(grads[t][i], numeric, 2e-2 * std::max(1.0, std::abs(numeric)))
@@ -63,7 +59,7 @@ TEST(ModelTest, SameSeedSameTraining) {
     auto model = *BuildBuiltinModel("mlp", 42);
     auto opt = MakeAdam(1e-3f);
     for (int step = 0; step < 3; ++step) {
-      model->TrainStep(d.images, d.labels);
+      model->TrainStep(d);
       opt->Step(model->Params(), model->Grads());
     }
     finals.push_back(model->Params()[0]->values());

@@ -25,7 +25,9 @@ void ProgressTracker::Step(int64_t step, int64_t epoch, double loss, double accu
   std::lock_guard lock(mu_);
   constexpr double kAlpha = 0.05;
   loss_ = loss_ ? (1 - kAlpha) * *loss_ + kAlpha * loss : loss;
-  accuracy_ = accuracy_ ? (1 - kAlpha) * *accuracy_ + kAlpha * accuracy : accuracy;
+  if (!std::isnan(accuracy)) {  // NaN: nothing judged (a regression)
+    accuracy_ = accuracy_ ? (1 - kAlpha) * *accuracy_ + kAlpha * accuracy : accuracy;
+  }
   if (steps_seen_ > 0 && seconds > last_seconds_) {
     double rate = static_cast<double>(samples) / (seconds - last_seconds_);
     recent_rate_ = recent_rate_ == 0 ? rate : (1 - kAlpha) * recent_rate_ + kAlpha * rate;

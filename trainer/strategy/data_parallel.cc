@@ -1,6 +1,7 @@
 #include "trainer/strategy/data_parallel.h"
 
 #include <array>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -44,9 +45,13 @@ struct Run {
 // The step trailer every replica all-reduces (so each slot is a sum over replicas): a stop
 // request on any replica ends every replica at the same step, a planned membership change
 // regroups every replica after the same step, and the chief reports the global batch's loss
-// and accuracy.
-enum TrailerSlot { kStop, kRegroup, kLossSum, kCorrect, kSamples, kTrailerSlots };
+// and accuracy (NaN when no prediction is judged: a regression).
+enum TrailerSlot { kStop, kRegroup, kLossSum, kCorrect, kJudged, kSamples, kTrailerSlots };
 using Trailer = std::array<float, kTrailerSlots>;
+
+double Accuracy(const Trailer& t) {
+  return t[kJudged] > 0 ? t[kCorrect] / t[kJudged] : std::numeric_limits<double>::quiet_NaN();
+}
 
 // The chief's checkpoint of the engine's state at `pos` (nothing elsewhere, or without
 // --checkpoint-dir).
@@ -65,9 +70,8 @@ absl::Status Save(const Run& run, const Position& pos) {
 absl::Status Summarize(const Run& run, const Position& pos, int64_t epoch, const Trailer& trailer,
                        float lr) {
   const double samples = trailer[kSamples];
-  if (absl::Status s =
-          run.summaries->Step(pos.step, trailer[kLossSum] / samples, trailer[kCorrect] / samples,
-                              lr, static_cast<int64_t>(samples), MonotonicSeconds());
+  if (absl::Status s = run.summaries->Step(pos.step, trailer[kLossSum] / samples, Accuracy(trailer),
+                                           lr, static_cast<int64_t>(samples), MonotonicSeconds());
       !s.ok()) {
     return s;
   }
@@ -96,14 +100,15 @@ absl::Status RunSteps(Run& run, Batcher& batches, int64_t total, int64_t every, 
     const bool regroup_here = r.regroup_due && r.regroup_due();
     Batch b = batches.Next();
     const float lr = rate->At(pos.step, total);
-    absl::StatusOr<cpu::XentResult> out = run.engine.TrainStep(b);
+    absl::StatusOr<StepResult> out = run.engine.TrainStep(b);
     if (!out.ok()) return out.status();
-    const float samples = static_cast<float>(b.labels.size());
+    const auto samples = static_cast<float>(b.size());
     Trailer trailer;
     trailer[kStop] = stop_here ? 1.0f : 0.0f;
     trailer[kRegroup] = regroup_here ? 1.0f : 0.0f;
     trailer[kLossSum] = static_cast<float>(out->loss) * samples;  // loss x samples
     trailer[kCorrect] = static_cast<float>(out->correct);
+    trailer[kJudged] = static_cast<float>(out->judged);
     trailer[kSamples] = samples;
     if (run.comm != nullptr) {
       comm::WorkPtr tw = run.comm->AllReduce(trailer.data(), kTrailerSlots);
@@ -129,8 +134,7 @@ absl::Status RunSteps(Run& run, Batcher& batches, int64_t total, int64_t every, 
       ++pos.epoch;
     }
     if (r.progress) {
-      r.progress->Step(pos.step, b.epoch, trailer[kLossSum] / trailer[kSamples],
-                       trailer[kCorrect] / trailer[kSamples],
+      r.progress->Step(pos.step, b.epoch, trailer[kLossSum] / trailer[kSamples], Accuracy(trailer),
                        static_cast<int64_t>(trailer[kSamples]), MonotonicSeconds());
     }
     if (run.resumed_from && run.chief()) {

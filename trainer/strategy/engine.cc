@@ -15,8 +15,9 @@ namespace {
 
 class CpuEngine final : public Engine {
  public:
-  CpuEngine(std::unique_ptr<Model> model, std::unique_ptr<Optimizer> opt, comm::Collective* comm)
-      : model_(std::move(model)), opt_(std::move(opt)) {
+  CpuEngine(std::unique_ptr<Model> model, std::unique_ptr<Optimizer> opt, comm::Collective* comm,
+            int64_t eval_batch)
+      : model_(std::move(model)), opt_(std::move(opt)), eval_batch_(eval_batch) {
     opt_->Init(model_->Params());
     if (comm != nullptr) reducer_.emplace(model_->Grads(), comm);
   }
@@ -28,12 +29,11 @@ class CpuEngine final : public Engine {
   Optimizer& optimizer() override { return *opt_; }
   absl::Status Load(bool) override { return absl::OkStatus(); }
   absl::Status Store() override { return absl::OkStatus(); }
-  absl::StatusOr<cpu::XentResult> TrainStep(const Batch& b) override {
-    cpu::XentResult r =
-        !reducer_ ? model_->TrainStep(b.images, b.labels)
-                  : model_->TrainStep(b.images, b.labels, [&](size_t first, size_t count) {
-                      reducer_->Ready(first, count);
-                    });
+  absl::StatusOr<StepResult> TrainStep(const Batch& b) override {
+    StepResult r =
+        !reducer_ ? model_->TrainStep(b) : model_->TrainStep(b, [&](size_t first, size_t count) {
+          reducer_->Ready(first, count);
+        });
     if (std::string bad = model_->TakeInputError(); !bad.empty()) {
       return absl::DataLossError("a batch the model cannot take: " + bad);
     }
@@ -49,7 +49,7 @@ class CpuEngine final : public Engine {
     return true;
   }
   absl::StatusOr<Evaluation> Evaluate(const Dataset& test) override {
-    return trainer::Evaluate(model_.get(), test);
+    return trainer::Evaluate(model_.get(), test, eval_batch_);
   }
   absl::Status Rebind(comm::Collective* comm) override {
     reducer_.reset();
@@ -60,10 +60,31 @@ class CpuEngine final : public Engine {
  private:
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> opt_;
+  int64_t eval_batch_;
   std::optional<BucketReducer> reducer_;
 };
 
 }  // namespace
+
+absl::Status GpuSignatureSupported(const GraphModel& g) {
+  const std::vector<ModelInput> in = g.inputs();
+  const std::vector<ModelOutput> out = g.outputs();
+  if (in.size() != 1 || out.size() != 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the GPU engine trains one-input, one-output models yet; this one has ",
+                     in.size(), " inputs and ", out.size(), " outputs"));
+  }
+  const graph::LossKind k = out[0].loss.kind;
+  const bool classes = k == graph::LossKind::kSparseCategoricalCrossentropy ||
+                       k == graph::LossKind::kCategoricalCrossentropy ||
+                       (k == graph::LossKind::kBinaryCrossentropy && out[0].shape == Shape{1});
+  if (!classes || out[0].shape.size() != 1) {
+    return absl::FailedPreconditionError(
+        "the GPU engine trains on one class label per example yet; output '" + out[0].name + "' " +
+        ShapeString(out[0].shape) + " trains with " + graph::LossName(out[0].loss));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Placement> PlaceReplicas(const TrainerConfig& c) {
   cuda::GpuCountResult n =
@@ -74,10 +95,12 @@ absl::StatusOr<Placement> PlaceReplicas(const TrainerConfig& c) {
   Placement p{.gpu = n.count > 0, .gpus = n.count};
   if (p.gpu && !IsBuiltinModel(c.model)) {
     // A Keras model file runs on the GPU when every layer it calls has a GPU op.
-    absl::StatusOr<std::unique_ptr<Model>> m = BuildModel(c.model, c.seed);
+    absl::StatusOr<std::unique_ptr<Model>> m = BuildConfiguredModel(c);
     if (!m.ok()) return m.status();
     auto* g = dynamic_cast<GraphModel*>(m->get());
-    if (absl::Status s = g != nullptr ? GpuSupported(g->graph()) : absl::OkStatus(); !s.ok()) {
+    absl::Status s = g != nullptr ? GpuSupported(g->graph()) : absl::OkStatus();
+    if (s.ok() && g != nullptr) s = GpuSignatureSupported(*g);
+    if (!s.ok()) {
       if (c.device == Device::kGpu) {
         return absl::FailedPreconditionError(
             absl::StrCat("--device gpu: ", s.message(), "; use --device cpu"));
@@ -123,7 +146,7 @@ absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(const TrainerConfig& c,
   absl::StatusOr<std::unique_ptr<Optimizer>> opt =
       MakeOptimizer(c.optimizer, c.learning_rate, c.momentum, c.keras_optimizer);
   if (!opt.ok()) return opt.status();
-  return std::make_unique<CpuEngine>(std::move(*model), std::move(*opt), comm);
+  return std::make_unique<CpuEngine>(std::move(*model), std::move(*opt), comm, EvalBatchSize(c));
 }
 
 #ifndef LOCKSTEP_HAVE_CUDA

@@ -35,10 +35,11 @@ class Engine {
   virtual Optimizer& optimizer() = 0;
   virtual absl::Status Load(bool with_optimizer_state = true) = 0;
   virtual absl::Status Store() = 0;
-  virtual absl::StatusOr<cpu::XentResult> TrainStep(const Batch& b) = 0;
+  virtual absl::StatusOr<StepResult> TrainStep(const Batch& b) = 0;
   virtual absl::Status FinishGradients(absl::Duration timeout) = 0;
   virtual absl::Status GradientsToHost() = 0;
   virtual absl::StatusOr<bool> Apply(float learning_rate) = 0;
+  // The test set, EvalBatchSize examples at a time.
   virtual absl::StatusOr<Evaluation> Evaluate(const Dataset& test) = 0;
   // Steps skipped by the loss scaler (fp16 overflow), and its scale now (1 when none).
   virtual int64_t skipped_steps() const { return 0; }
@@ -71,6 +72,12 @@ absl::StatusOr<Placement> PlaceReplicas(const TrainerConfig& c);
 absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(const TrainerConfig& c,
                                                    const Placement& placement, int device,
                                                    comm::Collective* comm);
+
+// OK when the GPU engine takes the model's inputs and outputs: one input, and one output trained
+// on a class label per example (its device graph computes the loss of one target); else
+// FailedPrecondition naming what it has. Such a model trains on the CPU under --device auto.
+class GraphModel;
+absl::Status GpuSignatureSupported(const GraphModel& g);
 
 // The GPU engine (gpu_engine.cc; Unimplemented in a build without CUDA).
 absl::StatusOr<std::unique_ptr<Engine>> MakeGpuEngine(const TrainerConfig& c, int device,

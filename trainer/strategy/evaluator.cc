@@ -1,5 +1,6 @@
 #include "trainer/strategy/evaluator.h"
 
+#include <cmath>
 #include <thread>
 
 #include "common/log.h"
@@ -23,7 +24,7 @@ absl::StatusOr<TrainResult> RunEvaluator(const TrainerConfig& c, ProgressTracker
         "the evaluator needs validation data (the data spec's validation_files or "
         "validation_split)");
   }
-  absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(c.model, c.seed);
+  absl::StatusOr<std::unique_ptr<Model>> model = BuildConfiguredModel(c);
   if (!model.ok()) return model.status();
   // The last step of the run being evaluated.
   int64_t total = 0;
@@ -60,7 +61,7 @@ absl::StatusOr<TrainResult> RunEvaluator(const TrainerConfig& c, ProgressTracker
                                           c.model);
       }
       for (size_t i = 0; i < s.params.size(); ++i) *params[i] = s.params[i];
-      Evaluation e = Evaluate(model->get(), data->test);
+      Evaluation e = Evaluate(model->get(), data->test, EvalBatchSize(c));
       std::cout << "evaluation: step " << s.step << " test accuracy " << e.accuracy << " loss "
                 << e.loss << std::endl;
       if (progress) {
@@ -68,9 +69,14 @@ absl::StatusOr<TrainResult> RunEvaluator(const TrainerConfig& c, ProgressTracker
         progress->Checkpointed(s.step);
       }
       if (events != nullptr) {
-        absl::Status w =
-            events->Scalars(s.step, {{"evaluation_loss_vs_iterations", e.loss},
-                                     {"evaluation_accuracy_vs_iterations", e.accuracy}});
+        absl::Status w = events->Scalars(
+            s.step,
+            std::isnan(e.accuracy)
+                ? std::vector<std::pair<std::string, double>>{{"evaluation_loss_vs_iterations",
+                                                               e.loss}}
+                : std::vector<std::pair<std::string, double>>{
+                      {"evaluation_loss_vs_iterations", e.loss},
+                      {"evaluation_accuracy_vs_iterations", e.accuracy}});
         if (w.ok()) w = events->Flush();
         if (!w.ok()) {
           common::LogWarning("tensorboard", "no more TensorBoard events: ", w.message());

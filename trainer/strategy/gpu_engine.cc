@@ -1,6 +1,7 @@
 // The GPU engine (engine.h): a DeviceModel (built-in models) or DeviceGraph (Keras model
 // files), the host optimizer's rule as one fused kernel over the flat buffers, the loss scaler,
 // and the gradient average over the replica's collective.
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -21,6 +22,19 @@ namespace {
 
 using cuda::DType;
 
+// The class labels of a one-output batch (GpuSignatureSupported): class ids, or one-hot rows'
+// arg-max (the device graph makes its loss's targets from labels).
+std::vector<int32_t> Labels(const Tensor& targets) {
+  const int64_t each = ExampleSize(targets);
+  if (each <= 1) return ClassIds(targets);
+  std::vector<int32_t> out(static_cast<size_t>(targets.dim(0)));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const float* row = targets.data() + static_cast<int64_t>(i) * each;
+    out[i] = static_cast<int32_t>(std::max_element(row, row + each) - row);
+  }
+  return out;
+}
+
 class GpuEngine final : public Engine {
  public:
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const TrainerConfig& c, int device,
@@ -28,6 +42,7 @@ class GpuEngine final : public Engine {
     std::unique_ptr<GpuEngine> e(new GpuEngine);
     e->comm_ = comm;
     e->precision_ = c.precision;
+    e->eval_batch_ = EvalBatchSize(c);
     const DType compute = c.precision == Precision::kMixedFloat16    ? DType::kF16
                           : c.precision == Precision::kMixedBfloat16 ? DType::kBF16
                                                                      : DType::kF32;
@@ -117,9 +132,11 @@ class GpuEngine final : public Engine {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<cpu::XentResult> TrainStep(const Batch& b) override {
-    absl::StatusOr<cpu::XentResult> r = net_->TrainStep(b.images, b.labels, scaler_.scale());
-    if (!r.ok()) return r.status();
+  absl::StatusOr<StepResult> TrainStep(const Batch& b) override {
+    absl::StatusOr<cpu::XentResult> step =
+        net_->TrainStep(b.inputs[0], Labels(b.targets[0]), scaler_.scale());
+    if (!step.ok()) return step.status();
+    const StepResult r{.loss = step->loss, .correct = step->correct, .judged = b.size()};
     grads_on_host_ = false;
     if (comm_ == nullptr) return r;
     if (comm_->device_buffers()) {
@@ -200,29 +217,15 @@ class GpuEngine final : public Engine {
   }
 
   absl::StatusOr<Evaluation> Evaluate(const Dataset& test) override {
-    constexpr int64_t kBatch = 1000;
-    double loss = 0;
-    int64_t correct = 0, seen = 0;
-    for (int64_t start = 0; start < test.size(); start += kBatch) {
-      const int64_t n = std::min(kBatch, test.size() - start);
-      Shape shape = test.images.shape();
-      shape[0] = n;
-      Tensor x(shape);
-      const int64_t each = test.example_size();
-      std::vector<int32_t> y(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) {
-        std::copy_n(test.images.data() + (start + i) * each, each, x.data() + i * each);
-        y[static_cast<size_t>(i)] = test.labels[static_cast<size_t>(start + i)];
-      }
-      absl::StatusOr<cpu::XentResult> r = net_->Evaluate(x, y);
+    EvaluationSum sum;
+    for (int64_t start = 0; start < test.size(); start += eval_batch_) {
+      const int64_t n = std::min(eval_batch_, test.size() - start);
+      const Dataset rows = Rows(test, start, n);
+      absl::StatusOr<cpu::XentResult> r = net_->Evaluate(rows.inputs[0], Labels(rows.targets[0]));
       if (!r.ok()) return r.status();
-      loss += r->loss * static_cast<double>(n);
-      correct += r->correct;
-      seen += n;
+      sum.Add({.loss = r->loss, .correct = r->correct, .judged = n}, n);
     }
-    if (seen == 0) return Evaluation{};
-    return Evaluation{.accuracy = static_cast<double>(correct) / static_cast<double>(seen),
-                      .loss = loss / static_cast<double>(seen)};
+    return sum.Result();
   }
 
   int64_t skipped_steps() const override { return scaler_.skipped_steps(); }
@@ -250,6 +253,7 @@ class GpuEngine final : public Engine {
 
   comm::Collective* comm_ = nullptr;
   Precision precision_ = Precision::kFloat32;
+  int64_t eval_batch_ = 64;
   LossScaler scaler_;
   std::unique_ptr<cuda::GpuContext> ctx_;
   std::unique_ptr<Model> model_;

@@ -86,8 +86,8 @@ TEST_F(GpuTrainingTest, OneStepMatchesTheCpuEngineInEveryPrecision) {
       ASSERT_TRUE(gpu.ok()) << gpu.status();
       std::vector<Tensor> before;
       for (Tensor* t : (*cpu)->model().Params()) before.push_back(*t);
-      absl::StatusOr<cpu::XentResult> lc = (*cpu)->TrainStep(b);
-      absl::StatusOr<cpu::XentResult> lg = (*gpu)->TrainStep(b);
+      absl::StatusOr<StepResult> lc = (*cpu)->TrainStep(b);
+      absl::StatusOr<StepResult> lg = (*gpu)->TrainStep(b);
       ASSERT_TRUE(lg.ok()) << lg.status();
       EXPECT_NEAR(lg->loss, lc->loss, 0.02 * lc->loss) << model << " " << precision;
       ASSERT_TRUE(*(*cpu)->Apply(0.01f));
@@ -125,11 +125,13 @@ TEST_F(GpuTrainingTest, KerasModelFilesStepAsOnTheCpu) {
       const Shape example = (*cpu)->model().example_shape();
       Dataset d =
           SyntheticDataset(64, 3, 0, example, static_cast<int32_t>((*cpu)->model().classes()));
-      Batch b{.images = d.images, .labels = {d.labels.begin(), d.labels.end()}};
+      Batch b;
+      b.inputs = d.inputs;
+      b.targets = d.targets;
       std::vector<Tensor> before;
       for (Tensor* t : (*cpu)->model().Params()) before.push_back(*t);
-      absl::StatusOr<cpu::XentResult> lc = (*cpu)->TrainStep(b);
-      absl::StatusOr<cpu::XentResult> lg = (*gpu)->TrainStep(b);
+      absl::StatusOr<StepResult> lc = (*cpu)->TrainStep(b);
+      absl::StatusOr<StepResult> lg = (*gpu)->TrainStep(b);
       ASSERT_TRUE(lc.ok()) << lc.status();
       ASSERT_TRUE(lg.ok()) << lg.status();
       EXPECT_NEAR(lg->loss, lc->loss, 1e-3 * lc->loss) << model;

@@ -230,12 +230,12 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
     common::LogInfo("tensorboard", "events in ", c.tensorboard_dir, "/train");
   }
   int64_t summary_epoch = -1;
-  auto summarize = [&](int64_t step, int64_t epoch, const cpu::XentResult& out, int64_t n) {
+  auto summarize = [&](int64_t step, int64_t epoch, const StepResult& out, int64_t n) {
     if (summaries == nullptr) return;
     absl::Status s;
     if (summary_epoch >= 0 && epoch != summary_epoch) s = summaries->Epoch(summary_epoch, {});
     summary_epoch = epoch;
-    const double acc = static_cast<double>(out.correct) / static_cast<double>(n);
+    const double acc = StepAccuracy(out);
     if (s.ok()) {
       s = summaries->Step(step, out.loss, acc, rate->At(step, total), n, MonotonicSeconds());
     }
@@ -256,7 +256,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
     version = *v;
     if (version >= total) break;
     Batch b = batches.Next();
-    cpu::XentResult out = (*model)->TrainStep(b.images, b.labels);
+    const StepResult out = (*model)->TrainStep(b);
     std::vector<Tensor*> grads = (*model)->Grads();
     int64_t step = version;
     for (int t = 0; t < nps; ++t) {
@@ -267,11 +267,9 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
     ++local_steps;
     if (sync) min_version = version + 1;
     if (progress) {
-      progress->Step(step, b.epoch, out.loss,
-                     static_cast<double>(out.correct) / static_cast<double>(b.labels.size()),
-                     static_cast<int64_t>(b.labels.size()), MonotonicSeconds());
+      progress->Step(step, b.epoch, out.loss, StepAccuracy(out), b.size(), MonotonicSeconds());
     }
-    summarize(step, b.epoch, out, static_cast<int64_t>(b.labels.size()));
+    summarize(step, b.epoch, out, b.size());
     if (coordinator && step - last_saved >= every) {
       if (absl::Status s = save(step); !s.ok()) return s;
       last_saved = step;
@@ -297,7 +295,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
     }
     if (absl::Status s = ExportTrainedModel(c, **model); !s.ok()) return s;
     if (data->test.size() > 0) {  // no validation data: nothing to evaluate
-      Evaluation e = Evaluate(model->get(), data->test);
+      Evaluation e = Evaluate(model->get(), data->test, EvalBatchSize(c));
       result.evaluated = true;
       result.test_accuracy = e.accuracy;
       result.test_loss = e.loss;

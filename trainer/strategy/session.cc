@@ -1,13 +1,17 @@
 #include "trainer/strategy/session.h"
 
 #include <chrono>
+#include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "trainer/data/csv.h"
 #include "trainer/data/images.h"
 #include "trainer/data/numpy.h"
 #include "trainer/data/tfrecord_dataset.h"
+#include "trainer/model/fit_data.h"
+#include "trainer/model/graph_model.h"
 #include "trainer/model/keras_io.h"
 
 namespace lockstep::trainer {
@@ -41,45 +45,39 @@ absl::Status PeerLost(const absl::Status& s) {
 namespace {
 
 // The data spec's examples: the training data, and the validation data or the last fraction
-// of the training examples held out; each shaped as the model's input, its labels checked
-// against the model's classes, its inputs scaled.
-absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& example,
-                                          int64_t classes, FileShard shard) {
+// of the training examples held out; each fitted to the model's inputs and outputs (FitToModel).
+absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Model& model,
+                                          FileShard shard) {
   absl::StatusOr<DataSpec> spec = LoadDataSpec(c.data_spec);
   if (!spec.ok()) return spec.status();
-  if (spec->format == DataFormat::kTfRecord && spec->input.size() != NumElements(example)) {
-    return absl::InvalidArgumentError(
-        "data spec " + c.data_spec + ": feature '" + spec->input.name + "' of shape " +
-        ShapeString(spec->input.shape) + " has " + std::to_string(spec->input.size()) +
-        " values per example; --model " + c.model + " takes " + ShapeString(example) + " (" +
-        std::to_string(NumElements(example)) + ")");
-  }
+  const std::vector<ModelInput> model_inputs = model.inputs();
+  const std::vector<ModelOutput> model_outputs = model.outputs();
+  const Shape example = model_inputs[0].shape;
   int64_t skipped = 0;   // corrupt TFRecord records (skip_corrupt)
   bool sharded = false;  // the training files split by file (FileShard)
-  // Shapes the examples as the model's input and checks the labels; `what` names the source.
+  DataSources sources{.target_is_input = spec->target_is_input, .input_scale = spec->input_scale};
+  auto feeds_of = [](const auto& feeds, std::vector<std::string>* out) {
+    out->clear();
+    for (const auto& f : feeds) out->push_back(f.feeds);
+  };
+  // Fits the examples to the model; `what` names the source.
   auto fit = [&](Dataset& d, const std::string& what) -> absl::Status {
-    if (d.size() > 0 && d.example_size() != NumElements(example)) {
-      Shape per(d.images.shape().begin() + 1, d.images.shape().end());
-      return absl::InvalidArgumentError(what + ": examples of shape " + ShapeString(per) + " (" +
-                                        std::to_string(d.example_size()) + " values); --model " +
-                                        c.model + " takes " + ShapeString(example) + " (" +
-                                        std::to_string(NumElements(example)) + ")");
-    }
-    Shape shape{d.size()};
-    shape.insert(shape.end(), example.begin(), example.end());
-    d.images = d.images.Reshaped(std::move(shape));
-    for (size_t i = 0; i < d.labels.size(); ++i) {
-      if (d.labels[i] >= classes) {
-        return absl::DataLossError(what + ": example " + std::to_string(i) + " has label " +
-                                   std::to_string(d.labels[i]) + "; --model " + c.model + " has " +
-                                   std::to_string(classes) + " classes");
-      }
-    }
-    if (spec->input_scale != 1.0f) {
-      for (float& v : d.images.values()) v *= spec->input_scale;
+    sources.what = what;
+    if (absl::Status s = FitToModel(model_inputs, model_outputs, sources, &d); !s.ok()) {
+      return absl::Status(s.code(), "--data-spec " + c.data_spec + ": " + std::string(s.message()));
     }
     return absl::OkStatus();
   };
+  if (spec->format == DataFormat::kTfRecord) {
+    feeds_of(spec->input_features, &sources.input_names);
+    feeds_of(spec->label_features, &sources.target_names);
+  } else if (spec->format == DataFormat::kCsv) {
+    feeds_of(spec->input_columns, &sources.input_names);
+    feeds_of(spec->label_columns, &sources.target_names);
+  } else if (spec->format == DataFormat::kNumpy) {
+    feeds_of(spec->x, &sources.input_names);
+    feeds_of(spec->y, &sources.target_names);
+  }
   auto records = [&](const std::string& glob, Dataset* out, FileShard part) -> absl::Status {
     TfRecordReport report;
     absl::StatusOr<Dataset> loaded = LoadTfRecords(glob, *spec, &report, 0, part);
@@ -96,12 +94,17 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& e
     *out = std::move(*loaded);
     return fit(*out, glob);
   };
-  auto arrays = [&](const std::string& x, const std::string& y, Dataset* out) -> absl::Status {
-    absl::StatusOr<Dataset> loaded = LoadNumpyDataset(x, y);
+  auto arrays = [&](const std::vector<Feeds<std::string>>& x,
+                    const std::vector<Feeds<std::string>>& y, Dataset* out) -> absl::Status {
+    std::vector<std::string> xs, ys;
+    for (const auto& f : x) xs.push_back(f.what);
+    for (const auto& f : y) ys.push_back(f.what);
+    absl::StatusOr<Dataset> loaded = LoadNumpyDataset(xs, ys);
     if (!loaded.ok()) return loaded.status();
-    common::LogInfo("data", loaded->size(), " examples from ", x, " and ", y);
+    common::LogInfo("data", loaded->size(), " examples from ", absl::StrJoin(xs, ", "),
+                    ys.empty() ? "" : " and " + absl::StrJoin(ys, ", "));
     *out = std::move(*loaded);
-    return fit(*out, x);
+    return fit(*out, xs[0]);
   };
   auto rows = [&](const std::string& glob, Dataset* out, FileShard part) -> absl::Status {
     FileSet files;
@@ -121,9 +124,10 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& e
     // [height, width, channels], or a built-in model's [1, height, width].
     const bool hwc = example.size() == 3 && (example[2] == 1 || example[2] == 3);
     const bool chw = example.size() == 3 && example[0] == 1;
-    if (!hwc && !chw) {
+    if (model_inputs.size() != 1 || (!hwc && !chw)) {
       return absl::InvalidArgumentError("--model " + c.model + " takes " + ShapeString(example) +
-                                        "; images need [height, width, 1 or 3 channels]");
+                                        (model_inputs.size() != 1 ? " and more inputs" : "") +
+                                        "; images need one input [height, width, 1 or 3 channels]");
     }
     const int64_t h = hwc ? example[0] : example[1], w = hwc ? example[1] : example[2];
     absl::StatusOr<Dataset> loaded = LoadImageFolder(dir, h, w, hwc ? example[2] : 1, names);
@@ -131,6 +135,7 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& e
     common::LogInfo("data", loaded->size(), " images of ", names->size(), " classes (",
                     absl::StrJoin(*names, ", "), ") from ", dir);
     *out = std::move(*loaded);
+    if (spec->target_is_input) out->targets.clear();
     return fit(*out, dir);
   };
   Datasets d;
@@ -172,15 +177,8 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& e
     // The last fraction of the examples, as Keras's validation_split takes it.
     const int64_t n = d.train.size();
     const auto held = static_cast<int64_t>(static_cast<double>(n) * spec->validation_split);
-    const int64_t keep = n - held, width = d.train.example_size();
-    Shape ts = d.train.images.shape(), vs = ts;
-    ts[0] = keep;
-    vs[0] = held;
-    const float* p = d.train.images.data();
-    d.test.images = Tensor(vs, std::vector<float>(p + keep * width, p + n * width));
-    d.test.labels.assign(d.train.labels.begin() + keep, d.train.labels.end());
-    d.train.images = Tensor(ts, std::vector<float>(p, p + keep * width));
-    d.train.labels.resize(static_cast<size_t>(keep));
+    d.test = Rows(d.train, n - held, held);
+    d.train = Rows(d.train, 0, n - held);
   }
   d.corrupt_records_skipped = skipped;
   d.train_sharded = sharded;
@@ -189,8 +187,14 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Shape& e
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<Model>> BuildConfiguredModel(const TrainerConfig& c) {
+  // Synthetic data can take any length: an open axis gets 32 unless told.
+  const int64_t open = c.open_axis_size > 0 ? c.open_axis_size : c.dataset == "synthetic" ? 32 : 0;
+  return BuildModel(c.model, c.seed, c.loss, open);
+}
+
 absl::StatusOr<std::unique_ptr<Model>> MakeModel(const TrainerConfig& c) {
-  absl::StatusOr<std::unique_ptr<Model>> m = BuildModel(c.model, c.seed);
+  absl::StatusOr<std::unique_ptr<Model>> m = BuildConfiguredModel(c);
   if (!m.ok() || c.initial_weights.empty()) return m;
   if (absl::Status s = LoadInitialWeights(**m, c.initial_weights); !s.ok()) {
     return absl::InvalidArgumentError("--initial-weights: " + std::string(s.message()));
@@ -215,38 +219,43 @@ absl::Status ExportTrainedModel(const TrainerConfig& c, Model& model) {
 
 absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c, FileShard shard) {
   Datasets d;
-  // What one example looks like to the model: a Keras model file says; the built-in models
-  // take Fashion-MNIST's images.
-  Shape example{1, 28, 28};
-  int64_t classes = 10, vocabulary = 0;
-  if (!IsBuiltinModel(c.model)) {
-    absl::StatusOr<std::unique_ptr<Model>> m = BuildModel(c.model, c.seed);
-    if (!m.ok()) return m.status();
-    example = (*m)->example_shape();
-    classes = (*m)->classes();
-    vocabulary = (*m)->vocabulary();
+  // What the model takes and gives: a Keras model file says; the built-in models take
+  // Fashion-MNIST's images and class ids.
+  absl::StatusOr<std::unique_ptr<Model>> m = BuildConfiguredModel(c);
+  if (!m.ok()) return m.status();
+  const std::vector<ModelInput> inputs = (*m)->inputs();
+  const std::vector<ModelOutput> outputs = (*m)->outputs();
+  if (const auto* g = dynamic_cast<const GraphModel*>(m->get())) {
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      common::LogInfo(
+          "model", "output '", outputs[k].name, "' ", ShapeString(outputs[k].shape),
+          " trains with ", graph::LossName(outputs[k].loss),
+          outputs[k].loss.from_logits ? " (from logits)" : "",
+          outputs[k].loss_weight != 1.0f ? absl::StrCat(", weight ", outputs[k].loss_weight) : "",
+          ": ", g->loss_reasons()[k]);
+    }
   }
   if (c.dataset == "spec") {
-    absl::StatusOr<Datasets> loaded = LoadSpecDatasets(c, example, classes, shard);
+    absl::StatusOr<Datasets> loaded = LoadSpecDatasets(c, **m, shard);
     if (!loaded.ok()) return loaded.status();
     d = std::move(*loaded);
   } else if (c.dataset == "synthetic") {
-    const auto k = static_cast<int32_t>(classes);
+    const SyntheticSignature sig = SyntheticFor(inputs, outputs);
     const int64_t test_size = std::max<int64_t>(c.synthetic_size / 5, 1);
-    if (vocabulary > 0) {  // token ids for a model that embeds them
-      d.train = SyntheticTokens(c.synthetic_size, c.seed, 0, example, k, vocabulary);
-      d.test = SyntheticTokens(test_size, c.seed, 1, example, k, vocabulary);
-    } else {
-      d.train = SyntheticDataset(c.synthetic_size, c.seed, 0, example, k);
-      d.test = SyntheticDataset(test_size, c.seed, 1, example, k);
-    }
+    d.train = SyntheticDataset(c.synthetic_size, c.seed, 0, sig);
+    d.test = SyntheticDataset(test_size, c.seed, 1, sig);
   } else {
-    if (NumElements(example) != 28 * 28 || classes < 10) {
+    const Shape example = inputs[0].shape;
+    const int64_t classes = (*m)->classes();
+    if (inputs.size() != 1 || outputs.size() != 1 || NumElements(example) != 28 * 28 ||
+        classes < 10 || outputs[0].shape.size() != 1) {
       return absl::InvalidArgumentError(
-          "--model " + c.model + " takes examples of shape " + ShapeString(example) + " and " +
-          std::to_string(classes) +
-          " classes; Fashion-MNIST has 28x28 images of 10 classes (use --dataset synthetic to "
-          "train it on data of its own shape)");
+          "--model " + c.model + " takes " + std::to_string(inputs.size()) +
+          " input(s), the first of shape " + ShapeString(example) + ", and gives " +
+          std::to_string(outputs.size()) + " output(s), the first of shape " +
+          ShapeString(outputs[0].shape) +
+          "; Fashion-MNIST has 28x28 images of 10 classes (use --dataset synthetic to "
+          "train it on data of its own shape, or --data-spec for your data)");
     }
     absl::StatusOr<Dataset> tr = LoadFashionMnist(c.data_dir, "train");
     if (!tr.ok()) return tr.status();
@@ -254,6 +263,11 @@ absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c, FileShard shard) {
     if (!te.ok()) return te.status();
     d.train = std::move(*tr);
     d.test = std::move(*te);
+    for (Dataset* s : {&d.train, &d.test}) {
+      if (absl::Status st = FitToModel(inputs, outputs, {.what = c.data_dir}, s); !st.ok()) {
+        return st;
+      }
+    }
   }
   if (c.batch_size > d.train.size()) {
     return absl::InvalidArgumentError("--batch-size " + std::to_string(c.batch_size) +
@@ -314,23 +328,38 @@ absl::StatusOr<std::optional<CheckpointState>> NewestCheckpoint(const TrainerCon
   return latest;
 }
 
-Evaluation Evaluate(Model* model, const Dataset& test) {
-  int64_t correct = 0;
-  double loss = 0;
-  const int64_t ex = test.example_size();
-  for (int64_t at = 0; at < test.size(); at += 1000) {
-    const int64_t n = std::min<int64_t>(1000, test.size() - at);
-    Shape shape = test.images.shape();
-    shape[0] = n;
-    Tensor x(shape);
-    std::copy_n(test.images.data() + at * ex, n * ex, x.data());
-    std::vector<int32_t> y(test.labels.begin() + at, test.labels.begin() + at + n);
-    cpu::XentResult r = model->Evaluate(x, y);
-    correct += r.correct;
-    loss += r.loss * static_cast<double>(n);
+int64_t EvalBatchSize(const TrainerConfig& c) {
+  return c.eval_batch_size > 0 ? c.eval_batch_size : c.batch_size;
+}
+
+Evaluation Evaluate(Model* model, const Dataset& test, int64_t batch) {
+  EvaluationSum sum;
+  batch = std::max<int64_t>(batch, 1);
+  for (int64_t at = 0; at < test.size(); at += batch) {
+    const int64_t n = std::min<int64_t>(batch, test.size() - at);
+    sum.Add(model->Evaluate(Rows(test, at, n)), n);
   }
-  const double total = static_cast<double>(std::max<int64_t>(test.size(), 1));
-  return {static_cast<double>(correct) / total, loss / total};
+  return sum.Result();
+}
+
+double StepAccuracy(const StepResult& r) {
+  return r.judged > 0 ? static_cast<double>(r.correct) / static_cast<double>(r.judged)
+                      : std::numeric_limits<double>::quiet_NaN();
+}
+
+void EvaluationSum::Add(const StepResult& r, int64_t n) {
+  loss += r.loss * static_cast<double>(n);
+  correct += r.correct;
+  judged += r.judged;
+  examples += n;
+}
+
+Evaluation EvaluationSum::Result() const {
+  Evaluation e;
+  e.loss = examples > 0 ? loss / static_cast<double>(examples) : 0.0;
+  e.accuracy = judged > 0 ? static_cast<double>(correct) / static_cast<double>(judged)
+                          : std::numeric_limits<double>::quiet_NaN();
+  return e;
 }
 
 }  // namespace lockstep::trainer

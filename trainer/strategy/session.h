@@ -31,6 +31,8 @@ struct Datasets {
 // validation files are read whole: the chief evaluates them).
 absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c, FileShard shard = {});
 
+// --model built as the config says (--loss, --open-axis-size), with the seed's weights.
+absl::StatusOr<std::unique_ptr<Model>> BuildConfiguredModel(const TrainerConfig& c);
 // The model a replica trains: --model with the seed's weights, then --initial-weights' when
 // given (a checkpoint to resume from still wins: it is restored over them).
 absl::StatusOr<std::unique_ptr<Model>> MakeModel(const TrainerConfig& c);
@@ -55,11 +57,26 @@ absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& c, Model* model,
 // on stderr about every newer file it skipped.
 absl::StatusOr<std::optional<CheckpointState>> NewestCheckpoint(const TrainerConfig& c);
 
+// A test set's mean loss over its examples, and accuracy over the predictions judged (NaN when
+// the model judges none: every output a regression).
 struct Evaluation {
   double accuracy = 0;
   double loss = 0;
 };
-Evaluation Evaluate(Model* model, const Dataset& test);
+// The batch evaluation runs at: --eval-batch-size, else --batch-size (so evaluating never needs
+// more memory than a training step of one replica on the whole batch).
+int64_t EvalBatchSize(const TrainerConfig& c);
+// `test` evaluated `batch` examples at a time.
+Evaluation Evaluate(Model* model, const Dataset& test, int64_t batch);
+// A step's accuracy: correct / judged, NaN when nothing was judged (a regression).
+double StepAccuracy(const StepResult& r);
+// Evaluation batches' results summed, for engines that evaluate batch by batch.
+struct EvaluationSum {
+  double loss = 0;
+  int64_t correct = 0, judged = 0, examples = 0;
+  void Add(const StepResult& r, int64_t n);
+  Evaluation Result() const;
+};
 
 double MonotonicSeconds();
 

@@ -1,5 +1,6 @@
 #include "trainer/summary/training_summaries.h"
 
+#include <cmath>
 #include <filesystem>
 
 namespace lockstep::trainer {
@@ -20,7 +21,8 @@ absl::StatusOr<std::unique_ptr<TrainingSummaries>> TrainingSummaries::Create(con
 absl::Status TrainingSummaries::Step(int64_t step, double loss, double accuracy, double lr,
                                      int64_t samples, double seconds) {
   epoch_loss_ += loss * static_cast<double>(samples);
-  epoch_correct_ += accuracy * static_cast<double>(samples);
+  if (!std::isnan(accuracy)) epoch_correct_ += accuracy * static_cast<double>(samples);
+  judged_ = judged_ || !std::isnan(accuracy);
   epoch_samples_ += samples;
   samples_since_ += samples;
   if (!last_seconds_) {
@@ -32,8 +34,9 @@ absl::Status TrainingSummaries::Step(int64_t step, double loss, double accuracy,
   if (next_record_ == 0) next_record_ = (step + every_ - 1) / every_ * every_;
   if (step < next_record_) return absl::OkStatus();
   next_record_ = (step / every_ + 1) * every_;
-  std::vector<std::pair<std::string, double>> values = {
-      {"batch_loss", loss}, {"batch_accuracy", accuracy}, {"learning_rate", lr}};
+  std::vector<std::pair<std::string, double>> values = {{"batch_loss", loss},
+                                                        {"learning_rate", lr}};
+  if (!std::isnan(accuracy)) values.emplace_back("batch_accuracy", accuracy);
   if (seconds > *last_seconds_) {
     values.emplace_back("samples_per_second",
                         static_cast<double>(samples_since_) / (seconds - *last_seconds_));
@@ -46,20 +49,18 @@ absl::Status TrainingSummaries::Step(int64_t step, double loss, double accuracy,
 absl::Status TrainingSummaries::Epoch(int64_t epoch, std::optional<Scores> validation) {
   if (epoch_samples_ > 0) {
     const auto n = static_cast<double>(epoch_samples_);
-    if (absl::Status s = train_->Scalars(
-            epoch, {{"epoch_loss", epoch_loss_ / n}, {"epoch_accuracy", epoch_correct_ / n}});
-        !s.ok()) {
-      return s;
-    }
+    std::vector<std::pair<std::string, double>> values = {{"epoch_loss", epoch_loss_ / n}};
+    if (judged_) values.emplace_back("epoch_accuracy", epoch_correct_ / n);
+    if (absl::Status s = train_->Scalars(epoch, values); !s.ok()) return s;
   }
   epoch_loss_ = epoch_correct_ = 0;
   epoch_samples_ = 0;
   if (validation) {
-    if (absl::Status s = validation_->Scalars(
-            epoch, {{"epoch_loss", validation->loss}, {"epoch_accuracy", validation->accuracy}});
-        !s.ok()) {
-      return s;
+    std::vector<std::pair<std::string, double>> values = {{"epoch_loss", validation->loss}};
+    if (!std::isnan(validation->accuracy)) {
+      values.emplace_back("epoch_accuracy", validation->accuracy);
     }
+    if (absl::Status s = validation_->Scalars(epoch, values); !s.ok()) return s;
   }
   if (absl::Status s = train_->Flush(); !s.ok()) return s;
   return validation_->Flush();

@@ -50,6 +50,7 @@ class TrainingSummaries {
   // The epoch so far: sums weighted by samples.
   double epoch_loss_ = 0, epoch_correct_ = 0;
   int64_t epoch_samples_ = 0;
+  bool judged_ = false;      // a step had an accuracy (not every output a regression)
   int64_t next_record_ = 0;  // the next step recorded: the next multiple of every_
   // The rate since the last recorded step.
   std::optional<double> last_seconds_;

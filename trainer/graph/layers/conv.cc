@@ -283,6 +283,7 @@ class WindowLayer : public Layer {
   // Input masks ([batch, time]) do not survive a convolution (Keras's conv layers do not
   // support masking).
   const Tensor* OutputMask(const Args&, const Saved&) const override { return nullptr; }
+  const Activation* output_activation() const override { return &act_; }
 
  protected:
   // Checks one input of rank `rank_ + 1` (without the batch) with known channels; fills the
