@@ -1,7 +1,8 @@
 // The compatibility corpus: thirty model configs that Keras wrote, copied from public
 // repositories (../shared/testdata/keras-configs, see its README). Every file loads, or is
 // refused naming the layer that holds Python code or a user-defined class; every loaded model
-// trains 20 steps on synthetic data of its input and output shapes with a finite loss, and its
+// trains 20 steps as the trainer trains it (its outputs' losses from the file or inferred,
+// synthetic data of its signature) with a finite loss, and its
 // gradients match finite differences on a small batch; its weights round-trip through Keras 3's
 // and Keras 2's weights files; and its ONNX export passes the onnx checker and matches the
 // engine's inference under an independent evaluator (or is refused for a mask, by layer).
@@ -17,6 +18,9 @@
 #include "trainer/graph/testing/gradcheck.h"
 #include "trainer/keras/model_loader.h"
 #include "trainer/keras/weights_file.h"
+#include "trainer/model/fit_data.h"
+#include "trainer/model/graph_model.h"
+#include "trainer/optim/optimizer.h"
 #include "trainer/testing/onnx_check.h"
 #include "trainer/testing/temp_dir.h"
 
@@ -76,44 +80,6 @@ std::vector<Tensor> Inputs(const graph::Graph& g, int64_t batch, uint64_t seed) 
   return out;
 }
 
-// A loss for each output from what it looks like: rows of probabilities (softmax) take
-// categorical cross-entropy, values in (0, 1) binary cross-entropy, anything else squared error.
-graph::Loss LossFor(const Tensor& y) {
-  graph::Loss l;
-  const int64_t c = y.shape().back();
-  bool unit = true, simplex = c > 1;
-  for (int64_t r = 0; r < y.size() / c; ++r) {
-    double sum = 0;
-    for (int64_t j = 0; j < c; ++j) {
-      const float v = y[r * c + j];
-      unit = unit && v >= 0 && v <= 1;
-      sum += v;
-    }
-    simplex = simplex && std::abs(sum - 1) < 1e-3;
-  }
-  l.kind = simplex ? graph::LossKind::kCategoricalCrossentropy
-           : unit  ? graph::LossKind::kBinaryCrossentropy
-                   : graph::LossKind::kMeanSquaredError;
-  return l;
-}
-
-Tensor Targets(const graph::Loss& l, const Tensor& y, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  Tensor t(y.shape());
-  const int64_t c = y.shape().back();
-  if (l.kind == graph::LossKind::kCategoricalCrossentropy) {
-    std::uniform_int_distribution<int64_t> d(0, c - 1);
-    for (int64_t r = 0; r < y.size() / c; ++r) t[r * c + d(rng)] = 1.0f;
-  } else if (l.kind == graph::LossKind::kBinaryCrossentropy) {
-    std::bernoulli_distribution d(0.5);
-    for (float& v : t.values()) v = d(rng) ? 1.0f : 0.0f;
-  } else {
-    std::normal_distribution<float> d(0, 1);
-    for (float& v : t.values()) v = d(rng);
-  }
-  return t;
-}
-
 class CorpusTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CorpusTest, LoadsOrIsRefusedByNameAndTrains) {
@@ -133,44 +99,31 @@ TEST_P(CorpusTest, LoadsOrIsRefusedByNameAndTrains) {
   graph::Graph& g = *m->graph;
   ASSERT_GT(g.NumParams(), 0);
 
-  // 20 steps of plain SGD at batch 2 (6 steps at batch 1 for large images, to keep the suite
-  // short: the 224x224 models cost a minute otherwise): the loss stays finite.
+  // Through the trainer's path: the loss each output gets (the file's, or inferred), synthetic
+  // data of the model's signature fitted to it, 20 steps of the trainer's default optimizer
+  // (Adam, learning rate 0.001) at batch 2 (6 steps at
+  // batch 1 for large images, to keep the suite short: the 224x224 models cost a minute
+  // otherwise); the loss stays finite.
   int64_t example = 1;
   for (int64_t d : g.shape(g.inputs()[0])) example *= d > 0 ? d : 8;
   const bool large = example > 50000;
   const int64_t batch = large ? 1 : 2;
   const int steps = large ? 6 : 20;
-  std::vector<Tensor> x = Inputs(g, batch, 1);
-  std::vector<const Tensor*> xp;
-  for (const Tensor& t : x) xp.push_back(&t);
-  std::mt19937_64 rng(5);
-  std::string error;
-  g.Forward(xp, graph::CallContext{true, &rng, &error});
-  ASSERT_EQ(error, "");
-  std::vector<graph::Loss> losses;
-  std::vector<Tensor> targets;
-  for (size_t k = 0; k < g.outputs().size(); ++k) {
-    losses.push_back(LossFor(g.output(k)));
-    targets.push_back(Targets(losses.back(), g.output(k), 10 + k));
-  }
-  std::vector<Tensor> dy(g.outputs().size());
+  absl::StatusOr<KerasModel> again = LoadKerasModelFile(path, {.open_axis_size = 8});
+  ASSERT_TRUE(again.ok()) << again.status();
+  absl::StatusOr<std::unique_ptr<GraphModel>> model = GraphModel::FromKeras(std::move(*again), 1);
+  ASSERT_TRUE(model.ok()) << model.status();
+  GraphModel& gm = **model;
+  Dataset data = SyntheticDataset(batch * steps, 1, 0, SyntheticFor(gm.inputs(), gm.outputs()));
+  ASSERT_TRUE(FitToModel(gm.inputs(), gm.outputs(), {.what = GetParam()}, &data).ok());
+  absl::StatusOr<std::unique_ptr<Optimizer>> adam = MakeOptimizer("adam", 0.001f, 0.9f);
+  ASSERT_TRUE(adam.ok());
+  (*adam)->Init(gm.Params());
   for (int step = 0; step < steps; ++step) {
-    g.Forward(xp, graph::CallContext{true, &rng, &error});
-    ASSERT_EQ(error, "");
-    double loss = g.RegularizationLoss();
-    std::vector<const Tensor*> dyp;
-    for (size_t k = 0; k < dy.size(); ++k) {
-      absl::StatusOr<double> l = graph::ComputeLoss(losses[k], g.output(k), targets[k], &dy[k]);
-      ASSERT_TRUE(l.ok()) << l.status();
-      loss += *l;
-      dyp.push_back(&dy[k]);
-    }
-    ASSERT_TRUE(std::isfinite(loss)) << "step " << step;
-    g.Backward(dyp);
-    std::vector<Tensor*> p = g.Params(), gr = g.Grads();
-    for (size_t i = 0; i < p.size(); ++i) {
-      for (int64_t j = 0; j < p[i]->size(); ++j) (*p[i])[j] -= 0.01f * (*gr[i])[j];
-    }
+    const StepResult r = gm.TrainStep(Rows(data, step * batch, batch));
+    ASSERT_EQ(gm.TakeInputError(), "") << "step " << step;
+    ASSERT_TRUE(std::isfinite(r.loss)) << "step " << step;
+    (*adam)->Step(gm.Params(), gm.Grads());
   }
 
   // Gradients against finite differences, in inference mode (no dropout or noise draws; batch
@@ -182,7 +135,7 @@ TEST_P(CorpusTest, LoadsOrIsRefusedByNameAndTrains) {
   o.eps = 1e-2f;
   o.tolerance = 5e-2;
   std::vector<Tensor> small = Inputs(g, 1, 3);
-  EXPECT_EQ(graph::testing::CheckGraphGradients(g, small, o), "");
+  EXPECT_EQ(graph::testing::CheckGraphGradients(gm.graph(), small, o), "");
 }
 
 TEST_P(CorpusTest, WeightsRoundTripThroughKerasFiles) {

@@ -192,7 +192,8 @@ INSTANTIATE_TEST_SUITE_P(Workers, Equivalence,
                                   (std::get<2>(p.param) ? "_ring" : "_inprocess");
                          });
 
-// The same for graph models built from Keras model files (examples/models/).
+// The same for graph models built from Keras model files (examples/models/): classifiers, a
+// regression, an autoencoder (an image out) and a two-input, two-output model.
 class GraphEquivalence : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GraphEquivalence, FourWorkersMatchOneWorkerWithFourTimesTheBatch) {
@@ -212,7 +213,8 @@ TEST_P(GraphEquivalence, FourWorkersMatchOneWorkerWithFourTimesTheBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KerasFiles, GraphEquivalence,
-                         ::testing::Values("mlp.json", "cnn.json", "lstm.json", "attention.json"),
+                         ::testing::Values("mlp.json", "cnn.json", "lstm.json", "attention.json",
+                                           "regression.json", "autoencoder.json", "two_tower.json"),
                          [](const auto& p) { return p.param.substr(0, p.param.find('.')); });
 
 // A model with batch normalisation: its moving statistics are saved after the parameters, and
