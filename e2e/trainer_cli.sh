@@ -172,6 +172,62 @@ else
   echo "skip: the TFRecord and NumPy writers need python3-crcmod, python3-protobuf and numpy"
 fi
 
+# Models of other shapes on the user's NumPy arrays (examples/models/): a regression (no loss
+# in the file: its linear Dense(1) is one), a two-input, two-output model fed by the model's
+# input and output names, and an autoencoder whose target is its input.
+if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  /usr/bin/python3 - "$work" <<'EOF'
+import sys
+import numpy as np
+rng = np.random.default_rng(3)
+d = sys.argv[1]
+x = rng.normal(size=(400, 8)).astype(np.float32)
+y = (x @ rng.normal(size=(8, 1)) + 0.1 * rng.normal(size=(400, 1))).astype(np.float32)
+np.savez(d + "/regression.npz", x=x, y=y)
+image = rng.normal(size=(400, 8, 8, 1)).astype(np.float32)
+meta = rng.normal(size=(400, 4)).astype(np.float32)
+label = (image.mean(axis=(1, 2, 3)) > 0).astype(np.int64) + (meta[:, 0] > 0)
+score = meta.sum(axis=1, keepdims=True).astype(np.float32)
+np.savez(d + "/two.npz", image=image, meta=meta, label=label, score=score)
+np.save(d + "/pixels.npy", rng.uniform(size=(200, 8, 8, 1)).astype(np.float32))
+EOF
+  printf '{"format": "numpy", "x": "%s/regression.npz:x", "y": "%s/regression.npz:y", "validation_split": 0.2}' \
+    "$work" "$work" >"$work/regression.json"
+  run 0 --data-spec="$work/regression.json" --model="$src/examples/models/regression.json" \
+    --epochs=30 --batch-size=32 --learning-rate=0.01 --metrics-port=0
+  grep -q "output 'price' \[1\] trains with mean_squared_error: no loss in the file" "$work/out" ||
+    fail "regression loss not inferred: $(cat "$work/out")"
+  loss=$(sed -n 's/^final test loss: \([0-9.]*\).*/\1/p' "$work/out")
+  awk -v l="$loss" 'BEGIN { exit !(l != "" && l < 1.0) }' || fail "regression: test loss '$loss' >= 1 (the targets' variance is about 8)"
+  printf '{"format": "numpy", "x": {"meta": "%s/two.npz:meta", "image": "%s/two.npz:image"}, "y": {"score": "%s/two.npz:score", "label": "%s/two.npz:label"}, "validation_split": 0.25}' \
+    "$work" "$work" "$work" "$work" >"$work/two.json"
+  run 0 --data-spec="$work/two.json" --model="$src/examples/models/two_tower.json" --epochs=10 \
+    --batch-size=25 --metrics-port=0
+  grep -q "output 'score' \[1\] trains with mean_squared_error, weight 0.5" "$work/out" ||
+    fail "two-output losses: $(cat "$work/out")"
+  grep -q "^final test accuracy:" "$work/out" || fail "two-output run: $(tail -3 "$work/out")"
+  printf '{"format": "numpy", "x": "%s/pixels.npy", "target": "input", "validation_split": 0.1}' "$work" \
+    >"$work/ae.json"
+  run 0 --data-spec="$work/ae.json" --model="$src/examples/models/autoencoder.json" --epochs=2 \
+    --batch-size=20 --metrics-port=0
+  grep -q "^final test" "$work/out" || fail "autoencoder run: $(tail -3 "$work/out")"
+  # Targets that do not fit the model: named, exit 2.
+  printf '{"format": "numpy", "x": "%s/two.npz:image", "y": "%s/two.npz:score"}' "$work" "$work" \
+    >"$work/misfit.json"
+  run 2 --data-spec="$work/misfit.json" --model="$src/examples/models/two_tower.json" --metrics-port=0
+  term_has "the model has 2 inputs ('image', 'meta')"
+else
+  echo "skip: the model-shape runs need numpy"
+fi
+# A model or batch larger than memory is refused by size (exit 2), not killed; a truncated model
+# file says where it ends.
+run 2 --model="$src/examples/models/unet.json" --dataset=synthetic --batch-size=100000000 \
+  --metrics-port=0
+term_has '"reason":"BadConfig"'; term_has 'needs about'; term_has 'lower --batch-size'
+head -c 300 "$src/examples/models/unet.json" >"$work/cut.json"
+run 2 --model="$work/cut.json" --dataset=synthetic --metrics-port=0
+term_has 'not JSON at line'
+
 # The trained model out, under AIP_MODEL_DIR (as Vertex AI sets it): the chief writes
 # model.keras, model.h5 and model.onnx for the mlp's Keras config, which h5py and the onnx
 # checker read back; a run started

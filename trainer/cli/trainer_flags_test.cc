@@ -34,6 +34,17 @@ TEST(TrainerFlagsTest, Defaults) {
   EXPECT_FALSE(c->json_logs);
   EXPECT_TRUE(ParseTrainerConfig({"--log-format=json"}, {})->json_logs);
   EXPECT_FLOAT_EQ(ParseTrainerConfig({"--optimizer=sgd"}, {})->learning_rate, 0.01f);
+  EXPECT_EQ(c->eval_batch_size, 0);  // --batch-size's
+  EXPECT_EQ(c->loss, "");
+  EXPECT_EQ(c->open_axis_size, 0);
+  auto shapes = ParseTrainerConfig(
+      {"--eval-batch-size=8", "--loss=mean_squared_error", "--open-axis-size=50"}, {});
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  EXPECT_EQ(shapes->eval_batch_size, 8);
+  EXPECT_EQ(shapes->loss, "mean_squared_error");
+  EXPECT_EQ(shapes->open_axis_size, 50);
+  EXPECT_FALSE(ParseTrainerConfig({"--eval-batch-size=0"}, {}).ok());
+  EXPECT_FALSE(ParseTrainerConfig({"--open-axis-size=-1"}, {}).ok());
 }
 
 TEST(TrainerFlagsTest, FlagsAndEnvironment) {

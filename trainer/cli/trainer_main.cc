@@ -4,7 +4,10 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <iostream>
+#include <new>
 
 #include "common/log.h"
 #include "trainer/cli/termination.h"
@@ -34,9 +37,40 @@ std::map<std::string, std::string> Environment() {
 
 }  // namespace
 
+namespace {
+
+// Where an uncaught exception's termination message goes (the flag's path once parsed).
+std::string* g_termination_log = nullptr;
+
+// An exception no caller handled, on any thread (std::bad_alloc when the model or the batch
+// outgrew memory): a termination message and a permanent exit code, not an abort (134) that the
+// operator would retry.
+[[noreturn]] void Terminate() {
+  using namespace lockstep::trainer;
+  std::string what = "an uncaught exception";
+  bool memory = false;
+  try {
+    if (std::exception_ptr e = std::current_exception()) std::rethrow_exception(e);
+  } catch (const std::bad_alloc&) {
+    memory = true;
+    what = "out of memory: the model or --batch-size needs more memory than this machine has";
+  } catch (const std::exception& e) {
+    what = std::string("an uncaught exception: ") + e.what();
+  } catch (...) {
+  }
+  WriteTerminationMessage(g_termination_log != nullptr ? *g_termination_log : "",
+                          memory ? "BadConfig" : "InternalError", false, what);
+  std::_Exit(memory ? kExitBadConfig : 1);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace lockstep::trainer;
   std::map<std::string, std::string> env = Environment();
+  static std::string termination_log = TerminationLogPath(env);
+  g_termination_log = &termination_log;
+  std::set_terminate(Terminate);
   absl::StatusOr<TrainerConfig> config =
       ParseTrainerConfig(std::vector<std::string>(argv + 1, argv + argc), env);
   if (!config.ok()) {
@@ -44,6 +78,7 @@ int main(int argc, char** argv) {
                             std::string(config.status().message()));
     return kExitBadConfig;
   }
+  termination_log = config->termination_log;
   if (config->json_logs) lockstep::common::SetLogFormat(lockstep::common::LogFormat::kJson);
   if (!config->help && !config->version) {
     std::vector<std::string> warnings;

@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <tuple>
+
+#include "common/json_text.h"
 
 namespace lockstep::trainer {
 namespace {
@@ -253,7 +256,7 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
                  "is required: a .npy file, or FILE.npz:KEY, of the training targets (or "
                  "\"target\": \"input\" for an autoencoder)");
     }
-    if (s.validation_x.empty() != (s.validation_y.empty() && !s.target_is_input)) {
+    if (!s.target_is_input && s.validation_x.empty() != s.validation_y.empty()) {
       return Bad(s.validation_x.empty() ? "validation_x" : "validation_y",
                  "validation_x and validation_y come together");
     }
@@ -262,7 +265,9 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
           std::pair{"validation_y", &s.validation_y}}) {
       if (absl::Status st = names_all_or_none(key, *src); !st.ok()) return st;
     }
-    if (s.target_is_input && !s.y.empty()) return Bad("y", "not with \"target\": \"input\"");
+    if (s.target_is_input && (!s.y.empty() || !s.validation_y.empty())) {
+      return Bad(s.y.empty() ? "validation_y" : "y", "not with \"target\": \"input\"");
+    }
     return s;
   }
   if (s.files.empty()) return Bad("files", "is required: a glob of the training files");
@@ -314,11 +319,12 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
 }
 
 absl::StatusOr<DataSpec> LoadDataSpec(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) return absl::InvalidArgumentError("data spec " + path + ": cannot be read");
-  json j = json::parse(in, nullptr, false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("data spec " + path + ": not JSON");
-  absl::StatusOr<DataSpec> s = ParseDataSpec(j);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  absl::StatusOr<json> j = common::ParseJsonText(text, "data spec " + path);
+  if (!j.ok()) return j.status();
+  absl::StatusOr<DataSpec> s = ParseDataSpec(*j);
   if (!s.ok()) {
     return absl::InvalidArgumentError(path + ": " + std::string(s.status().message()));
   }

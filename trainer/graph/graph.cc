@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <new>
+#include <stdexcept>
+
+#include "trainer/graph/memory.h"
 
 namespace lockstep::trainer::graph {
 
@@ -62,7 +66,18 @@ absl::StatusOr<std::vector<int>> Graph::Call(Layer* layer, const std::vector<int
     in_shapes.push_back(shapes_[static_cast<size_t>(t)]);
   }
   const bool first = std::find(call_order_.begin(), call_order_.end(), layer) == call_order_.end();
-  absl::StatusOr<std::vector<Shape>> out = layer->Build(in_shapes, ctx);
+  absl::StatusOr<std::vector<Shape>> out;
+  try {
+    out = layer->Build(in_shapes, ctx);
+  } catch (const WeightTooLarge& e) {
+    return LayerError(*layer, e.what());
+  } catch (const std::bad_alloc&) {
+    return LayerError(*layer, "its weights do not fit in memory (" +
+                                  Bytes(static_cast<double>(AvailableMemoryBytes())) +
+                                  " available)");
+  } catch (const std::length_error&) {
+    return LayerError(*layer, "its weights are larger than any allocation can be");
+  }
   if (!out.ok()) return out.status();
   if (first) call_order_.push_back(layer);
   Node n;

@@ -41,6 +41,7 @@ class Graph {
   void SetOutputs(std::vector<int> outputs) { outputs_ = std::move(outputs); }
 
   size_t num_inputs() const { return inputs_.size(); }
+  size_t num_tensors() const { return shapes_.size(); }
   const std::vector<int>& inputs() const { return inputs_; }
   const std::vector<int>& outputs() const { return outputs_; }
   const Shape& shape(int tensor) const { return shapes_.at(static_cast<size_t>(tensor)); }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "trainer/graph/memory.h"
+
 namespace lockstep::trainer::graph {
 namespace {
 
@@ -80,6 +82,17 @@ Initializer GlorotUniform() {
 }
 
 Tensor Initialize(const Initializer& init, const Shape& shape, std::mt19937_64* rng) {
+  // The weight and its gradient, checked before either is allocated (a count that overflows
+  // is too large too).
+  double count = 1;
+  for (int64_t d : shape) count *= static_cast<double>(d);
+  const double bytes = 2.0 * count * static_cast<double>(sizeof(float));
+  if (const int64_t available = AvailableMemoryBytes();
+      available >= 0 && bytes > static_cast<double>(available)) {
+    throw WeightTooLarge("a weight of shape " + ShapeString(shape) + " needs " + Bytes(bytes) +
+                         " with its gradient; this machine has " +
+                         Bytes(static_cast<double>(available)) + " available");
+  }
   std::mt19937_64 own(static_cast<uint64_t>(init.seed.value_or(0)) * 0x9E3779B97F4A7C15ull + 17);
   std::mt19937_64& g = init.seed ? own : *rng;
   Tensor t(shape);

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "common/json_text.h"
 #include "trainer/data/zip_archive.h"
 #include "trainer/graph/layers/attention.h"
 #include "trainer/graph/layers/core.h"
@@ -688,13 +689,90 @@ absl::StatusOr<json> ReadJsonFile(const std::string& path) {
     if (!config.ok()) return config.status();
     text = std::move(*config);
   }
-  json doc = json::parse(text, nullptr, false);
-  if (doc.is_discarded()) return absl::InvalidArgumentError(path + ": not JSON");
-  return doc;
+  return common::ParseJsonText(text, path);
 }
+
+namespace {
+
+// "batchInputShape" -> "batch_input_shape".
+std::string SnakeCase(const std::string& key) {
+  std::string out;
+  for (char ch : key) {
+    if (ch >= 'A' && ch <= 'Z') {
+      if (!out.empty()) out += '_';
+      out += static_cast<char>(ch - 'A' + 'a');
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+// Every layer entry ({"class_name", "config"}) of `j`, nested ones too, in the spelling the
+// builder reads: Keras 2's cuDNN recurrent layers as the layers they equal (CuDNNLSTM is an
+// LSTM with tanh and sigmoid, CuDNNGRU a GRU with reset_after), and, for a TF.js file,
+// camelCase config keys (the converter's batchInputShape) in Keras's snake_case.
+void Normalize(json& j, bool tfjs) {
+  if (j.is_array()) {
+    for (json& e : j) Normalize(e, tfjs);
+    return;
+  }
+  if (!j.is_object()) return;
+  if (j.contains("class_name") && j["class_name"].is_string() && j.contains("config") &&
+      j["config"].is_object()) {
+    json& cfg = j["config"];
+    if (tfjs) {
+      json renamed = json::object();
+      for (auto& [key, value] : cfg.items()) {
+        const std::string snake = SnakeCase(key);
+        if (snake != key && cfg.contains(snake)) continue;  // both spellings: Keras's wins
+        renamed[snake] = value;
+      }
+      cfg = std::move(renamed);
+    }
+    const std::string cls = j["class_name"].get<std::string>();
+    if (cls == "CuDNNLSTM" || cls == "CuDNNGRU") {
+      j["class_name"] = cls == "CuDNNLSTM" ? "LSTM" : "GRU";
+      cfg["activation"] = "tanh";
+      cfg["recurrent_activation"] = "sigmoid";
+      if (cls == "CuDNNGRU") cfg["reset_after"] = true;
+    }
+  }
+  for (auto& [key, value] : j.items()) Normalize(value, tfjs);
+}
+
+// A declared input shape with an axis of size 0 (no example can have it), named by its layer.
+absl::Status CheckDeclaredShapes(const json& j) {
+  if (j.is_array()) {
+    for (const json& e : j) {
+      if (absl::Status s = CheckDeclaredShapes(e); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  if (!j.is_object()) return absl::OkStatus();
+  if (j.contains("config") && j["config"].is_object()) {
+    const json& cfg = j["config"];
+    for (const char* key : {"batch_input_shape", "batch_shape"}) {
+      if (!cfg.contains(key) || !cfg[key].is_array()) continue;
+      for (const json& d : cfg[key]) {
+        if (d.is_number_integer() && d.get<int64_t>() <= 0) {
+          return Bad("layer '" + NameOf(j) + "' declares the input shape " + cfg[key].dump() +
+                     ", with an axis of size " + d.dump() + "; every axis is positive or null");
+        }
+      }
+    }
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (absl::Status s = CheckDeclaredShapes(value); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<KerasModel> LoadKerasModel(const json& doc, const LoadOptions& o) {
   KerasModel out;
+  json normalized;
   const json* model = &doc;
   out.training_config = TrainingConfigOf(doc);
   if (doc.is_object() && doc.contains("modelTopology")) {  // TensorFlow.js
@@ -702,6 +780,10 @@ absl::StatusOr<KerasModel> LoadKerasModel(const json& doc, const LoadOptions& o)
     out.format = "tfjs";
     model = topo.contains("model_config") ? &topo["model_config"] : &topo;
   }
+  normalized = *model;
+  Normalize(normalized, out.format == "tfjs");
+  model = &normalized;
+  if (absl::Status s = CheckDeclaredShapes(*model); !s.ok()) return s;
   const std::string cls = ClassOf(*model);
   if (!IsModelClass(cls)) {
     return Bad(cls.empty() ? "no model class_name (is this a Keras model file?)"

@@ -5,16 +5,18 @@
 #include <zip.h>
 
 #include <cstdio>
+#include <fstream>
 #include <map>
 
 #include "trainer/graph/testing/gradcheck.h"
+#include "trainer/testing/temp_dir.h"
 
 namespace lockstep::trainer::keras {
 namespace {
 
 using nlohmann::json;
 
-json Dense(const std::string& name, int units, const char* act = "linear") {
+json Dense(const std::string& name, int64_t units, const char* act = "linear") {
   return {{"class_name", "Dense"},
           {"config", {{"name", name}, {"units", units}, {"activation", act}}}};
 }
@@ -198,6 +200,90 @@ TEST(ModelLoaderTest, TfjsModelTopologyAndItsTrainingConfig) {
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->format, "tfjs");
   EXPECT_EQ(m->training_config["loss"], "sparse_categorical_crossentropy");
+}
+
+// The TF.js converter 4.x writes some config keys in camelCase (batchInputShape).
+TEST(ModelLoaderTest, TfjsCamelCaseConfigKeysReadAsKerassSnakeCase) {
+  json first = Dense("d1", 4, "relu");
+  first["config"]["batchInputShape"] = {nullptr, 5};
+  first["config"]["useBias"] = false;
+  json doc = {{"modelTopology",
+               {{"class_name", "Sequential"},
+                {"config", {{"name", "s"}, {"layers", {first, Dense("d2", 3, "softmax")}}}}}}};
+  auto m = LoadKerasModel(doc);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->graph->shape(m->graph->inputs()[0]), Shape({5}));
+  EXPECT_EQ(m->graph->NumParams(), 5 * 4 + 4 * 3 + 3);  // d1 without its bias
+}
+
+// Keras 2's CuDNNLSTM and CuDNNGRU are the LSTM (tanh, sigmoid) and the GRU with reset_after.
+TEST(ModelLoaderTest, CuDnnRecurrentLayersAreTheLayersTheyEqual) {
+  for (const char* cls : {"CuDNNLSTM", "CuDNNGRU"}) {
+    SCOPED_TRACE(cls);
+    json rnn = {{"class_name", cls},
+                {"config",
+                 {{"name", "rnn"},
+                  {"units", 6},
+                  {"return_sequences", false},
+                  {"return_state", false},
+                  {"go_backwards", false},
+                  {"stateful", false},
+                  {"batch_input_shape", {nullptr, 7, 3}},
+                  {"kernel_initializer", {{"class_name", "GlorotUniform"}, {"config", {}}}},
+                  {"recurrent_initializer", {{"class_name", "Orthogonal"}, {"config", {}}}},
+                  {"bias_initializer", {{"class_name", "Zeros"}, {"config", {}}}},
+                  {"unit_forget_bias", true},
+                  {"kernel_regularizer", nullptr},
+                  {"recurrent_regularizer", nullptr},
+                  {"bias_regularizer", nullptr},
+                  {"activity_regularizer", nullptr},
+                  {"kernel_constraint", nullptr},
+                  {"recurrent_constraint", nullptr},
+                  {"bias_constraint", nullptr}}}};
+    if (std::string(cls) == "CuDNNGRU") rnn["config"].erase("unit_forget_bias");
+    json doc = {{"class_name", "Sequential"},
+                {"keras_version", "2.2.4"},
+                {"config", {{"name", "s"}, {"layers", {rnn}}}}};
+    auto m = LoadKerasModel(doc);
+    ASSERT_TRUE(m.ok()) << m.status();
+    const bool lstm = std::string(cls) == "CuDNNLSTM";
+    // LSTM: 4 gates, one bias; GRU with reset_after: 3 gates, an input and a recurrent bias.
+    EXPECT_EQ(m->graph->NumParams(), lstm ? 4 * 6 * (3 + 6 + 1) : 3 * 6 * (3 + 6 + 2));
+    EXPECT_EQ(m->graph->layers()[0]->class_name(), lstm ? "LSTM" : "GRU");
+  }
+}
+
+TEST(ModelLoaderTest, FilesThatCannotBeBuiltAreNamedNotAborted) {
+  // A truncated file: where the JSON ends.
+  testing::TempDir dir("model_loader_bad_files");
+  const std::string path = dir.Path("cut.json");
+  std::ofstream(path) << "{\"class_name\": \"Sequential\",\n \"config\": {\"name\": \"s\", \"lay";
+  absl::Status s = LoadKerasModelFile(path).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("not JSON at line 2, column"), std::string::npos) << s;
+  // A weight larger than memory: the layer, the bytes needed and those available.
+  for (int64_t units : {int64_t{1} << 31, int64_t{1000000000000}}) {
+    json big = Dense("huge", units, "relu");
+    big["config"]["batch_input_shape"] = {nullptr, 8};
+    s = LoadKerasModel(
+            {{"class_name", "Sequential"}, {"config", {{"name", "s"}, {"layers", {big}}}}})
+            .status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << units;
+    EXPECT_NE(s.message().find("layer 'huge' (Dense): a weight of shape [8, " +
+                               std::to_string(units) + "] needs"),
+              std::string::npos)
+        << s;
+    EXPECT_NE(s.message().find("available"), std::string::npos) << s;
+  }
+  // An axis of size 0.
+  json zero = Dense("d", 3, "relu");
+  zero["config"]["batch_input_shape"] = {nullptr, 0};
+  s = LoadKerasModel(
+          {{"class_name", "Sequential"}, {"config", {{"name", "s"}, {"layers", {zero}}}}})
+          .status();
+  EXPECT_NE(s.message().find("layer 'd' declares the input shape [null,0], with an axis of size 0"),
+            std::string::npos)
+      << s;
 }
 
 TEST(ModelLoaderTest, RefusalsNameTheLayerTheClassAndTheOption) {

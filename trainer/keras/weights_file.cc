@@ -443,7 +443,21 @@ class Staged {
  public:
   absl::Status Add(const KerasVariable& v, Array a, const std::string& file,
                    const std::string& where) {
-    if (a.shape != v.weight->value.shape()) {
+    const Shape& want = v.weight->value.shape();
+    if (v.layer->class_name() == "LSTM" && v.weight->name == "bias" && want.size() == 1 &&
+        a.shape == Shape{2 * want[0]}) {
+      // A CuDNNLSTM's biases: the input's and the recurrent kernel's, which only ever add.
+      for (int64_t i = 0; i < want[0]; ++i) {
+        a.values[static_cast<size_t>(i)] += a.values[static_cast<size_t>(want[0] + i)];
+      }
+      a.values.resize(static_cast<size_t>(want[0]));
+      a.shape = want;
+    }
+    if (v.layer->class_name() == "GRU" && v.weight->name == "bias" && want.size() == 2 &&
+        a.shape == Shape{want[0] * want[1]}) {
+      a.shape = want;  // a CuDNNGRU's [input; recurrent] biases, flat
+    }
+    if (a.shape != want) {
       return absl::InvalidArgumentError(file + ": " + WeightText(v) + " is " +
                                         ShapeText(v.weight->value.shape()) + " in the model, " +
                                         ShapeText(a.shape) + " in the file (" + where + ")");

@@ -210,6 +210,19 @@ std::vector<Tensor*> GraphModel::State() {
   return out;
 }
 
+GraphModel::StepMemory GraphModel::TrainingStepMemory(int64_t batch) {
+  StepMemory m;
+  m.weights = 4.0 * sizeof(float) * static_cast<double>(NumParams());
+  const graph::Graph& g = graph();
+  double per_example = 0;
+  for (size_t t = 0; t < g.num_tensors(); ++t) {
+    per_example +=
+        static_cast<double>(std::max<int64_t>(NumElements(g.shape(static_cast<int>(t))), 0));
+  }
+  m.activations = 2.0 * sizeof(float) * per_example * static_cast<double>(batch);
+  return m;
+}
+
 std::string GraphModel::TakeInputError() {
   std::string e;
   std::swap(e, error_);

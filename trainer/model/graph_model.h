@@ -50,6 +50,14 @@ class GraphModel final : public Model {
   // binary).
   void Targets(const std::vector<int32_t>& labels, Tensor* out) const;
 
+  // Roughly what a training step at `batch` examples holds: the weights with their gradients
+  // and two optimizer slots, and every tensor the graph makes with its gradient.
+  struct StepMemory {
+    double weights = 0, activations = 0;
+    double total() const { return weights + activations; }
+  };
+  StepMemory TrainingStepMemory(int64_t batch);
+
   graph::Graph& graph() { return *m_.graph; }
   const graph::Loss& loss() const { return outputs_[0].loss; }
   const keras::KerasModel& keras() const { return m_; }

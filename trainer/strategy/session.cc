@@ -10,6 +10,7 @@
 #include "trainer/data/images.h"
 #include "trainer/data/numpy.h"
 #include "trainer/data/tfrecord_dataset.h"
+#include "trainer/graph/memory.h"
 #include "trainer/model/fit_data.h"
 #include "trainer/model/graph_model.h"
 #include "trainer/model/keras_io.h"
@@ -225,7 +226,27 @@ absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c, FileShard shard) {
   if (!m.ok()) return m.status();
   const std::vector<ModelInput> inputs = (*m)->inputs();
   const std::vector<ModelOutput> outputs = (*m)->outputs();
-  if (const auto* g = dynamic_cast<const GraphModel*>(m->get())) {
+  if (auto* g = dynamic_cast<GraphModel*>(m->get())) {
+    // What the replicas of this process hold in a training step, against what the machine has:
+    // a model or batch that cannot fit is refused here, by size, not killed later.
+    const int64_t replicas =
+        c.strategy == Strategy::kMirrored || c.strategy == Strategy::kCentralStorage
+            ? std::max(c.replicas, 1)
+            : 1;
+    const GraphModel::StepMemory need = g->TrainingStepMemory(c.batch_size);
+    const double total = need.weights * static_cast<double>(replicas) + need.activations;
+    const int64_t available = graph::AvailableMemoryBytes();
+    if (available >= 0 && total > static_cast<double>(available)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--model ", c.model, " at --batch-size ", c.batch_size, " needs about ",
+          graph::Bytes(total), " for a training step (weights with their gradients and ",
+          "optimizer slots ", graph::Bytes(need.weights), replicas > 1 ? " per replica" : "",
+          ", activations ", graph::Bytes(need.activations), "); this machine has ",
+          graph::Bytes(static_cast<double>(available)), " available: lower --batch-size"));
+    }
+    common::LogInfo("model", "a training step at batch ", c.batch_size, " needs about ",
+                    graph::Bytes(total), " (", graph::Bytes(static_cast<double>(available)),
+                    " available)");
     for (size_t k = 0; k < outputs.size(); ++k) {
       common::LogInfo(
           "model", "output '", outputs[k].name, "' ", ShapeString(outputs[k].shape),

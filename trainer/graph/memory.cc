@@ -1,0 +1,57 @@
+#include "trainer/graph/memory.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace lockstep::trainer::graph {
+namespace {
+
+int64_t ReadInt(const std::string& path) {
+  std::ifstream f(path);
+  std::string v;
+  if (!(f >> v) || v == "max") return -1;
+  try {
+    return std::stoll(v);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+}  // namespace
+
+int64_t AvailableMemoryBytes() {
+  int64_t available = -1;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (meminfo >> key >> kb >> unit) {
+    if (key == "MemAvailable:") {
+      available = kb * 1024;
+      break;
+    }
+  }
+  // cgroup v2: the container's limit less what it uses.
+  const int64_t max = ReadInt("/sys/fs/cgroup/memory.max");
+  const int64_t current = ReadInt("/sys/fs/cgroup/memory.current");
+  if (max > 0 && current >= 0) {
+    const int64_t left = max > current ? max - current : 0;
+    if (available < 0 || left < available) available = left;
+  }
+  return available;
+}
+
+std::string Bytes(double bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+  int u = 0;
+  while (bytes >= 1000 && u < 5) {
+    bytes /= 1000;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return buf;
+}
+
+}  // namespace lockstep::trainer::graph
