@@ -183,7 +183,7 @@ rng = np.random.default_rng(3)
 d = sys.argv[1]
 x = rng.normal(size=(400, 8)).astype(np.float32)
 y = (x @ rng.normal(size=(8, 1)) + 0.1 * rng.normal(size=(400, 1))).astype(np.float32)
-np.savez(d + "/regression.npz", x=x, y=y)
+np.savez(d + "/regression.npz", x=x, y=y, w=rng.uniform(0.5, 1.5, size=400).astype(np.float32))
 image = rng.normal(size=(400, 8, 8, 1)).astype(np.float32)
 meta = rng.normal(size=(400, 4)).astype(np.float32)
 label = (image.mean(axis=(1, 2, 3)) > 0).astype(np.int64) + (meta[:, 0] > 0)
@@ -191,8 +191,8 @@ score = meta.sum(axis=1, keepdims=True).astype(np.float32)
 np.savez(d + "/two.npz", image=image, meta=meta, label=label, score=score)
 np.save(d + "/pixels.npy", rng.uniform(size=(200, 8, 8, 1)).astype(np.float32))
 EOF
-  printf '{"format": "numpy", "x": "%s/regression.npz:x", "y": "%s/regression.npz:y", "validation_split": 0.2}' \
-    "$work" "$work" >"$work/regression.json"
+  printf '{"format": "numpy", "x": "%s/regression.npz:x", "y": "%s/regression.npz:y", "sample_weight": "%s/regression.npz:w", "validation_split": 0.2}' \
+    "$work" "$work" "$work" >"$work/regression.json"
   run 0 --data-spec="$work/regression.json" --model="$src/examples/models/regression.json" \
     --epochs=30 --batch-size=32 --learning-rate=0.01 --metrics-port=0
   grep -q "output 'price' \[1\] trains with mean_squared_error: no loss in the file" "$work/out" ||

@@ -175,6 +175,11 @@ int main(int argc, char** argv) {
   } else if (r->evaluated) {
     std::printf("final test accuracy: %.4f (loss %.4f) after %lld steps\n", r->test_accuracy,
                 r->test_loss, static_cast<long long>(r->steps));
+  } else if (r->no_test_data) {
+    std::printf(
+        "training done after %lld steps; no test data to evaluate (give the data spec "
+        "validation files or a validation_split)\n",
+        static_cast<long long>(r->steps));
   } else {
     // Only one task of a group evaluates: a zero here would read as a result.
     const bool has_chief = config->tf_config && !config->tf_config->Hosts("chief").empty();

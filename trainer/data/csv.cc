@@ -100,6 +100,13 @@ absl::StatusOr<Dataset> LoadCsv(const std::string& glob, const DataSpec& spec, F
         is_label[*c] = true;
       }
     }
+    std::vector<size_t> weight;
+    if (!spec.sample_weight.empty()) {
+      absl::StatusOr<size_t> c = index(file, spec.sample_weight);
+      if (!c.ok()) return c.status();
+      weight.push_back(*c);
+      is_label[*c] = true;  // not an input either
+    }
     if (spec.input_columns.empty()) {
       sources.emplace_back();
       for (size_t c = 0; c < columns.size(); ++c) {
@@ -118,6 +125,7 @@ absl::StatusOr<Dataset> LoadCsv(const std::string& glob, const DataSpec& spec, F
       if (in.empty()) return absl::InvalidArgumentError("data spec: no input columns");
     }
     sources.insert(sources.end(), labels.begin(), labels.end());
+    if (!weight.empty()) sources.push_back(weight);
     values.resize(sources.size());
     return absl::OkStatus();
   };
@@ -187,6 +195,10 @@ absl::StatusOr<Dataset> LoadCsv(const std::string& glob, const DataSpec& spec, F
     if (in.bad()) return absl::DataLossError("reading " + file + " failed");
   }
   Dataset d;
+  if (!spec.sample_weight.empty() && !sources.empty()) {
+    d.sample_weights = Tensor({rows}, std::move(values.back()));
+    sources.pop_back();
+  }
   for (size_t k = 0; k < sources.size(); ++k) {
     // One label column is one value per example ([rows]: a class id or a value).
     const bool one_label = k >= input_sources && sources[k].size() == 1;

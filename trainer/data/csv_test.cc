@@ -73,6 +73,38 @@ TEST_F(CsvTest, ReadsRowsAcrossFilesWithVocabularyAndMissingValues) {
   EXPECT_EQ(all->size(), 3);
 }
 
+// Several label columns, several inputs by the model's names, a sample-weight column (neither
+// an input nor a label).
+TEST_F(CsvTest, InputsAndLabelsByNameAndASampleWeightColumn) {
+  // A column that is a label and an input is refused when the spec is read.
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ParseDataSpec(
+          {{"format", "csv"}, {"files", "x"}, {"label", "temp"}, {"input", {"temp", "wind"}}})
+          .status()));
+  Put("h.csv", "lat,lon,temp,wind,hour,w\n1,2,10,3,5,0.5\n3,4,12,1,6,2\n");
+  const DataSpec ok = Spec({{"files", (dir_ / "h.csv").string()},
+                            {"label", {{"position", {"lat", "lon"}}, {"weather", "temp"}}},
+                            {"input", {{"time", {"hour"}}, {"air", {"wind"}}}},
+                            {"sample_weight", "w"}});
+  absl::StatusOr<Dataset> d = LoadCsv(ok.files, ok);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->inputs.size(), 2u);
+  // The spec's objects in name order (FitToModel matches them to the model by name).
+  EXPECT_EQ(ok.input_columns[0].feeds, "air");
+  EXPECT_EQ(d->inputs[0], Tensor({2, 1}, {3, 1}));
+  EXPECT_EQ(d->inputs[1], Tensor({2, 1}, {5, 6}));
+  ASSERT_EQ(d->targets.size(), 2u);
+  EXPECT_EQ(d->targets[0], Tensor({2, 2}, {1, 2, 3, 4}));  // "position"
+  EXPECT_EQ(d->targets[1], Tensor({2}, {10, 12}));         // "weather": one column
+  EXPECT_EQ(d->sample_weights, Tensor({2}, {0.5f, 2}));
+  // Without inputs named, every column but the labels and the weight.
+  const DataSpec rest =
+      Spec({{"files", (dir_ / "h.csv").string()}, {"label", "temp"}, {"sample_weight", "w"}});
+  d = LoadCsv(rest.files, rest);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->inputs[0].shape(), Shape({2, 4}));
+}
+
 TEST_F(CsvTest, DefaultInputsAndNoHeader) {
   Put("n.csv", "1,2,0\n3,4,1\n");
   const DataSpec spec = Spec({{"header", false}, {"columns", {"a", "b", "y"}}, {"label", "y"}});

@@ -124,12 +124,15 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
   const std::map<std::string, std::pair<DataFormat, std::set<std::string>>> formats = {
       {"tfrecord",
        {DataFormat::kTfRecord,
-        {"files", "validation_files", "features", "input", "label", "skip_corrupt"}}},
-      {"numpy", {DataFormat::kNumpy, {"x", "y", "validation_x", "validation_y"}}},
+        {"files", "validation_files", "features", "input", "label", "skip_corrupt",
+         "sample_weight"}}},
+      {"numpy",
+       {DataFormat::kNumpy,
+        {"x", "y", "validation_x", "validation_y", "sample_weight", "validation_sample_weight"}}},
       {"csv",
        {DataFormat::kCsv,
         {"files", "validation_files", "header", "columns", "delimiter", "input", "label",
-         "label_vocabulary", "missing"}}},
+         "label_vocabulary", "missing", "sample_weight"}}},
       {"images", {DataFormat::kImages, {"directory", "validation_directory"}}}};
   if (!j.contains("format") || !j["format"].is_string() ||
       !formats.count(j["format"].get<std::string>())) {
@@ -186,7 +189,8 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
     } else if (key == "label_vocabulary") {
       st = strings(key, value, &s.label_vocabulary);
     } else if (key == "files" || key == "validation_files" || key == "directory" ||
-               key == "validation_directory") {
+               key == "validation_directory" || key == "sample_weight" ||
+               key == "validation_sample_weight") {
       if (!value.is_string() || value.get<std::string>().empty()) {
         return Bad(key, "must be a non-empty string");
       }
@@ -195,6 +199,8 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
       if (key == "validation_files") s.validation_files = v;
       if (key == "directory") s.directory = v;
       if (key == "validation_directory") s.validation_directory = v;
+      if (key == "sample_weight") s.sample_weight = v;
+      if (key == "validation_sample_weight") s.validation_sample_weight = v;
     } else if (key == "validation_split") {
       if (!value.is_number() || value.get<double>() < 0 || value.get<double>() >= 1) {
         return Bad(key, "must be a fraction in [0, 1)");
@@ -265,6 +271,10 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
           std::pair{"validation_y", &s.validation_y}}) {
       if (absl::Status st = names_all_or_none(key, *src); !st.ok()) return st;
     }
+    if (!s.validation_sample_weight.empty() &&
+        (s.validation_x.empty() || s.sample_weight.empty())) {
+      return Bad("validation_sample_weight", "comes with validation_x and sample_weight");
+    }
     if (s.target_is_input && (!s.y.empty() || !s.validation_y.empty())) {
       return Bad(s.y.empty() ? "validation_y" : "y", "not with \"target\": \"input\"");
     }
@@ -313,6 +323,18 @@ absl::StatusOr<DataSpec> ParseDataSpec(const json& j) {
   for (const Feeds<FeatureSpec>& l : s.label_features) {
     if (l.what.var_len) {
       return Bad("features." + l.what.name, "a label has a fixed shape (not var_len)");
+    }
+  }
+  if (!s.sample_weight.empty()) {
+    if (!features.count(s.sample_weight)) {
+      return Bad("sample_weight", "\"" + s.sample_weight + "\" is not one of the features");
+    }
+    if (used.count(s.sample_weight)) {
+      return Bad("sample_weight", "feature \"" + s.sample_weight + "\" is an input or a label");
+    }
+    s.weight_feature = features.at(s.sample_weight);
+    if (s.weight_feature->size() != 1 || s.weight_feature->var_len) {
+      return Bad("features." + s.sample_weight, "a sample weight is one value per example");
     }
   }
   return s;

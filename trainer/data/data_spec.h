@@ -82,10 +82,14 @@ struct DataSpec {
   double validation_split = 0;
   float input_scale = 1;
   bool target_is_input = false;  // "target": "input"
+  // "sample_weight": each example's weight in the loss (a feature, a NumPy location, a CSV
+  // column; "validation_sample_weight" for NumPy's validation arrays); "" for none.
+  std::string sample_weight, validation_sample_weight;
   // tfrecord
   std::string files;
   std::string validation_files;
   std::vector<Feeds<FeatureSpec>> input_features, label_features;
+  std::optional<FeatureSpec> weight_feature;  // the sample_weight feature
   bool skip_corrupt = false;
   // numpy
   std::vector<Feeds<std::string>> x, y, validation_x, validation_y;

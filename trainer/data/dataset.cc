@@ -108,6 +108,11 @@ Dataset Rows(const Dataset& d, int64_t first, int64_t n) {
   Dataset out;
   rows(d.inputs, &out.inputs);
   rows(d.targets, &out.targets);
+  if (d.sample_weights.size() > 0) {
+    std::vector<Tensor> w;
+    rows({d.sample_weights}, &w);
+    out.sample_weights = std::move(w[0]);
+  }
   return out;
 }
 
@@ -128,6 +133,11 @@ void GatherRows(const Dataset& d, const int64_t* index, int64_t n, Dataset* out)
   };
   gather(d.inputs, &out->inputs);
   gather(d.targets, &out->targets);
+  if (d.sample_weights.size() > 0) {
+    std::vector<Tensor> w;
+    gather({d.sample_weights}, &w);
+    out->sample_weights = std::move(w[0]);
+  }
 }
 
 std::vector<int32_t> ClassIds(const Tensor& t) {

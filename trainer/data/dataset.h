@@ -24,6 +24,8 @@ inline constexpr char kDefaultFashionMnistDir[] = "/usr/share/datasets/fashion-m
 struct Dataset {
   std::vector<Tensor> inputs;
   std::vector<Tensor> targets;
+  // Each example's weight in the loss ([N], Keras's sample_weight), or empty: every example 1.
+  Tensor sample_weights;
   int64_t size() const {
     return inputs.empty() || inputs[0].shape().empty() ? 0 : inputs[0].dim(0);
   }

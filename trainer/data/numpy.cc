@@ -227,7 +227,8 @@ absl::StatusOr<NpyArray> ReadNumpy(const std::string& where) {
 }
 
 absl::StatusOr<Dataset> LoadNumpyDataset(const std::vector<std::string>& x,
-                                         const std::vector<std::string>& y) {
+                                         const std::vector<std::string>& y,
+                                         const std::string& sample_weight) {
   Dataset d;
   std::string first;  // the first array, whose length the others must have
   for (size_t k = 0; k < x.size() + y.size(); ++k) {
@@ -243,6 +244,17 @@ absl::StatusOr<Dataset> LoadNumpyDataset(const std::vector<std::string>& x,
       return Bad(where, absl::StrCat(shape[0], " rows; ", first, " has ", d.size()));
     }
     (input ? d.inputs : d.targets).push_back(std::move(a->values));
+  }
+  if (!sample_weight.empty()) {
+    absl::StatusOr<NpyArray> w = ReadNumpy(sample_weight);
+    if (!w.ok()) return w.status();
+    const Shape& shape = w->values.shape();
+    if (shape.empty() || NumElements(shape) != shape[0] || shape[0] != d.size()) {
+      return Bad(sample_weight, "sample weights of shape " + ShapeString(shape) + " for the " +
+                                    std::to_string(d.size()) + " examples of " + first +
+                                    "; one weight per example");
+    }
+    d.sample_weights = w->values.Reshaped({shape[0]});
   }
   return d;
 }

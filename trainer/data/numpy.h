@@ -28,11 +28,13 @@ absl::StatusOr<NpyArray> ReadNumpy(const std::string& where);
 // The same from the bytes of one .npy file (`name` for messages).
 absl::StatusOr<NpyArray> ParseNpy(std::string_view bytes, const std::string& name);
 
-// A dataset of the inputs `x` and the targets `y` ([N, ...] each), ReadNumpy locations.
+// A dataset of the inputs `x` and the targets `y` ([N, ...] each), and the examples' weights
+// ([N] or [N, 1], when `sample_weight` is given), ReadNumpy locations.
 // DataLoss when their lengths differ. (The trainer checks the targets against the model's
 // outputs: class ids, shapes.)
 absl::StatusOr<Dataset> LoadNumpyDataset(const std::vector<std::string>& x,
-                                         const std::vector<std::string>& y);
+                                         const std::vector<std::string>& y,
+                                         const std::string& sample_weight = "");
 absl::StatusOr<Dataset> LoadNumpyDataset(const std::string& x, const std::string& y);
 
 }  // namespace lockstep::trainer

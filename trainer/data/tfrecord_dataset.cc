@@ -85,6 +85,7 @@ std::vector<const FeatureSpec*> Features(const DataSpec& spec) {
   std::vector<const FeatureSpec*> out;
   for (const auto& f : spec.input_features) out.push_back(&f.what);
   for (const auto& f : spec.label_features) out.push_back(&f.what);
+  if (spec.weight_feature) out.push_back(&*spec.weight_feature);
   return out;
 }
 
@@ -184,8 +185,13 @@ absl::StatusOr<Dataset> LoadTfRecords(const std::string& glob, const DataSpec& s
   for (size_t k = 0; k < features.size(); ++k) {
     Shape shape{n};
     shape.insert(shape.end(), features[k]->shape.begin(), features[k]->shape.end());
-    (k < spec.input_features.size() ? d.inputs : d.targets)
-        .emplace_back(shape, std::move(values[k]));
+    if (k < spec.input_features.size()) {
+      d.inputs.emplace_back(shape, std::move(values[k]));
+    } else if (k < spec.input_features.size() + spec.label_features.size()) {
+      d.targets.emplace_back(shape, std::move(values[k]));
+    } else {
+      d.sample_weights = Tensor({n}, std::move(values[k]));
+    }
   }
   return d;
 }

@@ -86,6 +86,14 @@ TEST(DataSpecTest, ParsesAndNamesEveryMistake) {
   j["label"] = {{"a", "x"}};
   refused(j, "feature \"x\" is given twice");
   j = BaseSpec();
+  j["sample_weight"] = "w";
+  refused(j, "sample_weight: \"w\" is not one of the features");
+  j["sample_weight"] = "y";
+  refused(j, "sample_weight: feature \"y\" is an input or a label");
+  j["features"]["w"] = {{"dtype", "float32"}, {"shape", {2}}};
+  j["sample_weight"] = "w";
+  refused(j, "features.w: a sample weight is one value per example");
+  j = BaseSpec();
   j["target"] = "output";
   refused(j, "target: the one value is \"input\"");
   j = BaseSpec();
@@ -219,6 +227,23 @@ TEST_F(TfRecordDatasetTest, BadRecordsAreNamedWithFileRecordAndFeature) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(report.skipped, 1);
   EXPECT_EQ(d->targets[0], Tensor({2}, {0, 1}));
+}
+
+TEST_F(TfRecordDatasetTest, ASampleWeightFeatureIsEachExamplesWeight) {
+  std::vector<std::string> records;
+  for (float w : {0.5f, 2.0f}) {
+    tfexample::Example e;
+    e.ParseFromString(Example({1, 2, 3, 4}, 1));
+    (*e.mutable_features()->mutable_feature())["w"].mutable_float_list()->add_value(w);
+    records.push_back(e.SerializeAsString());
+  }
+  Write(Path("w.tfrecord"), records);
+  absl::StatusOr<Dataset> d = LoadTfRecords(
+      Path("w.tfrecord"),
+      TheSpec({{"features", {{"w", {{"dtype", "float32"}}}}}, {"sample_weight", "w"}}));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->sample_weights, Tensor({2}, {0.5f, 2.0f}));
+  EXPECT_EQ(d->targets.size(), 1u);
 }
 
 // Decoding on several threads gives the dataset one thread gives, and reports the same first

@@ -96,9 +96,25 @@ std::string LossName(const Loss& l) {
 }
 
 absl::StatusOr<double> ComputeLoss(const Loss& l, const Tensor& pred, const Tensor& target,
-                                   Tensor* dpred) {
+                                   Tensor* dpred, const Tensor* sample_weight) {
   const int64_t c = pred.shape().empty() ? 1 : pred.shape().back();
   const int64_t rows = pred.size() / std::max<int64_t>(c, 1);
+  const int64_t examples = pred.shape().size() < 2 ? rows : pred.dim(0);
+  if (sample_weight != nullptr && sample_weight->size() != examples) {
+    return absl::InvalidArgumentError("sample weights of shape " +
+                                      ShapeString(sample_weight->shape()) + " for " +
+                                      std::to_string(examples) + " examples");
+  }
+  // Each example's weight (Keras's sample_weight: its losses scaled, the mean still over every
+  // element), by the index of one of its rows or elements.
+  const int64_t rows_each = std::max<int64_t>(rows / std::max<int64_t>(examples, 1), 1);
+  const int64_t values_each = std::max<int64_t>(pred.size() / std::max<int64_t>(examples, 1), 1);
+  auto row_weight = [&](int64_t r) {
+    return sample_weight == nullptr ? 1.0f : (*sample_weight)[r / rows_each];
+  };
+  auto value_weight = [&](int64_t i) {
+    return sample_weight == nullptr ? 1.0f : (*sample_weight)[i / values_each];
+  };
   const bool sparse = l.kind == LossKind::kSparseCategoricalCrossentropy;
   if (sparse ? target.size() != rows : target.size() != pred.size()) {
     return absl::InvalidArgumentError(
@@ -134,6 +150,7 @@ absl::StatusOr<double> ComputeLoss(const Loss& l, const Tensor& pred, const Tens
           for (float& v : y)
             v = v * (1 - l.label_smoothing) + l.label_smoothing / static_cast<float>(c);
         }
+        const float w = row_weight(r);
         if (l.from_logits) {
           const float m = *std::max_element(pr, pr + c);
           double sum = 0;
@@ -141,13 +158,14 @@ absl::StatusOr<double> ComputeLoss(const Loss& l, const Tensor& pred, const Tens
           const double lse = m + std::log(sum);
           double ysum = 0;
           for (int64_t j = 0; j < c; ++j) {
-            total -= y[static_cast<size_t>(j)] * (pr[j] - lse);
+            total -= w * y[static_cast<size_t>(j)] * (pr[j] - lse);
             ysum += y[static_cast<size_t>(j)];
           }
           if (d != nullptr) {
             for (int64_t j = 0; j < c; ++j) {
               const auto sm = static_cast<float>(std::exp(pr[j] - lse));
-              d[r * c + j] = (sm * static_cast<float>(ysum) - y[static_cast<size_t>(j)]) * inv_rows;
+              d[r * c + j] =
+                  w * (sm * static_cast<float>(ysum) - y[static_cast<size_t>(j)]) * inv_rows;
             }
           }
         } else {
@@ -159,7 +177,7 @@ absl::StatusOr<double> ComputeLoss(const Loss& l, const Tensor& pred, const Tens
           for (int64_t j = 0; j < c; ++j) {
             const double q = pr[j] / s;
             const double qc = std::clamp(q, static_cast<double>(kEps), 1.0 - kEps);
-            total -= y[static_cast<size_t>(j)] * std::log(qc);
+            total -= w * y[static_cast<size_t>(j)] * std::log(qc);
             const double g = (q > kEps && q < 1 - kEps) ? -y[static_cast<size_t>(j)] / qc : 0.0;
             prob[static_cast<size_t>(j)] = static_cast<float>(g);
             dot += g * q;
@@ -167,7 +185,7 @@ absl::StatusOr<double> ComputeLoss(const Loss& l, const Tensor& pred, const Tens
           if (d != nullptr) {
             for (int64_t j = 0; j < c; ++j) {
               d[r * c + j] =
-                  static_cast<float>((prob[static_cast<size_t>(j)] - dot) / s) * inv_rows;
+                  w * static_cast<float>((prob[static_cast<size_t>(j)] - dot) / s) * inv_rows;
             }
           }
         }
@@ -177,18 +195,21 @@ absl::StatusOr<double> ComputeLoss(const Loss& l, const Tensor& pred, const Tens
       const double inv = 1.0 / static_cast<double>(pred.size());
       for (int64_t i = 0; i < pred.size(); ++i) {
         float yv = t[i];
+        const double w = value_weight(i);
         if (l.label_smoothing > 0) yv = yv * (1 - l.label_smoothing) + 0.5f * l.label_smoothing;
         if (l.from_logits) {
           const double x = p[i];
-          total += std::max(x, 0.0) - x * yv + std::log1p(std::exp(-std::abs(x)));
-          if (d != nullptr) d[i] = static_cast<float>((1.0 / (1.0 + std::exp(-x)) - yv) * inv);
+          total += w * (std::max(x, 0.0) - x * yv + std::log1p(std::exp(-std::abs(x))));
+          if (d != nullptr) {
+            d[i] = static_cast<float>(w * (1.0 / (1.0 + std::exp(-x)) - yv) * inv);
+          }
         } else {
           const double q = p[i];
           const double qc = std::clamp(q, static_cast<double>(kEps), 1.0 - kEps);
-          total -= yv * std::log(qc) + (1 - yv) * std::log(1 - qc);
+          total -= w * (yv * std::log(qc) + (1 - yv) * std::log(1 - qc));
           if (d != nullptr) {
             d[i] = (q > kEps && q < 1 - kEps)
-                       ? static_cast<float>((-(yv / qc) + (1 - yv) / (1 - qc)) * inv)
+                       ? static_cast<float>(w * (-(yv / qc) + (1 - yv) / (1 - qc)) * inv)
                        : 0.0f;
           }
         }
@@ -201,19 +222,21 @@ absl::StatusOr<double> ComputeLoss(const Loss& l, const Tensor& pred, const Tens
       const double inv = 1.0 / static_cast<double>(pred.size());
       for (int64_t i = 0; i < pred.size(); ++i) {
         const double e = static_cast<double>(p[i]) - t[i];
-        double g = 0;
+        double v = 0, g = 0;
         if (l.kind == LossKind::kMeanSquaredError) {
-          total += e * e;
+          v = e * e;
           g = 2 * e;
         } else if (l.kind == LossKind::kMeanAbsoluteError) {
-          total += std::abs(e);
+          v = std::abs(e);
           g = (e > 0) - (e < 0);
         } else {
           const double a = std::abs(e);
-          total += a <= l.delta ? 0.5 * e * e : l.delta * (a - 0.5 * l.delta);
+          v = a <= l.delta ? 0.5 * e * e : l.delta * (a - 0.5 * l.delta);
           g = a <= l.delta ? e : l.delta * static_cast<double>((e > 0) - (e < 0));
         }
-        if (d != nullptr) d[i] = static_cast<float>(g * inv);
+        const double w = value_weight(i);
+        total += w * v;
+        if (d != nullptr) d[i] = static_cast<float>(w * g * inv);
       }
       return total * inv;
     }

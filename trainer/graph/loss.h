@@ -37,8 +37,10 @@ std::string LossName(const Loss& l);
 
 // The mean loss of `pred` against `target`; fills dpred (may be null) with dL/dpred. A
 // sparse target holds class ids (as floats); an id outside [0, classes) is InvalidArgument.
+// `sample_weight` ([batch], may be null) scales each example's losses, the mean still taken
+// over every element as Keras's sum_over_batch_size does.
 absl::StatusOr<double> ComputeLoss(const Loss& l, const Tensor& pred, const Tensor& target,
-                                   Tensor* dpred);
+                                   Tensor* dpred, const Tensor* sample_weight = nullptr);
 
 // Predictions counted right, Keras's accuracy for the loss: arg-max against the class id or
 // the one-hot arg-max, or a 0.5 threshold for binary outputs; `count` gets the elements judged.

@@ -175,6 +175,20 @@ absl::Status FitToModel(const std::vector<ModelInput>& inputs,
              !s.ok()) {
     return s;
   }
+  if (d->sample_weights.size() > 0) {
+    Tensor& w = d->sample_weights;
+    if (w.size() != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", w.size(), " sample weights for ", n, " examples"));
+    }
+    w = w.Reshaped({n});
+    for (int64_t i = 0; i < n; ++i) {
+      if (!(w[i] >= 0) || !std::isfinite(w[i])) {
+        return absl::DataLossError(absl::StrCat(what, ": example ", i, " has the sample weight ",
+                                                w[i], " (weights are finite and not negative)"));
+      }
+    }
+  }
   for (size_t k = 0; k < outputs.size(); ++k) {
     Tensor& t = d->targets[k];
     if (t.shape().empty() || t.dim(0) != n) {

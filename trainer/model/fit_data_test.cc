@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <random>
+
 namespace lockstep::trainer {
 namespace {
 
@@ -158,6 +161,72 @@ TEST(SyntheticForTest, EveryInputAndTargetTakesItsFormAndTheTaskIsReproducible) 
       32, 3, 0, SyntheticFor({{"x", {1, 28, 28}}}, {{.name = "y", .shape = {10}, .loss = {}}}));
   EXPECT_EQ(classic.inputs, general.inputs);
   EXPECT_EQ(classic.targets, general.targets);
+}
+
+}  // namespace
+}  // namespace lockstep::trainer
+
+namespace lockstep::trainer {
+namespace {
+
+// Keras's sample_weight: each example's losses scaled by its weight, then the mean over every
+// element (sum_over_batch_size), so the batch's loss is the weighted sum of the examples' own
+// losses over the batch size, and so is each example's gradient.
+TEST(SampleWeightTest, EachExamplesLossAndGradientAreScaledByItsWeight) {
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<float> u(0.05f, 0.95f);
+  const Tensor w({3}, {0.5f, 0.0f, 2.0f});
+  struct Case {
+    graph::Loss loss;
+    Shape pred, target;
+  };
+  const std::vector<Case> cases = {
+      {{.kind = LossKind::kSparseCategoricalCrossentropy}, {3, 2, 4}, {3, 2}},
+      {{.kind = LossKind::kSparseCategoricalCrossentropy, .from_logits = true}, {3, 4}, {3}},
+      {{.kind = LossKind::kCategoricalCrossentropy}, {3, 2, 4}, {3, 2, 4}},
+      {{.kind = LossKind::kBinaryCrossentropy}, {3, 5}, {3, 5}},
+      {{.kind = LossKind::kMeanSquaredError}, {3, 2, 2}, {3, 2, 2}},
+      {{.kind = LossKind::kHuber}, {3, 2}, {3, 2}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(graph::LossName(c.loss) + ShapeString(c.pred));
+    Tensor pred(c.pred), target(c.target);
+    for (float& v : pred.values()) v = u(rng);
+    const bool ids = c.loss.kind == LossKind::kSparseCategoricalCrossentropy;
+    for (float& v : target.values()) v = ids ? std::floor(u(rng) * 4) : std::round(u(rng));
+    Tensor d;
+    absl::StatusOr<double> weighted = graph::ComputeLoss(c.loss, pred, target, &d, &w);
+    ASSERT_TRUE(weighted.ok()) << weighted.status();
+    double want = 0;
+    for (int64_t i = 0; i < 3; ++i) {
+      const Dataset one = Rows({.inputs = {pred}, .targets = {target}}, i, 1);
+      Tensor di;
+      absl::StatusOr<double> alone = graph::ComputeLoss(c.loss, one.inputs[0], one.targets[0], &di);
+      ASSERT_TRUE(alone.ok()) << alone.status();
+      want += w[i] * *alone / 3;
+      for (int64_t j = 0; j < di.size(); ++j) {
+        EXPECT_NEAR(d[i * di.size() + j], w[i] * di[j] / 3, 1e-6) << "example " << i;
+      }
+    }
+    EXPECT_NEAR(*weighted, want, 1e-6);
+  }
+  const Tensor wrong({2}, {1, 1});
+  EXPECT_FALSE(graph::ComputeLoss({}, Tensor({3, 4}), Tensor({3}), nullptr, &wrong).ok());
+}
+
+TEST(SampleWeightTest, WeightsAreOnePerExampleFiniteAndNotNegative) {
+  const std::vector<ModelInput> in = {{"x", {2}}};
+  const std::vector<ModelOutput> out = {
+      {.name = "y", .shape = {1}, .loss = {.kind = LossKind::kMeanSquaredError}}};
+  Dataset d{.inputs = {Iota({3, 2})}, .targets = {Iota({3})}, .sample_weights = Tensor({3, 1})};
+  EXPECT_TRUE(FitToModel(in, out, {.what = "w"}, &d).ok());
+  EXPECT_EQ(d.sample_weights.shape(), Shape({3}));
+  d.sample_weights = Tensor({3}, {1, -1, 1});
+  absl::Status s = FitToModel(in, out, {.what = "w"}, &d);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("example 1 has the sample weight -1"), std::string::npos) << s;
+  d.sample_weights = Tensor({2}, {1, 1});
+  EXPECT_NE(FitToModel(in, out, {.what = "w"}, &d).message().find("2 sample weights for 3"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -281,8 +281,9 @@ StepResult GraphModel::Run(const Dataset& batch, bool training, const GradsReady
   for (size_t k = 0; k < outputs_.size(); ++k) {
     const ModelOutput& o = outputs_[k];
     const Tensor& target = batch.targets[k];
-    absl::StatusOr<double> l = graph::ComputeLoss(o.loss, g.output(static_cast<int>(k)), target,
-                                                  ready != nullptr ? &dy_[k] : nullptr);
+    absl::StatusOr<double> l = graph::ComputeLoss(
+        o.loss, g.output(static_cast<int>(k)), target, ready != nullptr ? &dy_[k] : nullptr,
+        batch.sample_weights.size() > 0 ? &batch.sample_weights : nullptr);
     if (!l.ok() && err.empty()) {
       err = (outputs_.size() > 1 ? "output '" + o.name + "': " : "") +
             std::string(l.status().message());

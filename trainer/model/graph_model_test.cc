@@ -90,6 +90,25 @@ TEST(GraphModelTest, EachOutputsLossIsTheFilesOrInferredFromItsActivation) {
     EXPECT_EQ((*m)->loss().from_logits, c.from_logits);
     EXPECT_NE((*m)->loss_reasons()[0].find(c.reason), std::string::npos) << (*m)->loss_reasons()[0];
   }
+  // A per-step classifier: TimeDistributed(Dense(softmax)) takes a class id per step.
+  json lstm = {{"class_name", "LSTM"},
+               {"config",
+                {{"name", "lstm"},
+                 {"units", 4},
+                 {"return_sequences", true},
+                 {"batch_input_shape", {nullptr, 6, 3}}}}};
+  json per_step = {{"class_name", "TimeDistributed"},
+                   {"config",
+                    {{"name", "tags"},
+                     {"layer",
+                      {{"class_name", "Dense"},
+                       {"config", {{"name", "tag"}, {"units", 5}, {"activation", "softmax"}}}}}}}};
+  auto tagger = load(
+      {{"class_name", "Sequential"}, {"config", {{"name", "t"}, {"layers", {lstm, per_step}}}}});
+  ASSERT_TRUE(tagger.ok()) << tagger.status();
+  EXPECT_EQ((*tagger)->loss().kind, LossKind::kSparseCategoricalCrossentropy);
+  EXPECT_FALSE((*tagger)->loss().from_logits);
+  EXPECT_EQ(TargetShape((*tagger)->outputs()[0]), Shape({6}));
   json open = dense(3, "softmax");
   open["config"]["batch_input_shape"] = {nullptr, nullptr, 4};
   EXPECT_NE(load(sequential(open)).status().message().find("--open-axis-size"), std::string::npos);

@@ -382,6 +382,7 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
     if (absl::Status s = engine.Store(); !s.ok()) return s;
     if (absl::Status s = ExportTrainedModel(c, engine.model()); !s.ok()) return s;
   }
+  result.no_test_data = r.evaluate && data.test.size() == 0;
   if (r.evaluate && data.test.size() > 0) {  // no validation data: nothing to evaluate
     absl::StatusOr<Evaluation> e = engine.Evaluate(data.test);
     if (!e.ok()) return e.status();

@@ -51,6 +51,7 @@ struct TrainResult {
   // Whether this task evaluated the test set: only one task of a group does (the chief, else
   // worker 0; and an evaluator); elsewhere test_accuracy and test_loss mean nothing.
   bool evaluated = false;
+  bool no_test_data = false;  // this task would have evaluated, but the data has no test set
   double test_accuracy = 0;
   double test_loss = 0;
   double samples_per_second = 0;  // steady, after warm-up (the chief's, for the whole group)

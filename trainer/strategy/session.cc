@@ -96,11 +96,12 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Model& m
     return fit(*out, glob);
   };
   auto arrays = [&](const std::vector<Feeds<std::string>>& x,
-                    const std::vector<Feeds<std::string>>& y, Dataset* out) -> absl::Status {
+                    const std::vector<Feeds<std::string>>& y, const std::string& w,
+                    Dataset* out) -> absl::Status {
     std::vector<std::string> xs, ys;
     for (const auto& f : x) xs.push_back(f.what);
     for (const auto& f : y) ys.push_back(f.what);
-    absl::StatusOr<Dataset> loaded = LoadNumpyDataset(xs, ys);
+    absl::StatusOr<Dataset> loaded = LoadNumpyDataset(xs, ys, w);
     if (!loaded.ok()) return loaded.status();
     common::LogInfo("data", loaded->size(), " examples from ", absl::StrJoin(xs, ", "),
                     ys.empty() ? "" : " and " + absl::StrJoin(ys, ", "));
@@ -167,9 +168,11 @@ absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Model& m
       if (absl::Status s = records(spec->validation_files, &d.test, {}); !s.ok()) return s;
     }
   } else {
-    if (absl::Status s = arrays(spec->x, spec->y, &d.train); !s.ok()) return s;
+    if (absl::Status s = arrays(spec->x, spec->y, spec->sample_weight, &d.train); !s.ok()) return s;
     if (!spec->validation_x.empty()) {
-      if (absl::Status s = arrays(spec->validation_x, spec->validation_y, &d.test); !s.ok()) {
+      if (absl::Status s = arrays(spec->validation_x, spec->validation_y,
+                                  spec->validation_sample_weight, &d.test);
+          !s.ok()) {
         return s;
       }
     }

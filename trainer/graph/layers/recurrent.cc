@@ -1383,6 +1383,8 @@ class Bidirectional final : public Wrapper, public HasOptions<BidirectionalOptio
 class TimeDistributed final : public Wrapper, public HasOptions<TimeDistributedOptions> {
  public:
   TimeDistributedOptions options() const override { return {inner_[0].get()}; }
+  // The wrapped layer's, applied at every step (a per-step classifier's softmax).
+  const Activation* output_activation() const override { return inner_[0]->output_activation(); }
   TimeDistributed(std::string name, std::unique_ptr<Layer> inner)
       : Wrapper(std::move(name), "TimeDistributed") {
     inner_.push_back(std::move(inner));
