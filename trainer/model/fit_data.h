@@ -7,6 +7,7 @@
 //   categorical cross-entropy: one-hot (or soft) rows of the output's shape; class ids are
 //     expanded to one-hot rows;
 //   binary cross-entropy and the regression losses: values of the output's shape.
+// Sample weights, when given, are one finite, non-negative value per example.
 // And synthetic data for any model (SyntheticFor).
 // Thread-safety: pure functions.
 
@@ -29,7 +30,8 @@ struct DataSources {
 
 // Makes `d` the model's examples in place. InvalidArgument names the mismatch (a source for an
 // input the model does not have, a shape that does not fit); DataLoss names the example whose
-// target is not valid for its loss (a class id out of range, a row that is not one-hot).
+// target is not valid for its loss (a class id out of range, a row that is not one-hot) or
+// whose sample weight is negative or not finite.
 absl::Status FitToModel(const std::vector<ModelInput>& inputs,
                         const std::vector<ModelOutput>& outputs, const DataSources& sources,
                         Dataset* d);
