@@ -15,7 +15,7 @@ int64_t Model::classes() const {
   return c == 1 ? 2 : c;
 }
 
-std::vector<ModelOutput> SequentialModel::outputs() const {
+std::vector<ModelOutput> SequentialModel::Outputs() {
   return {{.name = "output", .shape = {10}, .loss = {.from_logits = true}}};
 }
 

@@ -47,12 +47,12 @@ namespace {
 
 // The data spec's examples: the training data, and the validation data or the last fraction
 // of the training examples held out; each fitted to the model's inputs and outputs (FitToModel).
-absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c, const Model& model,
+absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c,
+                                          const std::vector<ModelInput>& model_inputs,
+                                          const std::vector<ModelOutput>& model_outputs,
                                           FileShard shard) {
   absl::StatusOr<DataSpec> spec = LoadDataSpec(c.data_spec);
   if (!spec.ok()) return spec.status();
-  const std::vector<ModelInput> model_inputs = model.inputs();
-  const std::vector<ModelOutput> model_outputs = model.outputs();
   const Shape example = model_inputs[0].shape;
   int64_t skipped = 0;   // corrupt TFRecord records (skip_corrupt)
   bool sharded = false;  // the training files split by file (FileShard)
@@ -221,46 +221,70 @@ absl::Status ExportTrainedModel(const TrainerConfig& c, Model& model) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c, FileShard shard) {
-  Datasets d;
-  // What the model takes and gives: a Keras model file says; the built-in models take
-  // Fashion-MNIST's images and class ids.
+namespace {
+
+// A model file's training step against the memory this machine has: the weights with their
+// gradients and optimizer slots for each replica of this process, and the activations of the
+// batch. A model or batch that cannot fit is refused here, by size, not killed later.
+absl::Status CheckStepMemory(const TrainerConfig& c, GraphModel& g) {
+  const int64_t replicas =
+      c.strategy == Strategy::kMirrored || c.strategy == Strategy::kCentralStorage
+          ? std::max(c.replicas, 1)
+          : 1;
+  const GraphModel::StepMemory need = g.TrainingStepMemory(c.batch_size);
+  const double total = need.weights * static_cast<double>(replicas) + need.activations;
+  const int64_t available = graph::AvailableMemoryBytes();
+  if (available >= 0 && total > static_cast<double>(available)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model ", c.model, " at --batch-size ", c.batch_size, " needs about ",
+        graph::Bytes(total), " for a training step (weights with their gradients and ",
+        "optimizer slots ", graph::Bytes(need.weights), replicas > 1 ? " per replica" : "",
+        ", activations ", graph::Bytes(need.activations), "); this machine has ",
+        graph::Bytes(static_cast<double>(available)), " available: lower --batch-size"));
+  }
+  common::LogInfo("model", "a training step at batch ", c.batch_size, " needs about ",
+                  graph::Bytes(total), " (", graph::Bytes(static_cast<double>(available)),
+                  " available)");
+  return absl::OkStatus();
+}
+
+// What --model takes and gives. The built-in models' signature is known without building one
+// (mlp-large holds 141M parameters); a model file's is read from the model built from it,
+// whose step is checked against memory and whose losses are logged with their reasons.
+absl::Status ModelSignature(const TrainerConfig& c, std::vector<ModelInput>* inputs,
+                            std::vector<ModelOutput>* outputs) {
+  if (IsBuiltinModel(c.model)) {
+    if (!c.loss.empty()) return BuildModel(c.model, c.seed, c.loss).status();
+    *inputs = {{.name = "input", .shape = {1, 28, 28}}};
+    *outputs = SequentialModel::Outputs();
+    return absl::OkStatus();
+  }
   absl::StatusOr<std::unique_ptr<Model>> m = BuildConfiguredModel(c);
   if (!m.ok()) return m.status();
-  const std::vector<ModelInput> inputs = (*m)->inputs();
-  const std::vector<ModelOutput> outputs = (*m)->outputs();
-  if (auto* g = dynamic_cast<GraphModel*>(m->get())) {
-    // What the replicas of this process hold in a training step, against what the machine has:
-    // a model or batch that cannot fit is refused here, by size, not killed later.
-    const int64_t replicas =
-        c.strategy == Strategy::kMirrored || c.strategy == Strategy::kCentralStorage
-            ? std::max(c.replicas, 1)
-            : 1;
-    const GraphModel::StepMemory need = g->TrainingStepMemory(c.batch_size);
-    const double total = need.weights * static_cast<double>(replicas) + need.activations;
-    const int64_t available = graph::AvailableMemoryBytes();
-    if (available >= 0 && total > static_cast<double>(available)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--model ", c.model, " at --batch-size ", c.batch_size, " needs about ",
-          graph::Bytes(total), " for a training step (weights with their gradients and ",
-          "optimizer slots ", graph::Bytes(need.weights), replicas > 1 ? " per replica" : "",
-          ", activations ", graph::Bytes(need.activations), "); this machine has ",
-          graph::Bytes(static_cast<double>(available)), " available: lower --batch-size"));
-    }
-    common::LogInfo("model", "a training step at batch ", c.batch_size, " needs about ",
-                    graph::Bytes(total), " (", graph::Bytes(static_cast<double>(available)),
-                    " available)");
-    for (size_t k = 0; k < outputs.size(); ++k) {
-      common::LogInfo(
-          "model", "output '", outputs[k].name, "' ", ShapeString(outputs[k].shape),
-          " trains with ", graph::LossName(outputs[k].loss),
-          outputs[k].loss.from_logits ? " (from logits)" : "",
-          outputs[k].loss_weight != 1.0f ? absl::StrCat(", weight ", outputs[k].loss_weight) : "",
-          ": ", g->loss_reasons()[k]);
-    }
+  *inputs = (*m)->inputs();
+  *outputs = (*m)->outputs();
+  auto* g = dynamic_cast<GraphModel*>(m->get());
+  if (g == nullptr) return absl::OkStatus();
+  if (absl::Status s = CheckStepMemory(c, *g); !s.ok()) return s;
+  for (size_t k = 0; k < outputs->size(); ++k) {
+    const ModelOutput& o = (*outputs)[k];
+    common::LogInfo("model", "output '", o.name, "' ", ShapeString(o.shape), " trains with ",
+                    graph::LossName(o.loss), o.loss.from_logits ? " (from logits)" : "",
+                    o.loss_weight != 1.0f ? absl::StrCat(", weight ", o.loss_weight) : "", ": ",
+                    g->loss_reasons()[k]);
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c, FileShard shard) {
+  Datasets d;
+  std::vector<ModelInput> inputs;
+  std::vector<ModelOutput> outputs;
+  if (absl::Status s = ModelSignature(c, &inputs, &outputs); !s.ok()) return s;
   if (c.dataset == "spec") {
-    absl::StatusOr<Datasets> loaded = LoadSpecDatasets(c, **m, shard);
+    absl::StatusOr<Datasets> loaded = LoadSpecDatasets(c, inputs, outputs, shard);
     if (!loaded.ok()) return loaded.status();
     d = std::move(*loaded);
   } else if (c.dataset == "synthetic") {
@@ -270,7 +294,8 @@ absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c, FileShard shard) {
     d.test = SyntheticDataset(test_size, c.seed, 1, sig);
   } else {
     const Shape example = inputs[0].shape;
-    const int64_t classes = (*m)->classes();
+    const int64_t c_out = outputs[0].shape.empty() ? 1 : outputs[0].shape.back();
+    const int64_t classes = c_out == 1 ? 2 : c_out;
     if (inputs.size() != 1 || outputs.size() != 1 || NumElements(example) != 28 * 28 ||
         classes < 10 || outputs[0].shape.size() != 1) {
       return absl::InvalidArgumentError(
