@@ -4,8 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "trainer/graph/layers/core.h"
+#include "trainer/graph/memory.h"
 #include "trainer/graph/testing/gradcheck.h"
+#include "trainer/testing/temp_dir.h"
 
 namespace lockstep::trainer::graph {
 namespace {
@@ -18,6 +23,30 @@ DenseOptions Units(int64_t n, const char* act = "linear") {
   o.units = n;
   o.activation = *ParseActivation(act, false);
   return o;
+}
+
+// MemAvailable, lowered to a container's limit less what it uses besides its page cache.
+TEST(AvailableMemoryTest, MemAvailableAndTheCgroupLimitWithoutItsPageCache) {
+  lockstep::trainer::testing::TempDir root("available_memory");
+  namespace fs = std::filesystem;
+  fs::create_directories(root.path() / "proc");
+  fs::create_directories(root.path() / "sys/fs/cgroup");
+  auto put = [&](const std::string& file, const std::string& text) {
+    std::ofstream(root.path() / file) << text;
+  };
+  EXPECT_EQ(AvailableMemoryBytes(root.path().string()), -1);  // nothing to read
+  put("proc/meminfo", "MemTotal:  16000000 kB\nMemFree:  1000 kB\nMemAvailable:  8000000 kB\n");
+  EXPECT_EQ(AvailableMemoryBytes(root.path().string()), int64_t{8000000} * 1024);
+  put("sys/fs/cgroup/memory.max", "max\n");  // no limit
+  put("sys/fs/cgroup/memory.current", "5000000000\n");
+  EXPECT_EQ(AvailableMemoryBytes(root.path().string()), int64_t{8000000} * 1024);
+  // A 4 GB limit with 3.5 GB charged, 3 GB of it page cache: 3.5 GB left, below MemAvailable.
+  put("sys/fs/cgroup/memory.max", "4000000000\n");
+  put("sys/fs/cgroup/memory.current", "3500000000\n");
+  put("sys/fs/cgroup/memory.stat", "anon 500000000\nfile 3000000000\nkernel 1000\n");
+  EXPECT_EQ(AvailableMemoryBytes(root.path().string()), int64_t{3500000000});
+  EXPECT_EQ(Bytes(3500000000.0), "3.5 GB");
+  EXPECT_EQ(Bytes(512), "512 B");
 }
 
 TEST(GraphTest, SharedLayerHasOneWeightSetAndSummedGradients) {

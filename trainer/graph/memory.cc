@@ -20,9 +20,9 @@ int64_t ReadInt(const std::string& path) {
 
 }  // namespace
 
-int64_t AvailableMemoryBytes() {
+int64_t AvailableMemoryBytes(const std::string& root) {
   int64_t available = -1;
-  std::ifstream meminfo("/proc/meminfo");
+  std::ifstream meminfo(root + "/proc/meminfo");
   std::string key;
   int64_t kb = 0;
   std::string unit;
@@ -32,11 +32,23 @@ int64_t AvailableMemoryBytes() {
       break;
     }
   }
-  // cgroup v2: the container's limit less what it uses.
-  const int64_t max = ReadInt("/sys/fs/cgroup/memory.max");
-  const int64_t current = ReadInt("/sys/fs/cgroup/memory.current");
+  // cgroup v2: the container's limit less what it uses, not counting its page cache (charged
+  // to memory.current, but reclaimed before the container's OOM killer acts).
+  const int64_t max = ReadInt(root + "/sys/fs/cgroup/memory.max");
+  const int64_t current = ReadInt(root + "/sys/fs/cgroup/memory.current");
   if (max > 0 && current >= 0) {
-    const int64_t left = max > current ? max - current : 0;
+    int64_t file = 0;
+    std::ifstream stat(root + "/sys/fs/cgroup/memory.stat");
+    std::string name;
+    int64_t value = 0;
+    while (stat >> name >> value) {
+      if (name == "file") {
+        file = value;
+        break;
+      }
+    }
+    const int64_t used = current > file ? current - file : 0;
+    const int64_t left = max > used ? max - used : 0;
     if (available < 0 || left < available) available = left;
   }
   return available;

@@ -12,8 +12,10 @@
 namespace lockstep::trainer::graph {
 
 // Bytes available for new allocations: MemAvailable of /proc/meminfo, lowered to the cgroup's
-// memory.max less its memory.current when a container limit is tighter; -1 when unknown.
-int64_t AvailableMemoryBytes();
+// memory.max less what the container uses besides its page cache (memory.current less
+// memory.stat's file) when a container limit is tighter; -1 when unknown. `root` prefixes the
+// paths (a test's fake /proc and /sys).
+int64_t AvailableMemoryBytes(const std::string& root = "");
 // "21.3 GB".
 std::string Bytes(double bytes);
 
