@@ -87,39 +87,46 @@ absl::StatusOr<Dataset> LoadCsv(const std::string& glob, const DataSpec& spec, F
     }
     return static_cast<size_t>(it - columns.begin());
   };
+  // The positions of the named columns.
+  auto indices = [&](const std::string& file,
+                     const std::vector<std::string>& names) -> absl::StatusOr<std::vector<size_t>> {
+    std::vector<size_t> out;
+    for (const std::string& name : names) {
+      absl::StatusOr<size_t> c = index(file, name);
+      if (!c.ok()) return c.status();
+      out.push_back(*c);
+    }
+    return out;
+  };
   // Which columns each source takes, once the columns are known.
   auto layout = [&](const std::string& file) -> absl::Status {
     std::vector<std::vector<size_t>> labels;
-    std::vector<bool> is_label(columns.size(), false);
     for (const auto& l : spec.label_columns) {
-      labels.emplace_back();
-      for (const std::string& name : l.what) {
-        absl::StatusOr<size_t> c = index(file, name);
-        if (!c.ok()) return c.status();
-        labels.back().push_back(*c);
-        is_label[*c] = true;
-      }
+      absl::StatusOr<std::vector<size_t>> c = indices(file, l.what);
+      if (!c.ok()) return c.status();
+      labels.push_back(std::move(*c));
     }
     std::vector<size_t> weight;
     if (!spec.sample_weight.empty()) {
-      absl::StatusOr<size_t> c = index(file, spec.sample_weight);
+      absl::StatusOr<std::vector<size_t>> c = indices(file, {spec.sample_weight});
       if (!c.ok()) return c.status();
-      weight.push_back(*c);
-      is_label[*c] = true;  // not an input either
+      weight = std::move(*c);
     }
-    if (spec.input_columns.empty()) {
+    if (spec.input_columns.empty()) {  // every column that is not a label or the weight
+      std::vector<bool> taken(columns.size(), false);
+      for (const auto& l : labels) {
+        for (size_t c : l) taken[c] = true;
+      }
+      for (size_t c : weight) taken[c] = true;
       sources.emplace_back();
       for (size_t c = 0; c < columns.size(); ++c) {
-        if (!is_label[c]) sources.back().push_back(c);
+        if (!taken[c]) sources.back().push_back(c);
       }
     }
     for (const auto& in : spec.input_columns) {
-      sources.emplace_back();
-      for (const std::string& name : in.what) {
-        absl::StatusOr<size_t> c = index(file, name);
-        if (!c.ok()) return c.status();
-        sources.back().push_back(*c);
-      }
+      absl::StatusOr<std::vector<size_t>> c = indices(file, in.what);
+      if (!c.ok()) return c.status();
+      sources.push_back(std::move(*c));
     }
     for (const auto& in : sources) {
       if (in.empty()) return absl::InvalidArgumentError("data spec: no input columns");

@@ -95,49 +95,43 @@ int64_t ExampleSize(const Tensor& t) {
   return t.shape().empty() || t.dim(0) == 0 ? 0 : t.size() / t.dim(0);
 }
 
-Dataset Rows(const Dataset& d, int64_t first, int64_t n) {
-  auto rows = [&](const std::vector<Tensor>& from, std::vector<Tensor>* to) {
-    for (const Tensor& t : from) {
-      Shape shape = t.shape();
-      shape[0] = n;
-      const int64_t each = ExampleSize(t);
-      to->emplace_back(shape,
-                       std::vector<float>(t.data() + first * each, t.data() + (first + n) * each));
-    }
-  };
-  Dataset out;
-  rows(d.inputs, &out.inputs);
-  rows(d.targets, &out.targets);
-  if (d.sample_weights.size() > 0) {
-    std::vector<Tensor> w;
-    rows({d.sample_weights}, &w);
-    out.sample_weights = std::move(w[0]);
+namespace {
+
+// Rows [first, first + n) of `t`.
+Tensor RowsOf(const Tensor& t, int64_t first, int64_t n) {
+  Shape shape = t.shape();
+  shape[0] = n;
+  const int64_t each = ExampleSize(t);
+  return Tensor(shape, std::vector<float>(t.data() + first * each, t.data() + (first + n) * each));
+}
+
+// The rows `index[0..n)` of `t` into `out`.
+void GatherOf(const Tensor& t, const int64_t* index, int64_t n, Tensor* out) {
+  Shape shape = t.shape();
+  shape[0] = n;
+  out->Resize(shape);
+  const int64_t each = ExampleSize(t);
+  for (int64_t i = 0; i < n; ++i) {
+    std::copy_n(t.data() + index[i] * each, each, out->data() + i * each);
   }
+}
+
+}  // namespace
+
+Dataset Rows(const Dataset& d, int64_t first, int64_t n) {
+  Dataset out;
+  for (const Tensor& t : d.inputs) out.inputs.push_back(RowsOf(t, first, n));
+  for (const Tensor& t : d.targets) out.targets.push_back(RowsOf(t, first, n));
+  if (d.sample_weights.size() > 0) out.sample_weights = RowsOf(d.sample_weights, first, n);
   return out;
 }
 
 void GatherRows(const Dataset& d, const int64_t* index, int64_t n, Dataset* out) {
-  auto gather = [&](const std::vector<Tensor>& from, std::vector<Tensor>* to) {
-    to->resize(from.size());
-    for (size_t k = 0; k < from.size(); ++k) {
-      const Tensor& t = from[k];
-      Shape shape = t.shape();
-      shape[0] = n;
-      Tensor& o = (*to)[k];
-      o.Resize(shape);
-      const int64_t each = ExampleSize(t);
-      for (int64_t i = 0; i < n; ++i) {
-        std::copy_n(t.data() + index[i] * each, each, o.data() + i * each);
-      }
-    }
-  };
-  gather(d.inputs, &out->inputs);
-  gather(d.targets, &out->targets);
-  if (d.sample_weights.size() > 0) {
-    std::vector<Tensor> w;
-    gather({d.sample_weights}, &w);
-    out->sample_weights = std::move(w[0]);
-  }
+  out->inputs.resize(d.inputs.size());
+  out->targets.resize(d.targets.size());
+  for (size_t k = 0; k < d.inputs.size(); ++k) GatherOf(d.inputs[k], index, n, &out->inputs[k]);
+  for (size_t k = 0; k < d.targets.size(); ++k) GatherOf(d.targets[k], index, n, &out->targets[k]);
+  if (d.sample_weights.size() > 0) GatherOf(d.sample_weights, index, n, &out->sample_weights);
 }
 
 std::vector<int32_t> ClassIds(const Tensor& t) {

@@ -74,7 +74,7 @@ absl::StatusOr<nlohmann::json> ForOutput(const nlohmann::json& v, const std::str
 // The activation that makes tensor `t`, looking through the layers that only move or drop values
 // (a classifier's softmax before a Reshape, as Keras's MobileNet ends).
 const graph::Activation* OutputActivation(const graph::Graph& g, int t) {
-  for (int hops = 0; hops < 16; ++hops) {
+  for (;;) {  // each step goes to an earlier tensor, ending at a graph input at the latest
     const int node = g.producer_node(t);
     if (node < 0) return nullptr;
     const graph::Graph::NodeSpec n = g.node(static_cast<size_t>(node));
@@ -93,7 +93,6 @@ const graph::Activation* OutputActivation(const graph::Graph& g, int t) {
     if (!kPassThrough.count(l->class_name()) || n.inputs.size() != 1) return nullptr;
     t = n.inputs[0];
   }
-  return nullptr;
 }
 
 }  // namespace

@@ -9,11 +9,12 @@ Shape TargetShape(const ModelOutput& o) {
   return Shape(o.shape.begin(), o.shape.end() - 1);
 }
 
-int64_t Model::classes() const {
-  const Shape s = outputs()[0].shape;
-  const int64_t c = s.empty() ? 1 : s.back();
+int64_t Classes(const ModelOutput& o) {
+  const int64_t c = o.shape.empty() ? 1 : o.shape.back();
   return c == 1 ? 2 : c;
 }
+
+int64_t Model::classes() const { return Classes(outputs()[0]); }
 
 std::vector<ModelOutput> SequentialModel::Outputs() {
   return {{.name = "output", .shape = {10}, .loss = {.from_logits = true}}};

@@ -38,6 +38,8 @@ struct ModelOutput {
   graph::Loss loss;
   float loss_weight = 1;
 };
+// The classes an output predicts: its last axis (2 for one unit, a binary classifier).
+int64_t Classes(const ModelOutput& o);
 // The target an output's loss takes per example: class ids (the output's shape without its
 // last axis) for sparse categorical cross-entropy, else the output's shape.
 Shape TargetShape(const ModelOutput& o);

@@ -1,7 +1,6 @@
 #include "trainer/strategy/data_parallel.h"
 
 #include <array>
-#include <limits>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -49,10 +48,6 @@ struct Run {
 enum TrailerSlot { kStop, kRegroup, kLossSum, kCorrect, kJudged, kSamples, kTrailerSlots };
 using Trailer = std::array<float, kTrailerSlots>;
 
-double Accuracy(const Trailer& t) {
-  return t[kJudged] > 0 ? t[kCorrect] / t[kJudged] : std::numeric_limits<double>::quiet_NaN();
-}
-
 // The chief's checkpoint of the engine's state at `pos` (nothing elsewhere, or without
 // --checkpoint-dir).
 absl::Status Save(const Run& run, const Position& pos) {
@@ -70,8 +65,9 @@ absl::Status Save(const Run& run, const Position& pos) {
 absl::Status Summarize(const Run& run, const Position& pos, int64_t epoch, const Trailer& trailer,
                        float lr) {
   const double samples = trailer[kSamples];
-  if (absl::Status s = run.summaries->Step(pos.step, trailer[kLossSum] / samples, Accuracy(trailer),
-                                           lr, static_cast<int64_t>(samples), MonotonicSeconds());
+  if (absl::Status s = run.summaries->Step(pos.step, trailer[kLossSum] / samples,
+                                           Accuracy(trailer[kCorrect], trailer[kJudged]), lr,
+                                           static_cast<int64_t>(samples), MonotonicSeconds());
       !s.ok()) {
     return s;
   }
@@ -134,7 +130,8 @@ absl::Status RunSteps(Run& run, Batcher& batches, int64_t total, int64_t every, 
       ++pos.epoch;
     }
     if (r.progress) {
-      r.progress->Step(pos.step, b.epoch, trailer[kLossSum] / trailer[kSamples], Accuracy(trailer),
+      r.progress->Step(pos.step, b.epoch, trailer[kLossSum] / trailer[kSamples],
+                       Accuracy(trailer[kCorrect], trailer[kJudged]),
                        static_cast<int64_t>(trailer[kSamples]), MonotonicSeconds());
     }
     if (run.resumed_from && run.chief()) {

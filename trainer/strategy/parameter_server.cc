@@ -235,7 +235,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
     absl::Status s;
     if (summary_epoch >= 0 && epoch != summary_epoch) s = summaries->Epoch(summary_epoch, {});
     summary_epoch = epoch;
-    const double acc = StepAccuracy(out);
+    const double acc = Accuracy(static_cast<double>(out.correct), static_cast<double>(out.judged));
     if (s.ok()) {
       s = summaries->Step(step, out.loss, acc, rate->At(step, total), n, MonotonicSeconds());
     }
@@ -267,7 +267,9 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
     ++local_steps;
     if (sync) min_version = version + 1;
     if (progress) {
-      progress->Step(step, b.epoch, out.loss, StepAccuracy(out), b.size(), MonotonicSeconds());
+      progress->Step(step, b.epoch, out.loss,
+                     Accuracy(static_cast<double>(out.correct), static_cast<double>(out.judged)),
+                     b.size(), MonotonicSeconds());
     }
     summarize(step, b.epoch, out, b.size());
     if (coordinator && step - last_saved >= every) {

@@ -294,8 +294,7 @@ absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c, FileShard shard) {
     d.test = SyntheticDataset(test_size, c.seed, 1, sig);
   } else {
     const Shape example = inputs[0].shape;
-    const int64_t c_out = outputs[0].shape.empty() ? 1 : outputs[0].shape.back();
-    const int64_t classes = c_out == 1 ? 2 : c_out;
+    const int64_t classes = Classes(outputs[0]);
     if (inputs.size() != 1 || outputs.size() != 1 || NumElements(example) != 28 * 28 ||
         classes < 10 || outputs[0].shape.size() != 1) {
       return absl::InvalidArgumentError(
@@ -391,9 +390,8 @@ Evaluation Evaluate(Model* model, const Dataset& test, int64_t batch) {
   return sum.Result();
 }
 
-double StepAccuracy(const StepResult& r) {
-  return r.judged > 0 ? static_cast<double>(r.correct) / static_cast<double>(r.judged)
-                      : std::numeric_limits<double>::quiet_NaN();
+double Accuracy(double correct, double judged) {
+  return judged > 0 ? correct / judged : std::numeric_limits<double>::quiet_NaN();
 }
 
 void EvaluationSum::Add(const StepResult& r, int64_t n) {
@@ -404,11 +402,8 @@ void EvaluationSum::Add(const StepResult& r, int64_t n) {
 }
 
 Evaluation EvaluationSum::Result() const {
-  Evaluation e;
-  e.loss = examples > 0 ? loss / static_cast<double>(examples) : 0.0;
-  e.accuracy = judged > 0 ? static_cast<double>(correct) / static_cast<double>(judged)
-                          : std::numeric_limits<double>::quiet_NaN();
-  return e;
+  return {.accuracy = Accuracy(static_cast<double>(correct), static_cast<double>(judged)),
+          .loss = examples > 0 ? loss / static_cast<double>(examples) : 0.0};
 }
 
 }  // namespace lockstep::trainer

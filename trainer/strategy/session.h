@@ -68,8 +68,8 @@ struct Evaluation {
 int64_t EvalBatchSize(const TrainerConfig& c);
 // `test` evaluated `batch` examples at a time.
 Evaluation Evaluate(Model* model, const Dataset& test, int64_t batch);
-// A step's accuracy: correct / judged, NaN when nothing was judged (a regression).
-double StepAccuracy(const StepResult& r);
+// Predictions right of those judged: NaN when none was (every output a regression).
+double Accuracy(double correct, double judged);
 // Evaluation batches' results summed, for engines that evaluate batch by batch.
 struct EvaluationSum {
   double loss = 0;
