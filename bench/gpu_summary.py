@@ -1,6 +1,6 @@
 """The summary of bench/gpu.sh: reads what one run left in OUT (parts.tsv, machine.txt,
 lockstep.jsonl from gpu_bench, torch.jsonl from bench/gpu_torch.py) and prints the tables the
-README's "Training on GPUs" records: the parts and whether each passed; our samples/s against
+docs/tasks/gpus.md records: the parts and whether each passed; our samples/s against
 PyTorch eager and torch.compile (ratios from the same run); mlp-large's bf16 training rate
 against the measured bf16 GEMM peak; the elementwise and optimizer kernels against the measured
 copy; the share of each step outside the device's work.

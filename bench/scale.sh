@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The scale benchmark's table (README "Scale"): lockstep-operator with its default limits, then
+# The scale benchmark's table (docs/benchmarks/scale.md): lockstep-operator with its default limits, then
 # the controller inside `lockstep local`, for 100, 1,000 and 5,000 TrainingJobs of 4 replicas
 # against `lockstep local --simulate-pods`; then the old default limit (20/40) at 100 jobs for
 # comparison. Each run is compared with and added to bench/results/scale_bench.jsonl.

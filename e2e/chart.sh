@@ -5,7 +5,7 @@
 #     deployment controller), which elect a leader through the Lease and talk to the API server
 #     as the chart's ServiceAccount, with the chart's RBAC enforced;
 #  2. a pod without those rights is refused (RBAC is really enforced);
-#  3. the README's path: `kubectl apply` an example, `kubectl wait --for=condition=Succeeded`;
+#  3. the install page's path (docs/tasks/install-with-helm.md): `kubectl apply` an example, `kubectl wait --for=condition=Succeeded`;
 #  4. the leader's pod is deleted: the standby takes the Lease and the Deployment is whole again;
 #  5. a job that restarts once, cleans its pods and expires by TTL runs under the new leader;
 #  6. every API call the operators made (the audit log) is compared with the chart's RBAC:
@@ -95,7 +95,7 @@ expect 'User \"system:serviceaccount:default:default\" cannot list resource \"se
   k logs rbac-probe
 k delete pod rbac-probe --wait=false >/dev/null
 
-# 3. The README's path under the chart's operator.
+# 3. The install page's path under the chart's operator.
 k apply -f "$src/examples/single-worker.yaml" >/dev/null
 k wait --for=condition=Succeeded tj/fmnist-single --timeout=300s >/dev/null ||
   fail "fmnist-single did not succeed: $(k describe tj fmnist-single | tail -20)"

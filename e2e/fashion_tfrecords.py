@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Fashion-MNIST (Debian's dataset-fashion-mnist IDX files) as TFRecord files of
-tf.train.Example, as the README's TensorFlow script writes them, without TensorFlow: the
+tf.train.Example, as the TensorFlow script of docs/tasks/your-data.md writes them, without TensorFlow: the
 Example message from trainer/testing/tf_formats.py, GZIP framing from Python's gzip.
 
   fashion_tfrecords.py IDX_DIR OUT_DIR TRAIN_EXAMPLES TEST_EXAMPLES SHARDS

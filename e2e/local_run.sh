@@ -42,6 +42,8 @@ YAML
 "$lockstep" run "$src/examples/tf-config-check.yaml" --timeout 120 >"$work/ok.out" 2>&1 ||
   fail "lockstep run exited $? for the example: $(cat "$work/ok.out")"
 grep -q "tf-config-check succeeded" "$work/ok.out" || fail "no success line: $(cat "$work/ok.out")"
+# The controller runs: nothing asks whether it does.
+if grep -q "is an operator running" "$work/ok.out"; then fail "asked for a running operator: $(cat "$work/ok.out")"; fi
 [[ $(k get tj tf-config-check -o jsonpath='{.status.conditions[?(@.type=="Succeeded")].reason}') == ChiefSucceeded ]] ||
   fail "wrong success reason: $(k get tj tf-config-check -o yaml)"
 expect "contract checked" k logs tf-config-check-chief-0

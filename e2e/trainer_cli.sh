@@ -40,6 +40,42 @@ LOCKSTEP_STRATEGY=MultiWorkerMirrored TF_CONFIG=$two_workers LOCKSTEP_JOB_TOKEN=
   run 128 --metrics-port=0 --dataset=synthetic --peer-timeout=1
 term_has '"reason":"PeerLost"'; term_has '"retryable":true'
 
+# A metrics port that is taken: named with --metrics-port (or in a pod, where the operator polls
+# it), a retryable PortUnavailable; the default port in a run by hand, a warning, and the run
+# goes on. The holder is a listening socket of this test's own.
+holder_port=$work/holder.port
+/usr/bin/python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
+open(sys.argv[2] + ".tmp", "w").write(str(s.getsockname()[1]))
+import os; os.rename(sys.argv[2] + ".tmp", sys.argv[2]); time.sleep(600)' 0 "$holder_port" &
+holder=$!
+for _ in $(seq 100); do [[ -s $holder_port ]] && break; sleep 0.1; done
+port=$(cat "$holder_port")
+run 128 --metrics-port="$port" --dataset=synthetic --synthetic-size=256 --steps=2
+term_has '"reason":"PortUnavailable"'; term_has '"retryable":true'
+LOCKSTEP_JOB_NAME=j run 128 --metrics-port="$port" --dataset=synthetic --synthetic-size=256 --steps=2
+kill "$holder"
+# The default port: held by this test if it is free (else someone else holds it already, which
+# is the same case as long as they keep it).
+if /usr/bin/python3 -c '
+import socket; s = socket.socket(); s.bind(("0.0.0.0", 9464)); s.close()' 2>/dev/null; then
+  /usr/bin/python3 -c '
+import socket, time; s = socket.socket(); s.bind(("0.0.0.0", 9464)); s.listen(); time.sleep(600)' &
+  holder=$!
+  for _ in $(seq 100); do
+    /usr/bin/python3 -c 'import socket; socket.create_connection(("127.0.0.1", 9464)).close()' \
+      2>/dev/null && break
+    sleep 0.1
+  done
+  run 0 --dataset=synthetic --synthetic-size=256 --steps=2
+  grep -q 'training without /progress and /metrics' "$work/out" ||
+    fail "no warning for the default port taken: $(cat "$work/out")"
+  kill "$holder"
+else
+  echo "port 9464 is held by another process: the default-port case is not checked this run"
+fi
+
 # TensorBoard under AIP_TENSORBOARD_LOG_DIR (as Vertex AI sets it): 2 epochs of 10 steps, a
 # step recorded every 4; the runs read back by trainer/summary/testdata/read_events.py (CRCs
 # recomputed, tensorflow.Event decoded with python3-protobuf).
@@ -322,7 +358,7 @@ run 0 --dataset=synthetic --synthetic-size=20000 --batch-size=32 --checkpoint-di
   --metrics-port=0 --steps=$((saved + 21))
 grep -q " W checkpoint] skipping checkpoint" "$work/out" || fail "corrupt checkpoint not reported"
 
-# Real data: one epoch of the mlp on Fashion-MNIST (5 epochs reach 89%; see README).
+# Real data: one epoch of the mlp on Fashion-MNIST (5 epochs reach 89%; see docs/reference/trainer.md).
 if [[ -d /usr/share/datasets/fashion-mnist ]]; then
   run 0 --model=mlp --epochs=1 --metrics-port=0
   acc=$(sed -n 's/^final test accuracy: \([0-9.]*\).*/\1/p' "$work/out")

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `lockstep validate` accepts every example and rejects a broken manifest, naming the field.
+# `lockstep validate` accepts every example and rejects a broken manifest, naming the field;
+# every command answers --help, and bad arguments are named.
 set -euo pipefail
 lockstep=$1
 src=$2
@@ -26,4 +27,17 @@ if "$lockstep" validate "$tmp/broken.yaml" 2>"$tmp/err"; then
   echo "FAIL: malformed YAML was accepted"; exit 1
 fi
 grep -q 'malformed YAML' "$tmp/err" || { echo "FAIL: malformed YAML not reported"; cat "$tmp/err"; exit 1; }
+# Every command answers --help on stdout with exit 0; `lockstep help CMD` is `CMD --help`.
+for cmd in run local validate; do
+  "$lockstep" "$cmd" --help >"$tmp/help" || { echo "FAIL: lockstep $cmd --help exited $?"; exit 1; }
+  grep -q "^usage: lockstep $cmd" "$tmp/help" || { echo "FAIL: lockstep $cmd --help"; cat "$tmp/help"; exit 1; }
+  "$lockstep" help "$cmd" | cmp -s - "$tmp/help" || { echo "FAIL: lockstep help $cmd differs"; exit 1; }
+done
+"$lockstep" --help | grep -q 'COMMAND --help' || { echo "FAIL: the usage does not point to --help"; exit 1; }
+# Bad arguments name themselves and exit 2.
+rc=0; "$lockstep" run "$src/examples/single-worker.yaml" --timeout 10m 2>"$tmp/err" || rc=$?
+[[ $rc == 2 ]] && grep -q -- '--timeout 10m: want a whole number of seconds' "$tmp/err" ||
+  { echo "FAIL: a bad --timeout (exit $rc)"; cat "$tmp/err"; exit 1; }
+rc=0; "$lockstep" version extra 2>"$tmp/err" || rc=$?
+[[ $rc == 2 ]] && grep -q 'unexpected argument "extra"' "$tmp/err" || { echo "FAIL: version extra (exit $rc)"; exit 1; }
 echo "e2e_validate_examples: ok"

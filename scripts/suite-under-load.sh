@@ -2,7 +2,7 @@
 # Runs a build's whole test suite RUNS times in a row while a second copy of the same suite
 # runs beside it on the same machine (as CI machines and developers' laptops run two suites at
 # once), and says how each run ended. Every run must pass: a test that only passes on an idle
-# machine is a defect (README, "Tests").
+# machine is a defect (CONTRIBUTING.md, "Tests").
 # Usage: scripts/suite-under-load.sh [BUILD_DIR] [RUNS]   (default build/release, 3)
 # The second copy runs from a hard-linked copy of BUILD_DIR's test definitions, so the two
 # ctest processes keep separate logs; its results are printed but do not decide the exit code.

@@ -315,6 +315,11 @@ TEST(ChartTest, BadValuesAreRefusedWithTheirNames) {
             "metrics.serviceMonitor.enabled needs metrics.service.enabled"},
            {"serviceAccount: {create: false}\n",
             "serviceAccount.name is required when serviceAccount.create is false"},
+           {"operator: {progressInterval: 10}\n",
+            "operator.progressInterval: 10 has no unit: write a duration such as \"10s\""},
+           {"operator: {progressInterval: ten}\n", "operator.progressInterval"},
+           {"metrics: {serviceMonitor: {enabled: true, scrapeTimeout: 5}}\n",
+            "metrics.serviceMonitor.scrapeTimeout: 5 has no unit"},
        }) {
     SCOPED_TRACE(c.values);
     ValuesFile v(c.values);

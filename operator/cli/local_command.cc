@@ -397,6 +397,10 @@ int RunLocal(const std::vector<std::string>& args, const std::string& self, std:
   Options o;
   o.state_dir = DefaultStateDir();
   for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--help" || args[i] == "-h") {
+      out << kUsage;
+      return 0;
+    }
     const std::string& a = args[i];
     if ((a == "--state-dir" || a == "--port" || a == "--audit-log" ||
          a == "--simulate-start-delay" || a == "--simulate-run-time") &&

@@ -23,12 +23,15 @@ commands:
                      and follow its TrainingJob until it ends
   validate FILE...   check the TrainingJobs in manifest files (YAML or JSON) without a cluster
   version            print the version
+
+`lockstep COMMAND --help` says more about each. The manual: docs/README.md in the repository.
 )";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.size() > 1 && args[0] == "help") args = {args[1], "--help"};  // lockstep help run
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
     std::cout << kUsage;
     return args.empty() ? 1 : 0;
@@ -44,6 +47,10 @@ int main(int argc, char** argv) {
     return lockstep::cli::RunLocal(args, path, std::cout, std::cerr);
   }
   if (command == "version") {
+    if (!args.empty() && args[0] != "--help" && args[0] != "-h") {
+      std::cerr << "lockstep version: unexpected argument \"" << args[0] << "\"\n";
+      return 2;
+    }
     std::cout << "lockstep " << LOCKSTEP_VERSION << "\n";
     return 0;
   }

@@ -25,7 +25,23 @@ namespace {
 using nlohmann::json;
 
 constexpr char kUsage[] =
-    "usage: lockstep run FILE [--kubeconfig PATH] [--namespace NS] [--timeout SECONDS]\n";
+    R"(usage: lockstep run FILE [--kubeconfig PATH] [--namespace NS] [--timeout SECONDS]
+
+Applies the manifest (its TrainingJobs are validated first; Pods, Services, ConfigMaps,
+Secrets and Namespaces are applied too), then follows the first TrainingJob's state until it
+ends: exit 0 when it Succeeded, 1 when it Failed or --timeout passed (the job goes on).
+
+Without --kubeconfig or $KUBECONFIG it runs on the local cluster, starting `lockstep local`
+when it is not running (state in $LOCKSTEP_HOME, default ~/.lockstep/local).
+
+  --kubeconfig PATH   the cluster to use
+  --namespace NS      for documents that name none (default: the kubeconfig's, else default)
+  --timeout SECONDS   stop following after this long (default: until the job ends)
+)";
+
+// How long a job may go without a status before `lockstep run` asks whether an operator
+// runs: the controller writes the first status within a reconcile of the create.
+constexpr int64_t kNoStatusHintSeconds = 15;
 
 // The collection a manifest document goes to.
 std::optional<kube::Resource> ResourceFor(const json& doc) {
@@ -49,10 +65,17 @@ std::string Elapsed(std::chrono::steady_clock::time_point start) {
   return fmt::format("{:02d}:{:02d}", s / 60, s % 60);
 }
 
-// "Running  epoch 2/5 loss 0.41  [Created, Running]" from a TrainingJob's status.
-std::string Describe(const json& job) {
+// "Running  epoch 2/5 loss 0.41  [Created, Running]" from a TrainingJob's status; a job
+// `waited_s` seconds without one is Pending, and past kNoStatusHintSeconds the line says where
+// the controller should be.
+std::string Describe(const json& job, int64_t waited_s) {
   const json* status = api::ObjectAt(job, "status");
-  if (!status) return "Pending (no status yet: is the operator running?)";
+  if (!status) {
+    if (waited_s < kNoStatusHintSeconds) return "Pending";
+    return StrCat("Pending (no status after ", kNoStatusHintSeconds,
+                  " s: is an operator running? `lockstep local status` for the local cluster, "
+                  "`kubectl get pods -A -l app.kubernetes.io/name=lockstep` on a cluster)");
+  }
   std::string line = api::StringAt(*status, "state");
   if (line.empty()) line = "Pending";
   if (const json* progress = api::ObjectAt(*status, "progress")) {
@@ -91,11 +114,23 @@ int RunRun(const std::vector<std::string>& args, const std::string& self, std::o
   int64_t timeout_s = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      out << kUsage;
+      return 0;
+    }
     if ((a == "--kubeconfig" || a == "--namespace" || a == "--timeout") && i + 1 < args.size()) {
       const std::string& v = args[++i];
       if (a == "--kubeconfig") kubeconfig = v;
       if (a == "--namespace") ns = v;
-      if (a == "--timeout") timeout_s = std::atoll(v.c_str());
+      if (a == "--timeout") {
+        char* end = nullptr;
+        timeout_s = std::strtoll(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || timeout_s <= 0) {
+          err << "lockstep run: --timeout " << v
+              << ": want a whole number of seconds, such as 600\n";
+          return 2;
+        }
+      }
     } else if (file.empty() && !a.empty() && a[0] != '-') {
       file = a;
     } else {
@@ -202,7 +237,10 @@ int RunRun(const std::vector<std::string>& args, const std::string& self, std::o
       err << "\nlockstep run: " << current.status().message() << "\n";
       return 1;
     }
-    std::string line = Describe(*current);
+    const int64_t waited_s =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start)
+            .count();
+    std::string line = Describe(*current, waited_s);
     if (line != last) {
       out << (tty ? "\r\033[K" : "") << "[" << Elapsed(start) << "] " << job->second << "  " << line
           << (tty ? "" : "\n") << std::flush;
@@ -225,7 +263,8 @@ int RunRun(const std::vector<std::string>& args, const std::string& self, std::o
         client.Watch(kube::resources::kTrainingJobs, job->first,
                      {.field_selector = "metadata.name=" + job->second,
                       .resource_version = rv,
-                      .timeout_seconds = 60});
+                      // Without a status yet, look again when the hint is due.
+                      .timeout_seconds = current->contains("status") ? 60 : kNoStatusHintSeconds});
     if (watch.ok()) {
       (void)(*watch)->Next();  // any event (or the end) means: look again
     } else {

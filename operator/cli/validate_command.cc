@@ -6,8 +6,19 @@
 namespace lockstep::cli {
 
 int RunValidate(const std::vector<std::string>& files, std::ostream& out, std::ostream& err) {
+  constexpr char kUsage[] =
+      "usage: lockstep validate FILE...\n\n"
+      "Checks the TrainingJobs in manifest files (YAML or JSON, several documents each) as the\n"
+      "API server and the operator would, without a cluster: every error is named with its\n"
+      "field's path. Exit 0 when every job is valid, 1 otherwise.\n";
+  for (const std::string& f : files) {
+    if (f == "--help" || f == "-h") {
+      out << kUsage;
+      return 0;
+    }
+  }
   if (files.empty()) {
-    err << "lockstep validate: name at least one manifest file\n";
+    err << "lockstep validate: name at least one manifest file\n" << kUsage;
     return 1;
   }
   int exit_code = 0;

@@ -17,7 +17,7 @@ struct OperatorFlags {
   std::string context;
   std::string namespace_;  // empty: every namespace
   int workers = 4;
-  double qps = 500;  // see README "Scale" for how these were chosen
+  double qps = 500;  // docs/tasks/operate-at-scale.md says how these were chosen
   int burst = 500;
   double event_qps = 50;  // Events' own budget (runtime/event_recorder.h)
   int event_burst = 100;

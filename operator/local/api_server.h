@@ -1,8 +1,8 @@
 #pragma once
 // ApiServer: the Kubernetes REST protocol over the ObjectStore, independent of HTTP (the
-// HTTP server in http_server.h feeds it requests). What it serves is listed in the README's
-// "lockstep local" section: discovery, built-in kinds, CRDs and their custom resources with
-// schema defaulting, pruning and validation, status and scale subresources,
+// HTTP server in http_server.h feeds it requests). What it serves is listed in
+// docs/tasks/run-without-a-cluster.md: discovery, built-in kinds, CRDs and their custom resources
+// with schema defaulting, pruning and validation, status and scale subresources,
 // resourceVersion/409 semantics, watches with bookmarks and 410, label and field selectors,
 // paginated lists, the three patch formats, finalizers, graceful pod deletion and
 // ownerReference cascades.

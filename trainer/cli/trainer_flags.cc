@@ -162,6 +162,7 @@ Strategies (LOCKSTEP_STRATEGY, or --strategy):
                                   boundary (default LOCKSTEP_ELASTIC_MAX_WORKERS, else fixed)
   --ps-mode=async|sync            ParameterServer updates (default async)
   --backup-workers=B              sync mode: each step takes the first N-B workers' gradients
+  --help                          this text
 
 Environment: TF_CONFIG, LOCKSTEP_STRATEGY, LOCKSTEP_POD_IP (address to bind),
 LOCKSTEP_JOB_TOKEN (presented to and required of peers), LOCKSTEP_TERMINATION_LOG
@@ -169,6 +170,7 @@ LOCKSTEP_JOB_TOKEN (presented to and required of peers), LOCKSTEP_TERMINATION_LO
 AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR (the defaults of --model-dir,
 --checkpoint-dir and --tensorboard-dir).
 Exit codes: 0 done; 2 bad flags or configuration; 3 bad data; 128+ retryable; 143 SIGTERM.
+The manual: docs/reference/trainer.md in the repository.
 )";
 }
 
@@ -297,6 +299,7 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
     } else if (name == "metrics-port") {
       if (!ParseNumber(value, &n) || n < 0 || n > 65535) return Bad(name, value, "a port");
       c.metrics_port = static_cast<int>(n);
+      c.metrics_port_set = true;
     } else if (name == "strategy") {
       strategy = value;
     } else if (name == "replicas") {

@@ -113,14 +113,20 @@ int main(int argc, char** argv) {
   std::unique_ptr<lockstep::common::EndpointServer> server;
   if (config->metrics_port > 0) {
     auto s = ServeProgress(&progress, config->bind_address, config->metrics_port);
-    if (!s.ok()) {
+    const char* job = std::getenv("LOCKSTEP_JOB_NAME");
+    if (!s.ok() && !config->metrics_port_set && (job == nullptr || *job == '\0')) {
+      lockstep::common::LogWarning("trainer", s.status().message(),
+                                   "; training without /progress and /metrics (--metrics-port "
+                                   "picks another port, 0 turns them off)");
+    } else if (!s.ok()) {
       WriteTerminationMessage(config->termination_log, "PortUnavailable", true,
                               std::string(s.status().message()));
       return kExitRetryable;
+    } else {
+      server = std::move(*s);
+      lockstep::common::LogInfo("trainer", "/progress and /metrics on ", config->bind_address, ":",
+                                server->port());
     }
-    server = std::move(*s);
-    lockstep::common::LogInfo("trainer", "/progress and /metrics on ", config->bind_address, ":",
-                              server->port());
   }
 
   absl::StatusOr<TrainResult> r = absl::UnknownError("no strategy ran");

@@ -88,7 +88,10 @@ struct TrainerConfig {
   std::string initial_weights;
   int threads = 1;
   int metrics_port = 9464;  // 0: no progress server
-  bool json_logs = false;   // --log-format=json, as lockstep-operator's
+  // --metrics-port was given. The default port, taken, is an error in a pod (the operator polls
+  // it) and a warning elsewhere (a run by hand beside another trainer).
+  bool metrics_port_set = false;
+  bool json_logs = false;  // --log-format=json, as lockstep-operator's
   // Strategies.
   int replicas = 1;  // Mirrored/CentralStorage: replicas (threads)
   CrossDeviceOps cross_device_ops = CrossDeviceOps::kAllReduce;

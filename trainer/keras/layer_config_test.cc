@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <regex>
+#include <set>
+
 #include "trainer/keras/layer_factory.h"
 
 namespace lockstep::trainer::keras {
@@ -107,6 +111,31 @@ TEST(LayerConfigTest, FactoriesRefuseCodeLayersAndUnknownClasses) {
                     false);
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_FALSE((*ok)->trainable());
+}
+
+}  // namespace
+}  // namespace lockstep::trainer::keras
+
+namespace lockstep::trainer::keras {
+namespace {
+
+// docs/reference/keras-layers.md lists the layer classes a model file may use: exactly the
+// classes the factories build, each once, as "| `ClassName` |" rows.
+TEST(LayerConfigTest, TheReferenceListsEveryLayerClassAndNoOther) {
+  std::ifstream in(std::string(LOCKSTEP_SOURCE_DIR) + "/docs/reference/keras-layers.md");
+  ASSERT_TRUE(in) << "docs/reference/keras-layers.md is missing";
+  std::set<std::string> documented;
+  const std::regex row(R"(^\| `([A-Za-z0-9]+)` \|)");
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, row)) {
+      EXPECT_TRUE(documented.insert(m[1]).second) << m[1] << " is listed twice";
+    }
+  }
+  std::vector<std::string> names = LayerFactories::Get().Names();
+  const std::set<std::string> built(names.begin(), names.end());
+  for (const std::string& n : built) EXPECT_TRUE(documented.count(n)) << n << " is not listed";
+  for (const std::string& n : documented) EXPECT_TRUE(built.count(n)) << n << " is not built";
 }
 
 }  // namespace

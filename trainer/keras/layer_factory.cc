@@ -81,8 +81,9 @@ absl::StatusOr<std::unique_ptr<graph::Layer>> LayerFactories::Build(const json& 
                       layer["registered_name"].get<std::string>() != cls;
   const LayerFactory* f = Find(cls);
   if (f == nullptr) {
-    return c.Prefix(std::string(custom ? "a user-defined layer class" : "the layer class") +
-                    " is not supported (supported classes are listed in the README)");
+    return c.Prefix(
+        std::string(custom ? "a user-defined layer class" : "the layer class") +
+        " is not supported (docs/reference/keras-layers.md lists the supported classes)");
   }
   ReadCommonOptions(c);
   // Any layer may carry an activity regularizer: the graph applies it to the first output.

@@ -102,3 +102,17 @@ test `e2e_chart` records them and compares). Shared by the ClusterRole and the n
   verbs: ["create"]
 {{- end }}
 {{- end }}
+
+{{/*
+A duration value, (list "its.name" value): written as given when it is a string (the schema
+checks its form); a bare number, which YAML reads from "progressInterval: 10", fails with the
+value's name and the unit it lacks.
+*/}}
+{{- define "lockstep.duration" -}}
+{{- $name := index . 0 }}
+{{- $value := index . 1 }}
+{{- if not (kindIs "string" $value) }}
+{{- fail (printf "%s: %v has no unit: write a duration such as \"%vs\" (ms, s, m or h)" $name $value $value) }}
+{{- end }}
+{{- $value }}
+{{- end }}
