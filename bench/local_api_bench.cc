@@ -5,9 +5,10 @@
 // serve --no-runner --no-controller` with a durable state directory: the API server alone (an
 // in-process controller would reconcile the benchmark's TrainingJobs and make pods of the same
 // names). Every create must succeed and the final list must hold every pod, or the run fails.
-// The figures are compared with, then added to, bench/results/local_api_bench.jsonl (history.h);
-// a figure 1.5x worse than the recent median is flagged and the run exits 3.
-// Usage: local_api_bench LOCKSTEP_BINARY [PODS] [--history FILE | --no-history]
+// The figures are compared with this machine's baseline in bench/results/ (baseline.h); a
+// figure 1.5x worse is flagged and the run exits 3. --record-baseline records the run instead.
+// Usage: local_api_bench LOCKSTEP_BINARY [PODS] [--machine NAME] [--record-baseline |
+//                        --no-baseline]
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,8 +23,8 @@
 #include <mutex>
 #include <thread>
 
+#include "bench/baseline.h"
 #include "bench/bench_util.h"
-#include "bench/history.h"
 #include "operator/api/manifest.h"
 #include "operator/kube/cpprest_transport.h"
 #include "operator/kube/rest_client.h"
@@ -34,19 +35,23 @@ namespace kube = lockstep::kube;
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  std::string history = LOCKSTEP_SOURCE_DIR "/bench/results/local_api_bench.jsonl";
+  std::string machine;
+  bool compare = true;
+  lockstep::bench::BaselineOptions baseline;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--no-history") {
-      history.clear();
+    if (args[i] == "--no-baseline" || args[i] == "--record-baseline") {
+      (args[i] == "--no-baseline" ? compare : baseline.record) = args[i] == "--record-baseline";
       args.erase(args.begin() + static_cast<long>(i--));
-    } else if (args[i] == "--history" && i + 1 < args.size()) {
-      history = args[i + 1];
+    } else if (args[i] == "--machine" && i + 1 < args.size()) {
+      machine = args[i + 1];
       args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i) + 2);
       --i;
     }
   }
   if (args.empty()) {
-    std::fprintf(stderr, "usage: %s LOCKSTEP_BINARY [PODS] [--history FILE | --no-history]\n",
+    std::fprintf(stderr,
+                 "usage: %s LOCKSTEP_BINARY [PODS] [--machine NAME] [--record-baseline | "
+                 "--no-baseline]\n",
                  argv[0]);
     return 2;
   }
@@ -178,15 +183,17 @@ int main(int argc, char** argv) {
         failed, listed, expected, done.load(), watchers);
     return 1;
   }
-  if (history.empty()) return 0;
-  int flagged = lockstep::bench::CompareAndRecord(
-      history, "pods=" + std::to_string(expected),
+  if (!compare) return 0;
+  int flagged = lockstep::bench::CompareWithBaseline(
+      lockstep::bench::BaselinePath("local_api_bench", lockstep::bench::MachineName(machine)),
+      "pods=" + std::to_string(expected),
       {{"create_p50_ms", lockstep::bench::Percentile(create_ms, 0.5)},
        {"create_p99_ms", lockstep::bench::Percentile(create_ms, 0.99)},
        {"creates_per_s", static_cast<double>(create_ms.size()) / total_s, false},
        {"watch_p50_ms", lockstep::bench::Percentile(delivery_ms, 0.5)},
        {"watch_p99_ms", lockstep::bench::Percentile(delivery_ms, 0.99)},
        {"list_ms", list_ms},
-       {"server_rss_mib", static_cast<double>(rss) / 1024.0}});
+       {"server_rss_mib", static_cast<double>(rss) / 1024.0}},
+      baseline);
   return flagged > 0 ? 3 : 0;
 }

@@ -2,7 +2,8 @@
 # The scale benchmark's table (docs/benchmarks/scale.md): lockstep-operator with its default limits, then
 # the controller inside `lockstep local`, for 100, 1,000 and 5,000 TrainingJobs of 4 replicas
 # against `lockstep local --simulate-pods`; then the old default limit (20/40) at 100 jobs for
-# comparison. Each run is compared with and added to bench/results/scale_bench.jsonl.
+# comparison. Each run is compared with this machine's baseline in bench/results/ (arguments
+# after the job counts, such as --record-baseline, are not taken: run scale_bench for that).
 # Usage: bench/scale.sh [BUILD_DIR] [JOBS...]   (default build/release, 100 1000 5000)
 set -uo pipefail
 build=${1:-build/release}

@@ -13,10 +13,10 @@
 // The controller is the separate lockstep-operator binary (--operator), with its defaults unless
 // --qps/--burst are given, or the controller inside `lockstep local serve` (--in-process; its
 // memory is then the whole server's). The server's state directory is on /dev/shm when there is
-// one: this measures the operator, not the disk's fsync. Each run is compared with, then added
-// to, bench/results/scale_bench.jsonl (history.h).
+// one: this measures the operator, not the disk's fsync. Each run is compared with this
+// machine's baseline in bench/results/ (baseline.h); --record-baseline records it instead.
 // Usage: scale_bench --lockstep BIN (--operator BIN | --in-process) [--jobs N] [--qps Q]
-//                    [--burst B] [--history FILE | --no-history]
+//                    [--burst B] [--machine NAME] [--record-baseline | --no-baseline]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -36,8 +36,8 @@
 #include <thread>
 #include <utility>
 
+#include "bench/baseline.h"
 #include "bench/bench_util.h"
-#include "bench/history.h"
 #include "operator/kube/cpprest_transport.h"
 #include "operator/kube/rest_client.h"
 
@@ -273,7 +273,9 @@ bool Observed::AwaitCount(const int* count, int want) {
 
 int main(int argc, char** argv) {
   std::string lockstep, operator_binary, qps, burst;
-  std::string history = LOCKSTEP_SOURCE_DIR "/bench/results/scale_bench.jsonl";
+  std::string machine;
+  bool compare = true;
+  lockstep::bench::BaselineOptions baseline;
   bool in_process = false;
   int jobs = 100;
   for (int i = 1; i < argc; ++i) {
@@ -291,10 +293,12 @@ int main(int argc, char** argv) {
       qps = value();
     } else if (a == "--burst") {
       burst = value();
-    } else if (a == "--history") {
-      history = value();
-    } else if (a == "--no-history") {
-      history.clear();
+    } else if (a == "--machine") {
+      machine = value();
+    } else if (a == "--record-baseline") {
+      baseline.record = true;
+    } else if (a == "--no-baseline") {
+      compare = false;
     } else {
       std::fprintf(stderr, "scale_bench: unknown argument %s\n", a.c_str());
       return 2;
@@ -303,7 +307,7 @@ int main(int argc, char** argv) {
   if (lockstep.empty() || (operator_binary.empty() && !in_process) || jobs < 1) {
     std::fprintf(stderr,
                  "usage: scale_bench --lockstep BIN (--operator BIN | --in-process) [--jobs N] "
-                 "[--qps Q] [--burst B] [--history FILE | --no-history]\n");
+                 "[--qps Q] [--burst B] [--machine NAME] [--record-baseline | --no-baseline]\n");
     return 2;
   }
   fs::path base = fs::exists("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
@@ -518,7 +522,7 @@ int main(int argc, char** argv) {
                 lease_holder.c_str());
   }
   if (!all_running || !all_recovered || create_failures > 0) return 1;
-  if (history.empty()) return 0;
+  if (!compare) return 0;
   figures.insert(figures.end(),
                  {{"all_running_s", Seconds(t0, t_running)},
                   {"running_p99_s", lockstep::bench::Percentile(to_running, 0.99)},
@@ -530,5 +534,9 @@ int main(int argc, char** argv) {
                   {"reconcile_p99_ms", HistogramQuantile(m, reconcile, 0.99) * 1e3}});
   std::string key = "jobs=" + std::to_string(jobs) + (in_process ? " in-process" : " operator") +
                     (qps.empty() ? "" : " qps=" + qps) + (burst.empty() ? "" : " burst=" + burst);
-  return lockstep::bench::CompareAndRecord(history, key, figures) > 0 ? 3 : 0;
+  return lockstep::bench::CompareWithBaseline(
+             lockstep::bench::BaselinePath("scale_bench", lockstep::bench::MachineName(machine)),
+             key, figures, baseline) > 0
+             ? 3
+             : 0;
 }

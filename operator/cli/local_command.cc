@@ -39,7 +39,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kUsage[] =
+constexpr char kLocalUsage[] =
     R"(usage: lockstep local COMMAND [--state-dir DIR] [--port N] [--audit-log FILE]
 
 commands:
@@ -398,7 +398,7 @@ int RunLocal(const std::vector<std::string>& args, const std::string& self, std:
   o.state_dir = DefaultStateDir();
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--help" || args[i] == "-h") {
-      out << kUsage;
+      out << kLocalUsage;
       return 0;
     }
     const std::string& a = args[i];
@@ -435,7 +435,7 @@ int RunLocal(const std::vector<std::string>& args, const std::string& self, std:
     } else if (o.command.empty() && a[0] != '-') {
       o.command = a;
     } else {
-      err << "lockstep local: unexpected argument \"" << a << "\"\n" << kUsage;
+      err << "lockstep local: unexpected argument \"" << a << "\"\n" << kLocalUsage;
       return 2;
     }
   }
@@ -451,7 +451,7 @@ int RunLocal(const std::vector<std::string>& args, const std::string& self, std:
   if (o.command == "status") return Status(o, out);
   if (o.command == "serve") return Serve(o, self, out, err);
   err << (o.command.empty() ? "" : "lockstep local: unknown command \"" + o.command + "\"\n")
-      << kUsage;
+      << kLocalUsage;
   return 2;
 }
 

@@ -24,7 +24,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kUsage[] =
+constexpr char kRunUsage[] =
     R"(usage: lockstep run FILE [--kubeconfig PATH] [--namespace NS] [--timeout SECONDS]
 
 Applies the manifest (its TrainingJobs are validated first; Pods, Services, ConfigMaps,
@@ -115,7 +115,7 @@ int RunRun(const std::vector<std::string>& args, const std::string& self, std::o
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
-      out << kUsage;
+      out << kRunUsage;
       return 0;
     }
     if ((a == "--kubeconfig" || a == "--namespace" || a == "--timeout") && i + 1 < args.size()) {
@@ -134,12 +134,12 @@ int RunRun(const std::vector<std::string>& args, const std::string& self, std::o
     } else if (file.empty() && !a.empty() && a[0] != '-') {
       file = a;
     } else {
-      err << "lockstep run: unexpected argument \"" << a << "\"\n" << kUsage;
+      err << "lockstep run: unexpected argument \"" << a << "\"\n" << kRunUsage;
       return 2;
     }
   }
   if (file.empty()) {
-    err << kUsage;
+    err << kRunUsage;
     return 2;
   }
   absl::StatusOr<std::vector<json>> docs = api::ReadManifestFile(file);

@@ -14,7 +14,7 @@ std::string StatusBody(int code, const std::string& reason, const std::string& m
       .dump();
 }
 
-struct Case {
+struct ApiErrorCase {
   int http;
   std::string reason;
   absl::StatusCode code;
@@ -22,7 +22,7 @@ struct Case {
 };
 
 TEST(ApiErrorTest, MapsEveryReasonToACodeThatCarriesTheRetryPolicy) {
-  const Case cases[] = {
+  const ApiErrorCase cases[] = {
       {404, "NotFound", absl::StatusCode::kNotFound, ApiReason::kNotFound},
       {409, "AlreadyExists", absl::StatusCode::kAlreadyExists, ApiReason::kAlreadyExists},
       {409, "Conflict", absl::StatusCode::kAborted, ApiReason::kConflict},
@@ -40,7 +40,7 @@ TEST(ApiErrorTest, MapsEveryReasonToACodeThatCarriesTheRetryPolicy) {
       {502, "", absl::StatusCode::kUnavailable, ApiReason::kUnknown},
       {418, "", absl::StatusCode::kFailedPrecondition, ApiReason::kUnknown},
   };
-  for (const Case& c : cases) {
+  for (const ApiErrorCase& c : cases) {
     absl::Status s = ErrorFromResponse(c.http, StatusBody(c.http, c.reason, "boom"), nullptr,
                                        "GET /api/v1/pods");
     EXPECT_EQ(s.code(), c.code) << c.http << " " << c.reason;

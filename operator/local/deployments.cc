@@ -12,7 +12,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr char kLog[] = "deployments";
+constexpr char kDeploymentsLog[] = "deployments";
 constexpr char kHashLabel[] = "pod-template-hash";
 const kube::Resource kDeployments{"apps", "v1", "deployments", "Deployment", true};
 
@@ -77,14 +77,14 @@ void DeploymentController::Run(std::stop_token stop) {
 void DeploymentController::Sync() {
   absl::StatusOr<json> deployments = client_->List(kDeployments, "");
   if (!deployments.ok()) {
-    common::LogWarning(kLog, "listing deployments: ", deployments.status().message());
+    common::LogWarning(kDeploymentsLog, "listing deployments: ", deployments.status().message());
     return;
   }
   const json& items = (*deployments)["items"];
   if (!items.is_array() || items.empty()) return;
   absl::StatusOr<json> pods = client_->List(kube::resources::kPods, "");
   if (!pods.ok()) {
-    common::LogWarning(kLog, "listing pods: ", pods.status().message());
+    common::LogWarning(kDeploymentsLog, "listing pods: ", pods.status().message());
     return;
   }
   for (const json& d : items) {
@@ -140,11 +140,11 @@ void DeploymentController::SyncOne(const json& d, const json& pods) {
                 {"spec", tmpl->value("spec", json::object())}};
     absl::StatusOr<json> created = client_->Create(kube::resources::kPods, ns, pod);
     if (!created.ok()) {
-      common::LogWarning(kLog, "creating a pod of ", ns, "/", name, ": ",
+      common::LogWarning(kDeploymentsLog, "creating a pod of ", ns, "/", name, ": ",
                          created.status().message());
       break;
     }
-    common::LogInfo(kLog, ns, "/", name, ": created pod ", MetaOf(*created, "name"));
+    common::LogInfo(kDeploymentsLog, ns, "/", name, ": created pod ", MetaOf(*created, "name"));
   }
 
   // Available when at most a quarter of the replicas (rounded down, as maxUnavailable 25%)
@@ -186,7 +186,7 @@ void DeploymentController::SyncOne(const json& d, const json& pods) {
   updated["status"] = std::move(status);
   absl::StatusOr<json> r = client_->UpdateStatus(kDeployments, ns, updated);
   if (!r.ok() && !kube::IsApiConflict(r.status()) && !kube::IsApiNotFound(r.status())) {
-    common::LogWarning(kLog, "status of ", ns, "/", name, ": ", r.status().message());
+    common::LogWarning(kDeploymentsLog, "status of ", ns, "/", name, ": ", r.status().message());
   }
 }
 

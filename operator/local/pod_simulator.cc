@@ -22,7 +22,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr char kLog[] = "simulator";
+constexpr char kSimulatorLog[] = "simulator";
 
 // The part of a pod the simulator reads.
 struct SimPod {
@@ -221,7 +221,8 @@ struct PodSimulator::Impl {
     absl::StatusOr<json> r = client->Patch(kube::resources::kPods, s.ns, s.name,
                                            kube::PatchType::kMerge, {{"status", status}}, "status");
     if (!r.ok() && !kube::IsApiNotFound(r.status())) {
-      common::LogWarning(kLog, "status of ", s.ns, "/", s.name, ": ", r.status().message());
+      common::LogWarning(kSimulatorLog, "status of ", s.ns, "/", s.name, ": ",
+                         r.status().message());
     }
   }
 
@@ -276,7 +277,8 @@ struct PodSimulator::Impl {
     // A change to a pod we run: its annotations may have changed what it is to do.
     Sim& sim = it->second;
     if (!script.ok()) {
-      common::LogWarning(kLog, key, ": ", script.status().message(), "; the schedule stands");
+      common::LogWarning(kSimulatorLog, key, ": ", script.status().message(),
+                         "; the schedule stands");
       return;
     }
     const bool changed =
@@ -363,8 +365,8 @@ void PodSimulator::Run(std::stop_token stop) {
   std::jthread informer([this](std::stop_token s) { impl_->pods.Run(s); });
   std::stop_callback stop_informer(stop, [&] { informer.request_stop(); });
   if (!impl_->pods.WaitForSync(stop)) return;
-  common::LogInfo(kLog, "simulating pods on node ", impl_->options.node_name, " (start after ",
-                  absl::FormatDuration(impl_->options.start_delay), ")");
+  common::LogInfo(kSimulatorLog, "simulating pods on node ", impl_->options.node_name,
+                  " (start after ", absl::FormatDuration(impl_->options.start_delay), ")");
   while (!stop.stop_requested()) {
     impl_->Step();
     impl_->Wait(stop);

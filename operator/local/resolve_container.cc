@@ -17,8 +17,6 @@ namespace {
 constexpr char kTrainerImage[] = "lockstep/trainer";
 constexpr char kOperatorImage[] = "lockstep/operator";
 
-std::string Str(const json& j, const char* key) { return api::StringAt(j, key); }
-
 // A program: an absolute or relative path as given, else along PATH; "" if none.
 std::string FindProgram(const std::string& name, const ContainerContext& ctx) {
   if (name.empty()) return "";
@@ -35,7 +33,7 @@ std::string FindProgram(const std::string& name, const ContainerContext& ctx) {
 std::optional<std::string> ResolveRef(const json& pod, const ContainerContext& ctx,
                                       const json& value_from, std::string* why) {
   if (const json* f = api::ObjectAt(value_from, "fieldRef")) {
-    std::string path = Str(*f, "fieldPath");
+    std::string path = api::StringAt(*f, "fieldPath");
     const json* meta = api::ObjectAt(pod, "metadata");
     if (path == "metadata.name") return ctx.name;
     if (path == "metadata.namespace") return ctx.ns;
@@ -45,7 +43,7 @@ std::optional<std::string> ResolveRef(const json& pod, const ContainerContext& c
     if (path.rfind("metadata.labels['", 0) == 0 && path.ends_with("']") && meta) {
       std::string key = path.substr(17, path.size() - 19);
       const json* labels = api::ObjectAt(*meta, "labels");
-      return labels ? Str(*labels, key.c_str()) : "";
+      return labels ? api::StringAt(*labels, key.c_str()) : "";
     }
     *why = StrCat("fieldRef ", path, " is not supported");
     return std::nullopt;
@@ -54,19 +52,20 @@ std::optional<std::string> ResolveRef(const json& pod, const ContainerContext& c
     const json* ref = api::ObjectAt(value_from, kind);
     if (!ref) continue;
     bool secret = std::string(kind) == "secretKeyRef";
-    absl::StatusOr<json> obj = ctx.get_object(secret, Str(*ref, "name"));
-    std::string key = Str(*ref, "key");
+    absl::StatusOr<json> obj = ctx.get_object(secret, api::StringAt(*ref, "name"));
+    std::string key = api::StringAt(*ref, "key");
     const json* data = obj.ok() ? api::ObjectAt(*obj, "data") : nullptr;
-    std::string value = data ? Str(*data, key.c_str()) : "";
+    std::string value = data ? api::StringAt(*data, key.c_str()) : "";
     if (!obj.ok() || !data || !data->contains(key)) {
-      *why = StrCat(secret ? "secret" : "configmap", " \"", Str(*ref, "name"), "\" key \"", key,
-                    "\" not found");
+      *why = StrCat(secret ? "secret" : "configmap", " \"", api::StringAt(*ref, "name"),
+                    "\" key \"", key, "\" not found");
       return std::nullopt;
     }
     if (secret) {
       std::string decoded;
       if (!absl::Base64Unescape(value, &decoded)) {
-        *why = StrCat("secret \"", Str(*ref, "name"), "\" key \"", key, "\" is not base64");
+        *why =
+            StrCat("secret \"", api::StringAt(*ref, "name"), "\" key \"", key, "\" is not base64");
         return std::nullopt;
       }
       return decoded;
@@ -81,7 +80,7 @@ std::optional<std::string> ResolveRef(const json& pod, const ContainerContext& c
 // container's command found on this machine.
 std::variant<std::vector<std::string>, Waiting> ResolveArgv(const json& cs,
                                                             const ContainerContext& ctx) {
-  std::string image = Str(cs, "image");
+  std::string image = api::StringAt(cs, "image");
   std::vector<std::string> command = api::StringsAt(cs, "command");
   std::vector<std::string> argv;
   bool trainer = IsImage(image, kTrainerImage), op = IsImage(image, kOperatorImage);
@@ -120,7 +119,7 @@ std::optional<Waiting> ProjectVolume(const json& vol, bool secret, const std::st
                                      const ContainerContext& ctx,
                                      std::vector<ProjectedFile>* files) {
   const json& src = secret ? vol["secret"] : vol["configMap"];
-  const std::string name = Str(src, secret ? "secretName" : "name");
+  const std::string name = api::StringAt(src, secret ? "secretName" : "name");
   const bool optional = src.is_object() && src.value("optional", false);
   const int mode = src.is_object() && src.contains("defaultMode") && src["defaultMode"].is_number()
                        ? src["defaultMode"].get<int>()
@@ -130,7 +129,7 @@ std::optional<Waiting> ProjectVolume(const json& vol, bool secret, const std::st
   if (!obj.ok()) {
     if (optional) return std::nullopt;
     return Waiting{"CreateContainerConfigError",
-                   StrCat("volume \"", Str(vol, "name"), "\": ", what, " not found")};
+                   StrCat("volume \"", api::StringAt(vol, "name"), "\": ", what, " not found")};
   }
   // Every key, and whether its value is base64 (a Secret's data, a ConfigMap's binaryData).
   std::map<std::string, std::pair<std::string, bool>> keys;
@@ -145,12 +144,12 @@ std::optional<Waiting> ProjectVolume(const json& vol, bool secret, const std::st
   std::vector<std::pair<std::string, std::string>> chosen;  // key, path
   if (auto items = src.find("items"); items != src.end() && items->is_array()) {
     for (const json& item : *items) {
-      const std::string key = Str(item, "key");
+      const std::string key = api::StringAt(item, "key");
       if (keys.count(key) == 0) {
         if (optional) continue;
         return Waiting{"CreateContainerConfigError", StrCat(what, " has no key \"", key, "\"")};
       }
-      chosen.emplace_back(key, Str(item, "path"));
+      chosen.emplace_back(key, api::StringAt(item, "path"));
     }
   } else {
     for (const auto& [k, v] : keys) chosen.emplace_back(k, k);
@@ -158,7 +157,7 @@ std::optional<Waiting> ProjectVolume(const json& vol, bool secret, const std::st
   for (const auto& [key, path] : chosen) {
     if (path.empty() || path[0] == '/' || path.find("..") != std::string::npos) {
       return Waiting{"CreateContainerConfigError",
-                     StrCat("volume \"", Str(vol, "name"), "\": item path \"", path,
+                     StrCat("volume \"", api::StringAt(vol, "name"), "\": item path \"", path,
                             "\" must be relative and stay inside the volume")};
     }
     auto [value, base64] = keys[key];
@@ -184,11 +183,11 @@ std::optional<Waiting> ResolveMounts(const json& spec, const json& cs, const Con
   auto vm = cs.find("volumeMounts");
   if (vm == cs.end() || !vm->is_array()) return std::nullopt;
   for (const json& m : *vm) {
-    const std::string vname = Str(m, "name");
+    const std::string vname = api::StringAt(m, "name");
     const json* vol = nullptr;
     if (auto vs = spec.find("volumes"); vs != spec.end() && vs->is_array()) {
       for (const json& v : *vs) {
-        if (Str(v, "name") == vname) vol = &v;
+        if (api::StringAt(v, "name") == vname) vol = &v;
       }
     }
     std::string source;
@@ -197,11 +196,11 @@ std::optional<Waiting> ResolveMounts(const json& spec, const json& cs, const Con
                      StrCat("volumeMount \"", vname, "\" names no volume of the pod")};
     } else if (vol->contains("persistentVolumeClaim")) {
       source = StrCat(ctx.state_dir, "/volumes/", ctx.ns, "/",
-                      Str((*vol)["persistentVolumeClaim"], "claimName"));
+                      api::StringAt((*vol)["persistentVolumeClaim"], "claimName"));
     } else if (vol->contains("emptyDir")) {
       source = StrCat(ctx.pod_dir, "/volumes/", vname);
     } else if (vol->contains("hostPath")) {
-      source = Str((*vol)["hostPath"], "path");
+      source = api::StringAt((*vol)["hostPath"], "path");
     } else if (vol->contains("configMap") || vol->contains("secret")) {
       source = StrCat(ctx.pod_dir, "/volumes/", vname);
       if (std::optional<Waiting> w =
@@ -214,7 +213,7 @@ std::optional<Waiting> ResolveMounts(const json& spec, const json& cs, const Con
                             "\": lockstep local mounts persistentVolumeClaim, emptyDir, "
                             "hostPath, configMap and secret volumes only")};
     }
-    mounts->push_back({source, Str(m, "mountPath")});
+    mounts->push_back({source, api::StringAt(m, "mountPath")});
   }
   return std::nullopt;
 }
@@ -265,14 +264,15 @@ std::variant<LaunchSpec, Waiting> ResolveContainer(const json& pod, size_t index
   launch.argv = std::move(std::get<std::vector<std::string>>(argv));
 
   std::map<std::string, std::string> env_values;
-  launch.env = {StrCat("PATH=", ctx.path.empty() ? "/usr/bin:/bin" : ctx.path),
-                StrCat("HOSTNAME=", spec.contains("hostname") ? Str(spec, "hostname") : ctx.name),
-                StrCat("LOCKSTEP_TERMINATION_LOG=", ctx.termination_log)};
+  launch.env = {
+      StrCat("PATH=", ctx.path.empty() ? "/usr/bin:/bin" : ctx.path),
+      StrCat("HOSTNAME=", spec.contains("hostname") ? api::StringAt(spec, "hostname") : ctx.name),
+      StrCat("LOCKSTEP_TERMINATION_LOG=", ctx.termination_log)};
   if (auto e = cs.find("env"); e != cs.end() && e->is_array()) {
     for (const json& var : *e) {
-      std::string name = Str(var, "name");
+      std::string name = api::StringAt(var, "name");
       if (name.empty()) continue;
-      std::string value = Str(var, "value");
+      std::string value = api::StringAt(var, "value");
       if (const json* from = api::ObjectAt(var, "valueFrom")) {
         std::string why;
         std::optional<std::string> v = ResolveRef(pod, ctx, *from, &why);
@@ -289,7 +289,7 @@ std::variant<LaunchSpec, Waiting> ResolveContainer(const json& pod, size_t index
   // The service account: KUBECONFIG names the kubeconfig where it is mounted, or in the pod
   // directory when the child gets no mount namespace.
   if (ctx.service_account_files && spec.value("automountServiceAccountToken", true)) {
-    std::string account = Str(spec, "serviceAccountName");
+    std::string account = api::StringAt(spec, "serviceAccountName");
     if (account.empty()) account = "default";
     absl::StatusOr<std::string> dir = ctx.service_account_files(account);
     if (!dir.ok()) {
@@ -304,8 +304,8 @@ std::variant<LaunchSpec, Waiting> ResolveContainer(const json& pod, size_t index
   if (std::optional<Waiting> w = ResolveMounts(spec, cs, ctx, &launch.mounts, &launch.files)) {
     return *w;
   }
-  launch.working_dir = Str(cs, "workingDir");
-  launch.log_path = PodLogPath(ctx.state_dir, ctx.ns, ctx.name, ctx.uid, Str(cs, "name"));
+  launch.working_dir = api::StringAt(cs, "workingDir");
+  launch.log_path = PodLogPath(ctx.state_dir, ctx.ns, ctx.name, ctx.uid, api::StringAt(cs, "name"));
   launch.hosts_path = ctx.pod_dir + "/hosts";
   return launch;
 }

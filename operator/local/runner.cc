@@ -49,7 +49,7 @@ absl::Status WriteProjectedFiles(const std::vector<ProjectedFile>& files) {
   return absl::OkStatus();
 }
 
-constexpr char kLog[] = "runner";
+constexpr char kRunnerLog[] = "runner";
 
 // A whole object, with the metadata the cache indexes.
 struct Raw {
@@ -66,8 +66,6 @@ absl::StatusOr<Raw> DecodeRaw(const json& j) {
   if (r.metadata.name.empty()) return absl::InvalidArgumentError("no metadata.name");
   return r;
 }
-
-std::string Str(const json& j, const char* key) { return api::StringAt(j, key); }
 
 struct Container {
   std::string name;
@@ -265,12 +263,12 @@ struct Runner::Impl {
     c.started = clock->Now();
     c.waiting_reason.clear();
     c.waiting_message.clear();
-    common::LogInfo(kLog, "started ", run.ns, "/", run.name, "/", c.name, " as pid ", *pid, " (",
-                    spec.argv[0], ")");
+    common::LogInfo(kRunnerLog, "started ", run.ns, "/", run.name, "/", c.name, " as pid ", *pid,
+                    " (", spec.argv[0], ")");
   }
 
   void Reap(PodRun& run) {
-    std::string policy = Str(run.pod["spec"], "restartPolicy");
+    std::string policy = api::StringAt(run.pod["spec"], "restartPolicy");
     for (Container& c : run.containers) {
       if (c.pid == 0) continue;
       std::optional<int> exited = launcher->Poll(c.pid);
@@ -287,7 +285,7 @@ struct Runner::Impl {
                           {"finishedAt", api::FormatKubeTime(clock->Now())}};
       if (!message.str().empty()) (*c.terminated)["message"] = message.str().substr(0, 4096);
       c.pid = 0;
-      common::LogInfo(kLog, run.ns, "/", run.name, "/", c.name, " exited with ", code);
+      common::LogInfo(kRunnerLog, run.ns, "/", run.name, "/", c.name, " exited with ", code);
       bool restart =
           !run.terminating && (policy == "Always" || (policy == "OnFailure" && code != 0));
       if (!restart) {
@@ -325,7 +323,8 @@ struct Runner::Impl {
                 {"ready", c.pid != 0},
                 {"started", c.pid != 0},
                 {"restartCount", c.restarts},
-                {"image", Str(run.pod["spec"]["containers"][&c - run.containers.data()], "image")},
+                {"image",
+                 api::StringAt(run.pod["spec"]["containers"][&c - run.containers.data()], "image")},
                 // Required by clients (the Python client refuses a status without it); a local
                 // program has no image digest, so it is empty, as a kubelet's before a pull.
                 {"imageID", ""},
@@ -366,7 +365,8 @@ struct Runner::Impl {
       run.last_status = text;
       run.pod = *r;
     } else if (!kube::IsApiNotFound(r.status())) {
-      common::LogWarning(kLog, "status of ", run.ns, "/", run.name, ": ", r.status().message());
+      common::LogWarning(kRunnerLog, "status of ", run.ns, "/", run.name, ": ",
+                         r.status().message());
     }
   }
 
@@ -393,7 +393,7 @@ struct Runner::Impl {
       const json& pod = p->object;
       const json* spec = api::ObjectAt(pod, "spec");
       if (!spec) continue;
-      std::string node = Str(*spec, "nodeName");
+      std::string node = api::StringAt(*spec, "nodeName");
       const std::string& uid = p->metadata.uid;
       if (node.empty()) {
         if (!p->metadata.deletion_timestamp) BindPod(client, p->metadata, options.node_name);
@@ -403,7 +403,8 @@ struct Runner::Impl {
       seen.insert(uid);
       auto it = runs.find(uid);
       if (it == runs.end()) {
-        std::string phase = api::ObjectAt(pod, "status") ? Str(pod["status"], "phase") : "";
+        std::string phase =
+            api::ObjectAt(pod, "status") ? api::StringAt(pod["status"], "phase") : "";
         if (phase == "Succeeded" || phase == "Failed")
           continue;  // finished before a restart of ours
         PodRun run;
@@ -417,7 +418,7 @@ struct Runner::Impl {
         if (cs != spec->end() && cs->is_array()) {
           for (const json& c : *cs) {
             Container container;
-            container.name = Str(c, "name");
+            container.name = api::StringAt(c, "name");
             container.termination_log = run.dir + "/" + container.name + ".termination-log";
             run.containers.push_back(std::move(container));
           }
