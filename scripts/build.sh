@@ -11,8 +11,13 @@ arch=()
 [ -n "${LOCKSTEP_CUDA_ARCHITECTURES:-}" ] &&
   arch=(-DLOCKSTEP_CUDA_ARCHITECTURES="$LOCKSTEP_CUDA_ARCHITECTURES")
 flags=()
+# LOCKSTEP_CUDA=AUTO|ON|OFF, LOCKSTEP_UNITY=ON|OFF and LOCKSTEP_BENCHMARKS=ON|OFF, when set,
+# are passed on as the CMake options of those names.
+for option in LOCKSTEP_CUDA LOCKSTEP_UNITY LOCKSTEP_BENCHMARKS; do
+  [ -n "${!option:-}" ] && flags+=("-D$option=${!option}")
+done
 [ "${LOCKSTEP_DEBUG_INFO:-1}" = 0 ] &&
-  flags=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" -DCMAKE_CUDA_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG")
+  flags+=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" -DCMAKE_CUDA_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG")
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${arch[@]}" "${flags[@]}" \
   >/dev/null
 if [ $# -gt 0 ]; then

@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# Installs every Debian package Lockstep needs to build, test and run.
+# Installs the Debian packages Lockstep needs: with --build, what building and running the
+# programs takes (the main job and the image Dockerfiles); without, everything the test suite
+# uses too (linters, the chart's Go renderer, the Python peers: PyTorch, h5py, onnx...).
 # Idempotent and quiet: packages already present are skipped, so re-running costs seconds.
 # Used by the README commands, .ci/run and the image Dockerfiles.
+# Usage: scripts/install-deps.sh [--build]
 set -euo pipefail
+build_only=0
+case "${1:-}" in
+  --build) build_only=1 ;;
+  "") ;;
+  *) echo "usage: scripts/install-deps.sh [--build]" >&2; exit 2 ;;
+esac
 
 packages=(
   # toolchain
-  build-essential cmake ninja-build pkg-config git ca-certificates clang-format
+  build-essential cmake ninja-build pkg-config git ca-certificates
   # libraries
   libabsl-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libcpprest-dev libboost-dev
   libboost-system-dev libssl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler
@@ -14,10 +23,13 @@ packages=(
   libjpeg-dev libhdf5-dev
   # oneDNN's CMake package looks for OpenCL (its GPU runtime); libdnnl-dev only recommends it
   ocl-icd-opencl-dev
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  # the test framework, which every configuration finds (the test targets build on demand)
+  libgtest-dev libgmock-dev
   # data
   dataset-fashion-mnist
+)
+test_packages=(
+  clang-format libbenchmark-dev
   # the Helm chart's tests: Go's text/template with sprig (Helm's engine), YAML and JSON Schema
   golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
   golang-github-xeipuuv-gojsonschema-dev
@@ -29,6 +41,7 @@ packages=(
   # Keras weights, ONNX)
   python3-crcmod python3-protobuf python3-numpy python3-pil python3-h5py python3-onnx
 )
+[[ $build_only == 1 ]] || packages+=("${test_packages[@]}")
 
 # kubectl for the end-to-end tests: Debian's kubernetes-client, unless a kubectl is already here
 # (another package that ships /usr/bin/kubectl would conflict with it).

@@ -11,8 +11,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 manifest=${1:-examples/single-worker.yaml}
 
-./scripts/install-deps.sh
-./scripts/build.sh lockstep lockstep-operator lockstep-trainer
+./scripts/install-deps.sh --build
+# The three programs the job runs, for the CPU (the example trains there): LOCKSTEP_CUDA=ON
+# builds the GPU code as well. Unity batches and no debug information, as the test suite's
+# fresh build; an existing build/release keeps its own settings for what is not named here.
+LOCKSTEP_CUDA=${LOCKSTEP_CUDA:-OFF} LOCKSTEP_UNITY=${LOCKSTEP_UNITY:-ON} \
+  LOCKSTEP_BENCHMARKS=${LOCKSTEP_BENCHMARKS:-OFF} LOCKSTEP_DEBUG_INFO=${LOCKSTEP_DEBUG_INFO:-0} \
+  ./scripts/build.sh lockstep lockstep-operator lockstep-trainer
 
 lockstep=build/release/operator/lockstep
 validated=$("$lockstep" validate "$manifest")

@@ -15,7 +15,9 @@ echo "== release build"
 # As the image Dockerfiles build (without the debug information), with the CUDA code for one
 # architecture: the suite compiles it and runs no GPU (bench/gpu.sh builds the GPU tests for
 # the machine that runs them).
-LOCKSTEP_DEBUG_INFO=${LOCKSTEP_DEBUG_INFO:-0} \
+# Both builds are fresh on CI: unity batches (LOCKSTEP_UNITY) parse each heavy header once per
+# batch rather than once per file.
+LOCKSTEP_DEBUG_INFO=${LOCKSTEP_DEBUG_INFO:-0} LOCKSTEP_UNITY=${LOCKSTEP_UNITY:-ON} \
   LOCKSTEP_CUDA_ARCHITECTURES=${LOCKSTEP_CUDA_ARCHITECTURES:-90} ./scripts/build.sh
 
 # The sanitizer build is the CPU build (nvcc takes no -fsanitize): it checks the build without
@@ -25,7 +27,8 @@ LOCKSTEP_DEBUG_INFO=${LOCKSTEP_DEBUG_INFO:-0} \
 # apart and shown if it fails.
 echo "== sanitizer build (ASan + UBSan), beside the release tests"
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
-  -DLOCKSTEP_SANITIZE=ON -DLOCKSTEP_CUDA=OFF -DLOCKSTEP_BENCHMARKS=OFF >/dev/null
+  -DLOCKSTEP_SANITIZE=ON -DLOCKSTEP_CUDA=OFF -DLOCKSTEP_BENCHMARKS=OFF \
+  -DLOCKSTEP_UNITY="${LOCKSTEP_UNITY:-ON}" >/dev/null
 cmake --build build/asan -j "$jobs" >build/asan-build.log 2>&1 &
 asan_build=$!
 

@@ -20,7 +20,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string Example(const std::string& name) {
+std::string ExampleModel(const std::string& name) {
   return std::string(LOCKSTEP_SOURCE_DIR) + "/examples/models/" + name + ".json";
 }
 
@@ -47,7 +47,7 @@ class ShapesOracle : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ShapesOracle, LossAndGradientsMatchPyTorchAndTheLossFalls) {
   const std::string name = GetParam();
-  auto loaded = GraphModel::Load(Example(name), 3);
+  auto loaded = GraphModel::Load(ExampleModel(name), 3);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   GraphModel& m = **loaded;
   const Dataset batch = Data(m, name, 6, 0);
