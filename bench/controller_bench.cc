@@ -14,9 +14,9 @@
 #include "bench/bench_util.h"
 #include "common/log.h"
 #include "operator/api/manifest.h"
-#include "operator/local/api_server.h"
-#include "operator/local/builtin_crds.h"
-#include "operator/local/local_transport.h"
+#include "operator/local/apiserver/api_server.h"
+#include "operator/local/apiserver/builtin_crds.h"
+#include "operator/local/apiserver/local_transport.h"
 #include "operator/trainingjob/controller.h"
 
 using nlohmann::json;

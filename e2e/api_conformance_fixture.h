@@ -11,8 +11,8 @@
 #include "operator/api/manifest.h"
 #include "operator/kube/cpprest_transport.h"
 #include "operator/kube/rest_client.h"
-#include "operator/local/api_server.h"
-#include "operator/local/http_server.h"
+#include "operator/local/apiserver/api_server.h"
+#include "operator/local/apiserver/http_server.h"
 
 namespace lockstep::local::conformance {
 

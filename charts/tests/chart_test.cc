@@ -15,7 +15,7 @@
 
 #include "charts/tests/chart_render.h"
 #include "operator/api/manifest.h"
-#include "operator/cmd/operator_flags.h"
+#include "operator/cmd/lockstep-operator/operator_flags.h"
 
 namespace lockstep::chart_test {
 namespace {

@@ -24,7 +24,7 @@
 
 #include "operator/api/json_reader.h"
 #include "operator/api/manifest.h"
-#include "operator/local/rbac.h"
+#include "operator/local/apiserver/rbac.h"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include <optional>
 #include <string>
 
-#include "operator/local/api_server.h"
+#include "operator/local/apiserver/api_server.h"
 
 namespace lockstep::local {
 
