@@ -351,6 +351,8 @@ TEST(ChartTest, NotesSayHowToWatchAJob) {
   EXPECT_NE(r.out.find("release lockstep in namespace lockstep-system"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("kubectl wait --for=condition=Succeeded"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("kubectl apply --server-side -f charts/lockstep/crds/"), std::string::npos)
+      << r.out;  // helm upgrade leaves the CRD as it was
   EXPECT_NE(r.out.find("get lease lockstep-operator"), std::string::npos) << r.out;
   Rendered scoped = Render("--notes -f " + kCustom + " " + kChart);
   EXPECT_NE(scoped.out.find("in namespace team-a only"), std::string::npos) << scoped.out;

@@ -28,23 +28,27 @@ std::vector<int64_t> Sample(int64_t size, int samples, std::mt19937_64& g) {
 }
 
 // Compares the backward pass's `analytic` derivative with central differences `fd(h)`. A
-// disagreement at the step `eps` is confirmed at eps/2 and eps/4 before it counts: there the
-// Richardson extrapolation (4 fd(eps/4) - fd(eps/2)) / 3 cancels the O(h^2) truncation error
-// that a strongly curved loss (a trained network's layer normalisation, attention) leaves in
-// fd(eps), so only a derivative that is wrong at every step is reported.
+// disagreement at the step `eps` is confirmed at eps/2, eps/4, ... eps/32 before it counts: a
+// strongly curved loss (a trained network's normalisation and attention) leaves O(h^2) error
+// in fd(eps), which the Richardson extrapolation (4 fd(h/2) - fd(h)) / 3 cancels, and a kink
+// (a ReLU or a max within h of the point) spoils every step wider than its distance, which
+// the smaller steps avoid. Only a derivative that is wrong at every step is reported.
 template <typename Fd>
 void Compare(const std::string& what, int64_t index, double analytic, Fd fd,
              const GradCheckOptions& o, std::ostringstream* report) {
   auto agrees = [&](double numeric) {
     return std::abs(analytic - numeric) <= o.tolerance * std::max(1.0, std::abs(numeric));
   };
-  const double coarse = fd(o.eps);
-  if (agrees(coarse)) return;
-  const double half = fd(o.eps / 2), quarter = fd(o.eps / 4);
-  const double extrapolated = (4 * quarter - half) / 3;
-  if (agrees(extrapolated)) return;
-  *report << what << "[" << index << "]: backward " << analytic << ", finite difference " << coarse
-          << " (step " << o.eps << "), " << extrapolated << " (extrapolated)\n";
+  std::vector<double> steps{fd(o.eps)};
+  if (agrees(steps[0])) return;
+  for (float h = o.eps / 2; steps.size() < 6; h /= 2) {
+    steps.push_back(fd(h));
+    const double extrapolated = (4 * steps.back() - steps[steps.size() - 2]) / 3;
+    if (agrees(steps.back()) || agrees(extrapolated)) return;
+  }
+  *report << what << "[" << index << "]: backward " << analytic << ", finite differences";
+  for (double v : steps) *report << " " << v;
+  *report << " (steps " << o.eps << " to " << o.eps / 32 << ")\n";
 }
 
 }  // namespace

@@ -2,10 +2,10 @@
 // Finite-difference checks of a layer's or a graph's backward pass, for tests. The loss is a
 // fixed random projection of the outputs, L = sum_k <out_k, r_k>, so every output element
 // carries gradient; central differences of L at sampled coordinates of every input and weight
-// are compared with what Backward computed (a disagreement is confirmed at smaller steps, by
-// Richardson extrapolation, before it is reported). Forward runs with a freshly seeded generator
-// each time, so Dropout and noise draw the same masks in every evaluation. Thread-safety: test
-// code, one thread.
+// are compared with what Backward computed (a disagreement is confirmed at steps down to
+// eps/32, and by Richardson extrapolation, before it is reported). Forward runs with a freshly
+// seeded generator each time, so Dropout and noise draw the same masks in every evaluation.
+// Thread-safety: test code, one thread.
 
 #include <cstdint>
 #include <string>
