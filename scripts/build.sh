@@ -16,8 +16,12 @@ flags=()
 for option in LOCKSTEP_CUDA LOCKSTEP_UNITY LOCKSTEP_BENCHMARKS; do
   [ -n "${!option:-}" ] && flags+=("-D$option=${!option}")
 done
-[ "${LOCKSTEP_DEBUG_INFO:-1}" = 0 ] &&
-  flags+=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" -DCMAKE_CUDA_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG")
+if [ "${LOCKSTEP_DEBUG_INFO:-1}" = 0 ]; then
+  flags+=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG")
+  if [ "${LOCKSTEP_CUDA:-AUTO}" != OFF ]; then
+    flags+=(-DCMAKE_CUDA_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG")
+  fi
+fi
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${arch[@]}" "${flags[@]}" \
   >/dev/null
 if [ $# -gt 0 ]; then
