@@ -299,7 +299,7 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
     } else if (name == "metrics-port") {
       if (!ParseNumber(value, &n) || n < 0 || n > 65535) return Bad(name, value, "a port");
       c.metrics_port = static_cast<int>(n);
-      c.metrics_port_set = true;
+      c.metrics_port_required = true;
     } else if (name == "strategy") {
       strategy = value;
     } else if (name == "replicas") {
@@ -406,6 +406,7 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
         c.model + "' has none (examples/models/ holds their Keras configs)");
   }
   if (std::string ip = get("LOCKSTEP_POD_IP"); !ip.empty()) c.bind_address = ip;
+  if (!get("LOCKSTEP_JOB_NAME").empty()) c.metrics_port_required = true;
   c.termination_log = TerminationLogPath(env);
   return c;
 }

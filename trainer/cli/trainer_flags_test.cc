@@ -25,6 +25,9 @@ TEST(TrainerFlagsTest, Defaults) {
   EXPECT_FLOAT_EQ(c->learning_rate, 0.001f);
   EXPECT_EQ(c->lr_schedule, "cosine");
   EXPECT_EQ(c->metrics_port, 9464);
+  EXPECT_FALSE(c->metrics_port_required);  // a run by hand: a taken default port warns
+  EXPECT_TRUE(ParseTrainerConfig({"--metrics-port=9000"}, {})->metrics_port_required);
+  EXPECT_TRUE(ParseTrainerConfig({}, {{"LOCKSTEP_JOB_NAME", "j"}})->metrics_port_required);
   EXPECT_EQ(c->bind_address, "0.0.0.0");
   EXPECT_EQ(c->termination_log, "/dev/termination-log");
   EXPECT_FALSE(c->tf_config.has_value());

@@ -113,8 +113,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<lockstep::common::EndpointServer> server;
   if (config->metrics_port > 0) {
     auto s = ServeProgress(&progress, config->bind_address, config->metrics_port);
-    const char* job = std::getenv("LOCKSTEP_JOB_NAME");
-    if (!s.ok() && !config->metrics_port_set && (job == nullptr || *job == '\0')) {
+    if (!s.ok() && !config->metrics_port_required) {
       lockstep::common::LogWarning("trainer", s.status().message(),
                                    "; training without /progress and /metrics (--metrics-port "
                                    "picks another port, 0 turns them off)");

@@ -88,9 +88,10 @@ struct TrainerConfig {
   std::string initial_weights;
   int threads = 1;
   int metrics_port = 9464;  // 0: no progress server
-  // --metrics-port was given. The default port, taken, is an error in a pod (the operator polls
-  // it) and a warning elsewhere (a run by hand beside another trainer).
-  bool metrics_port_set = false;
+  // Whether a taken metrics port fails the run: when --metrics-port names it, or in a pod
+  // (LOCKSTEP_JOB_NAME set), where the operator polls it. Otherwise (a run by hand beside
+  // another trainer) a taken default port is a warning.
+  bool metrics_port_required = false;
   bool json_logs = false;  // --log-format=json, as lockstep-operator's
   // Strategies.
   int replicas = 1;  // Mirrored/CentralStorage: replicas (threads)
