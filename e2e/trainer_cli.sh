@@ -42,32 +42,32 @@ term_has '"reason":"PeerLost"'; term_has '"retryable":true'
 
 # A metrics port that is taken: named with --metrics-port (or in a pod, where the operator polls
 # it), a retryable PortUnavailable; the default port in a run by hand, a warning, and the run
-# goes on. The holder is a listening socket of this test's own.
-holder_port=$work/holder.port
-/usr/bin/python3 -c '
-import socket, sys, time
-s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
-open(sys.argv[2] + ".tmp", "w").write(str(s.getsockname()[1]))
-import os; os.rename(sys.argv[2] + ".tmp", sys.argv[2]); time.sleep(600)' 0 "$holder_port" &
-holder=$!
-for _ in $(seq 100); do [[ -s $holder_port ]] && break; sleep 0.1; done
-port=$(cat "$holder_port")
+# goes on. hold PORT: a listening socket of this test's own on PORT (0: any free one), its pid
+# in $holder; $work/held says its port once it listens, or "taken" when PORT is another's.
+hold() {
+  rm -f "$work/held"
+  /usr/bin/python3 -c '
+import os, socket, sys, time
+s = socket.socket()
+try:
+    s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(); held = str(s.getsockname()[1])
+except OSError:
+    held = "taken"
+open(sys.argv[2] + ".tmp", "w").write(held); os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+if held != "taken": time.sleep(600)' "$1" "$work/held" >/dev/null &
+  holder=$!
+  for _ in $(seq 100); do [[ -s $work/held ]] && break; sleep 0.1; done
+}
+hold 0
+port=$(cat "$work/held")
 run 128 --metrics-port="$port" --dataset=synthetic --synthetic-size=256 --steps=2
 term_has '"reason":"PortUnavailable"'; term_has '"retryable":true'
 LOCKSTEP_JOB_NAME=j run 128 --metrics-port="$port" --dataset=synthetic --synthetic-size=256 --steps=2
 kill "$holder"
-# The default port: held by this test if it is free (else someone else holds it already, which
-# is the same case as long as they keep it).
-if /usr/bin/python3 -c '
-import socket; s = socket.socket(); s.bind(("0.0.0.0", 9464)); s.close()' 2>/dev/null; then
-  /usr/bin/python3 -c '
-import socket, time; s = socket.socket(); s.bind(("0.0.0.0", 9464)); s.listen(); time.sleep(600)' &
-  holder=$!
-  for _ in $(seq 100); do
-    /usr/bin/python3 -c 'import socket; socket.create_connection(("127.0.0.1", 9464)).close()' \
-      2>/dev/null && break
-    sleep 0.1
-  done
+# The default port: held by this test when it is free (else another process holds it: the same
+# case as long as it keeps it, so the run is not judged).
+hold 9464
+if [[ $(cat "$work/held") != taken ]]; then
   run 0 --dataset=synthetic --synthetic-size=256 --steps=2
   grep -q 'training without /progress and /metrics' "$work/out" ||
     fail "no warning for the default port taken: $(cat "$work/out")"
