@@ -18,29 +18,28 @@ export HOME=$work/home
 export LOCKSTEP_HOME=$HOME/.lockstep/local
 mkdir -p "$HOME"
 
-# Extracts the marked blocks as "PAGE:LINE" headers followed by the block's lines.
-blocks=$work/blocks
-for page in "$src"/docs/getting-started/*.md "$src"/docs/tasks/*.md; do
-  awk -v page="${page#"$src"/}" '
-    /^<!-- doctest -->$/ { marked = NR; next }
-    marked && NR == marked + 1 && /^```sh$/ { print "@@ " page ":" NR; inblock = 1; next }
-    inblock && /^```$/ { inblock = 0; marked = 0; next }
-    inblock { print; next }
-    { marked = 0 }
-  ' "$page"
-done >"$blocks"
-count=$(grep -c '^@@ ' "$blocks" || true)
-[[ $count -gt 0 ]] || fail "no marked command blocks found under $src/docs"
-
+# Each marked block into a directory of its own, block-N/block.sh, with its page and line in
+# block-N/where.
 n=0
-while IFS= read -r header; do
-  where=${header#@@ }
-  n=$((n + 1))
-  dir=$work/block-$n
-  mkdir -p "$dir"
+for page in "$src"/docs/getting-started/*.md "$src"/docs/tasks/*.md; do
+  n=$(awk -v page="${page#"$src"/}" -v dir="$work" -v n="$n" '
+    /^<!-- doctest -->$/ { marked = NR; next }
+    marked && NR == marked + 1 && /^```sh$/ {
+      n++; out = dir "/block-" n; system("mkdir -p " out)
+      print page ":" NR > (out "/where"); inblock = 1; next
+    }
+    inblock && /^```$/ { inblock = 0; marked = 0; next }
+    inblock { print > (out "/block.sh"); next }
+    { marked = 0 }
+    END { print n }
+  ' "$page")
+done
+[[ $n -gt 0 ]] || fail "no marked command blocks found under $src/docs"
+
+for ((i = 1; i <= n; i++)); do
+  dir=$work/block-$i
+  where=$(cat "$dir/where")
   ln -s "$src/examples" "$dir/examples"
-  # The block's lines: up to the next header.
-  awk -v want="$header" '$0 == want { on = 1; next } /^@@ / { on = 0 } on' "$blocks" >"$dir/block.sh"
   echo "== $where"
   if ! (cd "$dir" && bash -euo pipefail block.sh) >"$dir.log" 2>&1; then
     cat "$dir.log"
@@ -48,5 +47,5 @@ while IFS= read -r header; do
   fi
   tail -3 "$dir.log"
   "$lockstep" local down >/dev/null 2>&1 || true
-done < <(grep '^@@ ' "$blocks")
+done
 echo "doc_commands: $n command blocks ran"

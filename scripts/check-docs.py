@@ -13,6 +13,7 @@
 Usage: check-docs.py SOURCE_DIR LOCKSTEP_TRAINER LOCKSTEP_OPERATOR LOCKSTEP
 Prints one line per disagreement and exits 1 if there is any.
 """
+import functools
 import pathlib
 import re
 import subprocess
@@ -23,13 +24,6 @@ import yaml
 src = pathlib.Path(sys.argv[1])
 trainer, operator, lockstep = sys.argv[2], sys.argv[3], sys.argv[4]
 problems = []
-
-
-def compare(what, documented, actual):
-    for name in sorted(actual - documented):
-        problems.append(f"{what}: {name} exists but is not documented")
-    for name in sorted(documented - actual):
-        problems.append(f"{what}: {name} is documented but does not exist")
 
 
 def first_column_names(page, pattern):
@@ -49,13 +43,21 @@ def help_flags(binary, *command):
     return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", text))
 
 
+def check_page(page, pattern, actual):
+    """The page's table lists exactly the names in `actual`."""
+    documented = first_column_names(page, pattern)
+    for name in sorted(actual - documented):
+        problems.append(f"{page}: {name} exists but is not documented")
+    for name in sorted(documented - actual):
+        problems.append(f"{page}: {name} is documented but does not exist")
+
+
 # Flags.
-compare("docs/reference/trainer.md", first_column_names("docs/reference/trainer.md", r"--[a-z0-9-]+"),
-        help_flags(trainer))
-compare("docs/reference/operator.md", first_column_names("docs/reference/operator.md", r"--[a-z0-9-]+"),
-        help_flags(operator))
-compare("docs/reference/lockstep.md", first_column_names("docs/reference/lockstep.md", r"--[a-z0-9-]+"),
-        help_flags(lockstep, "run") | help_flags(lockstep, "local"))
+flag = r"--[a-z0-9-]+"
+check_page("docs/reference/trainer.md", flag, help_flags(trainer))
+check_page("docs/reference/operator.md", flag, help_flags(operator))
+check_page("docs/reference/lockstep.md", flag,
+           help_flags(lockstep, "run") | help_flags(lockstep, "local"))
 
 # Metrics: the names the code registers (string literals lockstep_..., not in tests).
 registered = set()
@@ -64,8 +66,7 @@ for d in ("operator", "trainer", "common"):
         if f.suffix not in (".cc", ".h") or f.stem.endswith("_test") or "testing" in f.parts:
             continue
         registered.update(re.findall(r'"(lockstep_[a-z_]+[a-z])"', f.read_text()))
-compare("docs/reference/metrics.md", first_column_names("docs/reference/metrics.md", r"lockstep_[a-z_]+"),
-        registered)
+check_page("docs/reference/metrics.md", r"lockstep_[a-z_]+", registered)
 
 # Chart values: the leaves of values.yaml (an empty map or list is a leaf; `resources` is one).
 values = yaml.safe_load((src / "charts/lockstep/values.yaml").read_text())
@@ -81,8 +82,7 @@ def walk(node, path):
 
 
 walk(values, "")
-compare("docs/reference/chart-values.md",
-        first_column_names("docs/reference/chart-values.md", r"[a-zA-Z][\w.]*"), leaves)
+check_page("docs/reference/chart-values.md", r"[a-zA-Z][\w.]*", leaves)
 
 # CRD fields: every property path of the schema, the replica types folded into <type>, and
 # the pod template's own fields left to Kubernetes's reference below what the CRD lists.
@@ -107,13 +107,13 @@ def fields_of(node, path):
 
 for version in crd["spec"]["versions"]:
     fields_of(version["schema"]["openAPIV3Schema"], "")
-compare("docs/reference/api.md", first_column_names("docs/reference/api.md", r"(spec|status)[\w.<>\[\]*]*"),
-        fields)
+check_page("docs/reference/api.md", r"(spec|status)[\w.<>\[\]*]*", fields)
 
 # Links.
 pages = [src / "README.md", src / "CONTRIBUTING.md", *sorted((src / "docs").rglob("*.md"))]
 
 
+@functools.cache
 def anchors(page):
     out = set()
     fence = False
