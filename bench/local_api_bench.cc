@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   lockstep::bench::BaselineOptions baseline;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--no-baseline" || args[i] == "--record-baseline") {
-      (args[i] == "--no-baseline" ? compare : baseline.record) = args[i] == "--record-baseline";
+      if (args[i] == "--no-baseline") compare = false;
+      if (args[i] == "--record-baseline") baseline.record = true;
       args.erase(args.begin() + static_cast<long>(i--));
     } else if (args[i] == "--machine" && i + 1 < args.size()) {
       machine = args[i + 1];
