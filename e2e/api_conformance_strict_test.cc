@@ -187,7 +187,7 @@ TEST_P(ApiServerStrictTest, MetadataIsValidatedOnCreateAndUpdate) {
   ASSERT_EQ(two.status, 422);
   EXPECT_THAT(two.body["message"].get<std::string>(),
               HasSubstr("Only one reference can have Controller set to true"));
-  owned["metadata"]["ownerReferences"] = {ref};
+  owned["metadata"]["ownerReferences"] = json::array({ref});
   EXPECT_EQ(Call("POST", kPods, owned).status, 201);
 }
 

@@ -328,7 +328,7 @@ TEST_P(ApiServerTest, OwnerReferencesCascade) {
                 {"controller", true}};
   for (const char* name : {"j-worker-0", "j-worker-1"}) {
     json pod = Pod(name);
-    pod["metadata"]["ownerReferences"] = {owner};
+    pod["metadata"]["ownerReferences"] = json::array({owner});
     ASSERT_EQ(Call("POST", kPods, pod).status, 201);
   }
   ASSERT_EQ(Call("POST", kPods, Pod("unrelated")).status, 201);
@@ -340,7 +340,7 @@ TEST_P(ApiServerTest, OwnerReferencesCascade) {
   job = Call("POST", kJobs, Job("k")).body;
   owner["uid"] = job["metadata"]["uid"];
   json pod = Pod("k-worker-0");
-  pod["metadata"]["ownerReferences"] = {owner};
+  pod["metadata"]["ownerReferences"] = json::array({owner});
   ASSERT_EQ(Call("POST", kPods, pod).status, 201);
   ASSERT_EQ(Call("DELETE", std::string(kJobs) + "/k?propagationPolicy=Orphan").status, 200);
   Answer orphan = Call("GET", std::string(kPods) + "/k-worker-0");

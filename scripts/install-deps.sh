@@ -30,6 +30,9 @@ packages=(
 )
 test_packages=(
   clang-format libbenchmark-dev
+  # the sanitizer build's compiler (Clang compiles it in about half GCC's time) and its
+  # ASan/UBSan runtimes
+  clang libclang-rt-dev
   # the Helm chart's tests: Go's text/template with sprig (Helm's engine), YAML and JSON Schema
   golang-go golang-github-masterminds-sprig-dev golang-github-ghodss-yaml-dev
   golang-github-xeipuuv-gojsonschema-dev

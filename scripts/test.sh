@@ -22,11 +22,14 @@ LOCKSTEP_DEBUG_INFO=${LOCKSTEP_DEBUG_INFO:-0} LOCKSTEP_UNITY=${LOCKSTEP_UNITY:-O
 
 # The sanitizer build is the CPU build (nvcc takes no -fsanitize): it checks the build without
 # CUDA, its stubs, and every host-side piece of the GPU path (allocator, loss scaler, watchdog).
-# Line tables (-g1) are all its reports need; the benchmarks are not tests. It compiles while
-# the release tests run (much of their time is spent waiting on processes), its output kept
-# apart and shown if it fails.
-echo "== sanitizer build (ASan + UBSan), beside the release tests"
+# Clang compiles it, in about half the CPU time GCC takes with the sanitizers (and so the code
+# is built by both compilers, warnings as errors: docs/benchmarks/test-suite.md has the figures). Line tables (-g1)
+# are all its reports need; the benchmarks are not tests. It compiles while the release tests
+# run (much of their time is spent waiting on processes), its output kept apart and shown if it
+# fails.
+echo "== sanitizer build (Clang, ASan + UBSan), beside the release tests"
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DLOCKSTEP_SANITIZE=ON -DLOCKSTEP_CUDA=OFF -DLOCKSTEP_BENCHMARKS=OFF \
   -DLOCKSTEP_UNITY="${LOCKSTEP_UNITY:-ON}" >/dev/null
 cmake --build build/asan -j "$jobs" >build/asan-build.log 2>&1 &

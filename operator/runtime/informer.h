@@ -85,7 +85,8 @@ class Informer final : public WatchSink {
         });
       }
     }
-    for (const auto& [key, gone] : old) {
+    for (const auto& entry : old) {
+      const Ptr& gone = entry.second;
       Notify([&](const EventHandlers<T>& h) {
         if (h.on_delete) h.on_delete(gone);
       });

@@ -32,7 +32,7 @@ class CheckpointTest : public ::testing::Test {
     CheckpointState s{
         .step = step, .epoch = 2, .epoch_step = 3, .model = "mlp", .optimizer = "adam"};
     s.params.push_back(Tensor({2, 3}, {1, 2, 3, 4, 5, static_cast<float>(step)}));
-    s.optimizer_state.push_back(Tensor({1}, {7}));
+    s.optimizer_state.push_back(Tensor({1}, 7.0f));
     return s;
   }
   std::string dir_;

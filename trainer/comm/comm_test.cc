@@ -111,7 +111,7 @@ TEST_P(CollectiveSweep, AllReduceSumsBroadcastAllGatherAndReduceScatterAgree) {
   const auto [backend, n, size] = GetParam();
   auto group = MustGroup(backend, n);
   ASSERT_EQ(static_cast<int>(group.size()), n);
-  OnEveryRank(n, [&, size = size](int r) {
+  OnEveryRank(n, [&, n = n, size = size](int r) {
     Collective& c = *group[r];
     // All-reduce.
     std::vector<float> data(size);

@@ -1,4 +1,5 @@
 #include "trainer/data/dataset.h"
+#include "trainer/tensor/random.h"
 
 #include <zlib.h>
 
@@ -181,7 +182,7 @@ void SyntheticInputs(const SyntheticInput& in, uint64_t proto_seed, int32_t clas
     }
     return;
   }
-  std::normal_distribution<float> noise(0.0f, 1.0f);
+  NormalDraw<float> noise(0.0f, 1.0f);
   Tensor prototypes({classes, size});
   for (int64_t i = 0; i < prototypes.size(); ++i) prototypes[i] = noise(proto_rng);
   for (int64_t i = 0; i < n; ++i) {
@@ -214,7 +215,7 @@ Tensor SyntheticTargets(const SyntheticTarget& t, uint64_t proto_seed, int32_t c
   }
   std::mt19937_64 rng(proto_seed);
   Tensor prototypes({classes, size});
-  std::normal_distribution<float> normal(0.0f, 1.0f);
+  NormalDraw<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int64_t> id(0, c - 1);
   std::bernoulli_distribution coin(0.5);
   for (int32_t l = 0; l < classes; ++l) {

@@ -18,7 +18,7 @@ namespace {
 
 constexpr int64_t kMaxElements = int64_t{1} << 40;
 
-absl::Status Bad(const std::string& name, const std::string& why) {
+absl::Status NpyError(const std::string& name, const std::string& why) {
   return absl::DataLossError(name + ": " + why);
 }
 
@@ -89,7 +89,7 @@ float Half(uint16_t h) {
 
 absl::StatusOr<NpyArray> ParseNpy(std::string_view bytes, const std::string& name) {
   if (bytes.size() < 10 || bytes.substr(0, 6) != std::string_view("\x93NUMPY", 6)) {
-    return Bad(name, "not a NumPy .npy file (no \\x93NUMPY magic)");
+    return NpyError(name, "not a NumPy .npy file (no \\x93NUMPY magic)");
   }
   const auto major = static_cast<unsigned char>(bytes[6]);
   size_t header_len = 0, start = 0;
@@ -98,27 +98,27 @@ absl::StatusOr<NpyArray> ParseNpy(std::string_view bytes, const std::string& nam
                  (static_cast<size_t>(static_cast<unsigned char>(bytes[9])) << 8);
     start = 10;
   } else if (major == 2 || major == 3) {
-    if (bytes.size() < 12) return Bad(name, "a truncated .npy header");
+    if (bytes.size() < 12) return NpyError(name, "a truncated .npy header");
     for (int i = 0; i < 4; ++i) {
       header_len |= static_cast<size_t>(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
     }
     start = 12;
   } else {
-    return Bad(name, absl::StrCat(".npy format version ", major, " is not 1, 2 or 3"));
+    return NpyError(name, absl::StrCat(".npy format version ", major, " is not 1, 2 or 3"));
   }
-  if (bytes.size() < start + header_len) return Bad(name, "a truncated .npy header");
+  if (bytes.size() < start + header_len) return NpyError(name, "a truncated .npy header");
   const std::string header(bytes.substr(start, header_len));
   NpyArray a;
   std::string descr = Field(header, "descr");
   const std::string fortran = Field(header, "fortran_order");
   const std::string shape = Field(header, "shape");
   if (descr.size() < 3 || shape.empty() || fortran.empty()) {
-    return Bad(name, "a .npy header without descr, fortran_order and shape: " + header);
+    return NpyError(name, "a .npy header without descr, fortran_order and shape: " + header);
   }
   descr = descr.substr(1, descr.size() - 2);  // unquoted
   a.dtype = descr;
   if (fortran.rfind("True", 0) == 0) {
-    return Bad(name, "a Fortran-ordered array (save it with np.ascontiguousarray)");
+    return NpyError(name, "a Fortran-ordered array (save it with np.ascontiguousarray)");
   }
   Shape dims;
   int64_t total = 1;
@@ -130,23 +130,23 @@ absl::StatusOr<NpyArray> ParseNpy(std::string_view bytes, const std::string& nam
     int64_t v = 0;
     for (; k < shape.size() && std::isdigit(static_cast<unsigned char>(shape[k])) != 0; ++k) {
       v = v * 10 + (shape[k] - '0');
-      if (v > kMaxElements) return Bad(name, "a shape " + shape + " beyond any file");
+      if (v > kMaxElements) return NpyError(name, "a shape " + shape + " beyond any file");
     }
     if (v > 0 && total > kMaxElements / v)
-      return Bad(name, "a shape " + shape + " beyond any file");
+      return NpyError(name, "a shape " + shape + " beyond any file");
     total *= v;
     dims.push_back(v);
   }
   if (descr.size() < 3 || (descr[0] != '<' && descr[0] != '|' && descr[0] != '=')) {
-    return Bad(name, "dtype " + descr + " is big-endian or not a number");
+    return NpyError(name, "dtype " + descr + " is big-endian or not a number");
   }
   const char kind = descr[1];
   const int size = std::atoi(descr.c_str() + 2);
   const int64_t n = NumElements(dims);
   const std::string_view data = bytes.substr(start + header_len);
   if (static_cast<int64_t>(data.size()) < n * size) {
-    return Bad(name, absl::StrCat("holds ", data.size(), " bytes of data; shape ",
-                                  ShapeString(dims), " of ", descr, " needs ", n * size));
+    return NpyError(name, absl::StrCat("holds ", data.size(), " bytes of data; shape ",
+                                       ShapeString(dims), " of ", descr, " needs ", n * size));
   }
   a.values = Tensor(dims);
   float* out = a.values.data();
@@ -178,8 +178,9 @@ absl::StatusOr<NpyArray> ParseNpy(std::string_view bytes, const std::string& nam
   } else if (kind == 'i' && size == 8) {
     Convert<int64_t>(src, n, out);
   } else {
-    return Bad(name, "dtype " + descr +
-                         " is not a bool, integer or float (strings and objects are not read)");
+    return NpyError(
+        name,
+        "dtype " + descr + " is not a bool, integer or float (strings and objects are not read)");
   }
   return a;
 }
@@ -211,7 +212,7 @@ absl::StatusOr<NpyArray> ReadNumpy(const std::string& where) {
   struct stat st {};
   if (fstat(fd, &st) != 0 || st.st_size == 0) {
     close(fd);
-    return Bad(where, "an empty file");
+    return NpyError(where, "an empty file");
   }
   const auto size = static_cast<size_t>(st.st_size);
   void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -237,11 +238,11 @@ absl::StatusOr<Dataset> LoadNumpyDataset(const std::vector<std::string>& x,
     absl::StatusOr<NpyArray> a = ReadNumpy(where);
     if (!a.ok()) return a.status();
     const Shape& shape = a->values.shape();
-    if (shape.empty()) return Bad(where, "a scalar, not [examples, ...]");
+    if (shape.empty()) return NpyError(where, "a scalar, not [examples, ...]");
     if (k == 0) {
       first = where;
     } else if (shape[0] != d.size()) {
-      return Bad(where, absl::StrCat(shape[0], " rows; ", first, " has ", d.size()));
+      return NpyError(where, absl::StrCat(shape[0], " rows; ", first, " has ", d.size()));
     }
     (input ? d.inputs : d.targets).push_back(std::move(a->values));
   }
@@ -250,9 +251,9 @@ absl::StatusOr<Dataset> LoadNumpyDataset(const std::vector<std::string>& x,
     if (!w.ok()) return w.status();
     const Shape& shape = w->values.shape();
     if (shape.empty() || NumElements(shape) != shape[0] || shape[0] != d.size()) {
-      return Bad(sample_weight, "sample weights of shape " + ShapeString(shape) + " for the " +
-                                    std::to_string(d.size()) + " examples of " + first +
-                                    "; one weight per example");
+      return NpyError(sample_weight, "sample weights of shape " + ShapeString(shape) + " for the " +
+                                         std::to_string(d.size()) + " examples of " + first +
+                                         "; one weight per example");
     }
     d.sample_weights = w->values.Reshaped({shape[0]});
   }

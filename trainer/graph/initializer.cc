@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "trainer/graph/memory.h"
+#include "trainer/tensor/random.h"
 
 namespace lockstep::trainer::graph {
 namespace {
@@ -24,7 +25,7 @@ void Fans(const Shape& s, double* fan_in, double* fan_out) {
 
 // Normal draws cut at two deviations, redrawn until inside (as TensorFlow's truncated_normal).
 float TruncatedNormal(std::mt19937_64& g, float mean, float stddev) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
+  NormalDraw<float> d(0.0f, 1.0f);
   for (;;) {
     const float v = d(g);
     if (std::abs(v) <= 2.0f) return mean + stddev * v;
@@ -40,7 +41,7 @@ void Orthogonal(Tensor* t, float gain, std::mt19937_64& g) {
   // diagonal signs folded in as Keras does, so the result is uniform over orthogonal ones.
   const int64_t big = std::max(rows, cols), small = std::min(rows, cols);
   std::vector<double> q(static_cast<size_t>(big * small));  // vector j at [j * big, (j+1) * big)
-  std::normal_distribution<double> nd(0.0, 1.0);
+  NormalDraw<double> nd(0.0, 1.0);
   for (double& v : q) v = nd(g);
   for (int64_t j = 0; j < small; ++j) {
     double* vj = q.data() + j * big;
@@ -109,12 +110,12 @@ Tensor Initialize(const Initializer& init, const Shape& shape, std::mt19937_64* 
       t.Fill(init.value);
       break;
     case K::kRandomNormal: {
-      std::normal_distribution<float> d(init.mean, init.stddev);
+      NormalDraw<float> d(init.mean, init.stddev);
       for (float& v : t.values()) v = d(g);
       break;
     }
     case K::kRandomUniform: {
-      std::uniform_real_distribution<float> d(init.minval, init.maxval);
+      UniformDraw<float> d(init.minval, init.maxval);
       for (float& v : t.values()) v = d(g);
       break;
     }
@@ -130,10 +131,10 @@ Tensor Initialize(const Initializer& init, const Shape& shape, std::mt19937_64* 
       const double var = init.scale / std::max(1.0, n);
       if (init.distribution == Initializer::Distribution::kUniform) {
         const auto limit = static_cast<float>(std::sqrt(3.0 * var));
-        std::uniform_real_distribution<float> d(-limit, limit);
+        UniformDraw<float> d(-limit, limit);
         for (float& v : t.values()) v = d(g);
       } else if (init.distribution == Initializer::Distribution::kUntruncatedNormal) {
-        std::normal_distribution<float> d(0.0f, static_cast<float>(std::sqrt(var)));
+        NormalDraw<float> d(0.0f, static_cast<float>(std::sqrt(var)));
         for (float& v : t.values()) v = d(g);
       } else {
         // The deviation of a standard normal cut at two deviations is 0.8796: undo it.

@@ -26,6 +26,13 @@
 
 namespace lockstep::trainer::graph {
 
+// The shape of a batch of `batch` examples of `example`'s shape.
+inline Shape Batched(int64_t batch, const Shape& example) {
+  Shape out{batch};
+  out.insert(out.end(), example.begin(), example.end());
+  return out;
+}
+
 // A weight as Keras names it ("kernel", "bias", "gamma", "moving_mean"...). Trainable weights
 // have a gradient of their shape (the optimizer's and the all-reduce's); the others (moving
 // statistics, adapted means) are state that checkpoints and exports keep.

@@ -295,6 +295,10 @@ json LayerConfig::Object(const std::string& key) {
   return v == nullptr ? json() : *v;
 }
 
+void LayerConfig::ExpectNull(std::initializer_list<const char*> keys) {
+  for (const char* k : keys) Expect(k, nullptr);
+}
+
 void LayerConfig::Expect(const std::string& key, const json& expected) {
   const json* v = Get(key);
   if (v == nullptr) {

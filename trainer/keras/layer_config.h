@@ -57,6 +57,8 @@ class LayerConfig {
   // The option must be absent or equal `expected` (null counts as absent when expected is
   // null).
   void Expect(const std::string& key, const nlohmann::json& expected);
+  // Each option absent or null (the constraints, which the engine does not apply).
+  void ExpectNull(std::initializer_list<const char*> keys);
   // Either of two spellings Keras used for one option (dropout rate "rate").
   bool Has(const std::string& key) const;
   void Ignore(const std::string& key);

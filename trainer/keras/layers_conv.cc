@@ -17,10 +17,6 @@ using graph::Padding;
 using LayerOr = absl::StatusOr<std::unique_ptr<Layer>>;
 using nlohmann::json;
 
-void NoConstraints(LayerConfig& c, std::initializer_list<const char*> keys) {
-  for (const char* k : keys) c.Expect(k, nullptr);
-}
-
 // Keras 3's low-rank adaptation of a kernel (written only when enabled).
 void NoLowRank(LayerConfig& c) {
   for (const char* k : {"lora_rank", "lora_alpha", "dora_rank", "dora_alpha"}) c.Expect(k, nullptr);
@@ -93,7 +89,7 @@ LayerOr Conv(LayerConfig& c, int rank) {
   o.kernel_l2 = kr.l2;
   o.bias_l1 = br.l1;
   o.bias_l2 = br.l2;
-  NoConstraints(c, {"kernel_constraint", "bias_constraint"});
+  c.ExpectNull({"kernel_constraint", "bias_constraint"});
   NoLowRank(c);
   return graph::MakeConv(c.name(), o);
 }
@@ -133,7 +129,7 @@ LayerOr ConvTranspose(LayerConfig& c, int rank) {
   o.kernel_l2 = kr.l2;
   o.bias_l1 = br.l1;
   o.bias_l2 = br.l2;
-  NoConstraints(c, {"kernel_constraint", "bias_constraint"});
+  c.ExpectNull({"kernel_constraint", "bias_constraint"});
   NoLowRank(c);
   return graph::MakeConvTranspose(c.name(), o);
 }
@@ -163,7 +159,7 @@ LayerOr DepthwiseConv(LayerConfig& c, int rank) {
   o.depthwise_l2 = dr.l2;
   o.bias_l1 = br.l1;
   o.bias_l2 = br.l2;
-  NoConstraints(c, {"depthwise_constraint", "bias_constraint"});
+  c.ExpectNull({"depthwise_constraint", "bias_constraint"});
   return graph::MakeDepthwiseConv(c.name(), o);
 }
 
@@ -196,7 +192,7 @@ LayerOr SeparableConv(LayerConfig& c, int rank) {
   o.pointwise_l2 = pr.l2;
   o.bias_l1 = br.l1;
   o.bias_l2 = br.l2;
-  NoConstraints(c, {"depthwise_constraint", "pointwise_constraint", "bias_constraint"});
+  c.ExpectNull({"depthwise_constraint", "pointwise_constraint", "bias_constraint"});
   return graph::MakeSeparableConv(c.name(), o);
 }
 

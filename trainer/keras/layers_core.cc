@@ -9,10 +9,6 @@ using graph::Layer;
 using LayerOr = absl::StatusOr<std::unique_ptr<Layer>>;
 
 // Constraints (max_norm...) are not implemented: each must be null.
-void NoConstraints(LayerConfig& c, std::initializer_list<const char*> keys) {
-  for (const char* k : keys) c.Expect(k, nullptr);
-}
-
 LayerOr Dense(LayerConfig& c, const LayerFactories&) {
   graph::DenseOptions o;
   o.units = c.Int("units", 1);
@@ -26,7 +22,7 @@ LayerOr Dense(LayerConfig& c, const LayerFactories&) {
   o.kernel_l2 = kr.l2;
   o.bias_l1 = br.l1;
   o.bias_l2 = br.l2;
-  NoConstraints(c, {"kernel_constraint", "bias_constraint"});
+  c.ExpectNull({"kernel_constraint", "bias_constraint"});
   c.Expect("lora_rank", nullptr);
   c.Expect("lora_alpha", nullptr);
   c.Expect("quantization_config", nullptr);

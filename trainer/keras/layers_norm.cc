@@ -9,10 +9,6 @@ using graph::Layer;
 using LayerOr = absl::StatusOr<std::unique_ptr<Layer>>;
 using nlohmann::json;
 
-void NoConstraints(LayerConfig& c, std::initializer_list<const char*> keys) {
-  for (const char* k : keys) c.Expect(k, nullptr);
-}
-
 // One axis: -1 or a positive axis (the build checks it is the last).
 int64_t ReadAxis(LayerConfig& c, const std::string& key) {
   const json shown = c.raw().contains(key) ? c.raw()[key] : json();
@@ -42,7 +38,7 @@ LayerOr BatchNormalization(LayerConfig& c, const LayerFactories&) {
   o.beta_l2 = br.l2;
   o.gamma_l1 = gr.l1;
   o.gamma_l2 = gr.l2;
-  NoConstraints(c, {"beta_constraint", "gamma_constraint"});
+  c.ExpectNull({"beta_constraint", "gamma_constraint"});
   // Keras 3: cross-replica statistics (TensorFlow only). Keras 2 (TensorFlow) writes renorm and
   // virtual_batch_size only when set; renorm's clipping and momentum mean nothing without it.
   c.Expect("synchronized", false);
@@ -70,7 +66,7 @@ LayerOr LayerNormalization(LayerConfig& c, const LayerFactories&) {
   o.beta_l2 = br.l2;
   o.gamma_l1 = gr.l1;
   o.gamma_l2 = gr.l2;
-  NoConstraints(c, {"beta_constraint", "gamma_constraint"});
+  c.ExpectNull({"beta_constraint", "gamma_constraint"});
   return graph::MakeLayerNormalization(c.name(), o);
 }
 

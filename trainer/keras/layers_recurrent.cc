@@ -5,6 +5,7 @@
 
 #include "trainer/graph/layers/recurrent.h"
 #include "trainer/keras/layer_factory.h"
+#include "trainer/keras/model_loader.h"
 
 namespace lockstep::trainer::keras {
 namespace {
@@ -12,10 +13,6 @@ namespace {
 using graph::Layer;
 using nlohmann::json;
 using LayerOr = absl::StatusOr<std::unique_ptr<Layer>>;
-
-void NoConstraints(LayerConfig& c, std::initializer_list<const char*> keys) {
-  for (const char* k : keys) c.Expect(k, nullptr);
-}
 
 // Keras 3 serializes two initializers under other class names than Keras 2 does
 // ("OrthogonalInitializer", "IdentityInitializer"; both take gain and seed); the rest go to
@@ -113,7 +110,7 @@ LayerOr Recurrent(LayerConfig& c, graph::RnnCell cell) {
   o.recurrent_l2 = rr.l2;
   o.bias_l1 = br.l1;
   o.bias_l2 = br.l2;
-  NoConstraints(c, {"kernel_constraint", "recurrent_constraint", "bias_constraint"});
+  c.ExpectNull({"kernel_constraint", "recurrent_constraint", "bias_constraint"});
   o.dropout = c.Float("dropout", 0);
   if (o.dropout < 0 || o.dropout > 1) c.Error("option dropout must be in [0, 1]");
   o.recurrent_dropout = c.Float("recurrent_dropout", 0);
@@ -147,12 +144,6 @@ LayerOr Recurrent(LayerConfig& c, graph::RnnCell cell) {
     o.reset_after = c.Bool("reset_after", c.keras3());
   }
   return graph::MakeRnn(c.name(), cell, o);
-}
-
-std::string ClassOf(const json& layer) {
-  return layer.is_object() && layer.contains("class_name") && layer["class_name"].is_string()
-             ? layer["class_name"].get<std::string>()
-             : "";
 }
 
 // Keras's generic RNN layer around one built-in cell: the LSTM, GRU or SimpleRNN layer with the

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "trainer/testing/python_peer.h"
+#include "trainer/testing/source_dir.h"
 #include "trainer/testing/temp_dir.h"
 
 namespace lockstep::trainer::keras {
@@ -20,7 +21,7 @@ using nlohmann::json;
 
 const char kPeer[] = "trainer/keras/testdata/h5_peer.py";
 
-std::string Source(const std::string& rel) { return std::string(LOCKSTEP_SOURCE_DIR) + "/" + rel; }
+using ::lockstep::trainer::testing::SourcePath;
 
 KerasModel Load(const json& doc, uint64_t seed) {
   absl::StatusOr<KerasModel> m = LoadKerasModel(doc, {.seed = seed});
@@ -29,7 +30,7 @@ KerasModel Load(const json& doc, uint64_t seed) {
 }
 
 KerasModel LoadFile(const std::string& rel, uint64_t seed) {
-  absl::StatusOr<KerasModel> m = LoadKerasModelFile(Source(rel), {.seed = seed});
+  absl::StatusOr<KerasModel> m = LoadKerasModelFile(SourcePath(rel), {.seed = seed});
   EXPECT_TRUE(m.ok()) << m.status();
   return std::move(*m);
 }

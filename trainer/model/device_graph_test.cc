@@ -29,18 +29,18 @@ namespace {
 namespace fs = std::filesystem;
 using cuda::DType;
 
-std::string Source(const std::string& path) { return (testing::SourceDir() / path).string(); }
+using ::lockstep::trainer::testing::SourcePath;
 
 std::vector<std::string> Models() {
-  std::vector<std::string> out = {Source("examples/models/mlp.json"),
-                                  Source("examples/models/cnn.json"),
-                                  Source("trainer/model/testdata/every_gpu_op.json"),
-                                  Source("examples/models/lstm.json"),
-                                  Source("examples/models/attention.json"),
-                                  Source("trainer/model/testdata/tokens.json"),
-                                  Source("trainer/model/testdata/recurrent.json"),
-                                  Source("trainer/model/testdata/masked.json"),
-                                  Source("trainer/model/testdata/states.json")};
+  std::vector<std::string> out = {SourcePath("examples/models/mlp.json"),
+                                  SourcePath("examples/models/cnn.json"),
+                                  SourcePath("trainer/model/testdata/every_gpu_op.json"),
+                                  SourcePath("examples/models/lstm.json"),
+                                  SourcePath("examples/models/attention.json"),
+                                  SourcePath("trainer/model/testdata/tokens.json"),
+                                  SourcePath("trainer/model/testdata/recurrent.json"),
+                                  SourcePath("trainer/model/testdata/masked.json"),
+                                  SourcePath("trainer/model/testdata/states.json")};
   const fs::path dir = testing::SharedDir() / "testdata" / "keras-configs";
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
@@ -164,7 +164,7 @@ TEST_F(DeviceGraphTest, LossAndGradientsMatchTheCpuGraph) {
 }
 
 TEST_F(DeviceGraphTest, TokenIdsOutsideTheTableFailTheStep) {
-  auto host = GraphModel::Load(Source("trainer/model/testdata/tokens.json"), 1);
+  auto host = GraphModel::Load(SourcePath("trainer/model/testdata/tokens.json"), 1);
   ASSERT_TRUE(host.ok());
   auto dev = DeviceGraph::Create(ctx_.get(), **host, DType::kF32, 1);
   ASSERT_TRUE(dev.ok()) << dev.status();

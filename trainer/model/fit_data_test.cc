@@ -79,7 +79,7 @@ TEST(FitToModelTest, TargetsAreCheckedAndConvertedForTheirLoss) {
       << bad.status();
   bad = fit(LossKind::kSparseCategoricalCrossentropy, {3}, Tensor({1, 3}, {0.2f, 0.3f, 0.5f}));
   EXPECT_NE(bad.status().message().find("not one-hot"), std::string::npos) << bad.status();
-  bad = fit(LossKind::kSparseCategoricalCrossentropy, {3}, Tensor({1}, {1.5f}));
+  bad = fit(LossKind::kSparseCategoricalCrossentropy, {3}, Tensor({1}, 1.5f));
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
   // Categorical: one-hot rows, or ids expanded to them.
   EXPECT_EQ(*fit(LossKind::kCategoricalCrossentropy, {3}, Tensor({2}, {1, 2})),

@@ -10,12 +10,11 @@
 
 namespace lockstep::trainer {
 
-using graph::Layer;
 using graph::OptionsOf;
 
 namespace {
 
-absl::Status Unsupported(const Layer& l, const std::string& why) {
+absl::Status Unsupported(const graph::Layer& l, const std::string& why) {
   return absl::FailedPreconditionError("layer '" + l.name() + "' (" + l.class_name() +
                                        ") has no GPU implementation yet: " + why);
 }
@@ -31,7 +30,7 @@ std::optional<graph::Activation> ReluActivation(const graph::ReluOptions& r) {
   return std::nullopt;
 }
 
-absl::StatusOr<GpuOpKind> ClassifyForGpu(const Layer& l) {
+absl::StatusOr<GpuOpKind> ClassifyForGpu(const graph::Layer& l) {
   const std::string& cls = l.class_name();
   if (OptionsOf<graph::DenseOptions>(l)) return GpuOpKind::kDense;
   if (OptionsOf<graph::Activation>(l)) return GpuOpKind::kActivation;
@@ -76,7 +75,7 @@ absl::StatusOr<GpuOpKind> ClassifyForGpu(const Layer& l) {
   if (auto b = OptionsOf<graph::BidirectionalOptions>(l)) {
     if (b->merge == graph::BidirectionalMerge::kNone) return Unsupported(l, "merge_mode None");
     if (b->return_state) return Unsupported(l, "return_state");
-    for (const Layer* inner : {b->forward, b->backward}) {
+    for (const graph::Layer* inner : {b->forward, b->backward}) {
       absl::StatusOr<GpuOpKind> k = ClassifyForGpu(*inner);
       if (!k.ok()) return Unsupported(l, std::string(k.status().message()));
       if (*k != GpuOpKind::kRecurrent) return Unsupported(l, "it wraps a " + inner->class_name());
@@ -92,7 +91,7 @@ absl::StatusOr<GpuOpKind> ClassifyForGpu(const Layer& l) {
   return Unsupported(l, "its kernels run on the CPU only in this version");
 }
 
-MaskRule MaskRuleOf(const Layer& l) {
+MaskRule MaskRuleOf(const graph::Layer& l) {
   // OutputMask only picks one of the pointers it is handed (or the record's own mask): probed
   // with stand-ins, it says where the layer's output mask comes from without running it.
   const Tensor x0, x1, x2, mask;
@@ -122,7 +121,7 @@ absl::Status GpuSupported(const graph::Graph& g) {
       return Unsupported(*n.layer, "initial states passed to a Bidirectional layer");
     }
     const bool in_mask = !n.inputs.empty() && has_mask(n.inputs[0]);
-    const Layer* inner = n.layer;
+    const graph::Layer* inner = n.layer;
     if (auto t = OptionsOf<graph::TimeDistributedOptions>(*n.layer)) inner = t->inner;
     if (in_mask && OptionsOf<graph::BatchNormOptions>(*inner)) {
       return Unsupported(*n.layer, "it receives a mask (masked batch statistics)");

@@ -14,15 +14,14 @@
 
 #include "trainer/graph/layers/recurrent.h"
 #include "trainer/model/graph_model.h"
+#include "trainer/testing/source_dir.h"
 
 namespace lockstep::trainer {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string Source(const std::string& path) {
-  return std::string(LOCKSTEP_SOURCE_DIR) + "/" + path;
-}
+using ::lockstep::trainer::testing::SourcePath;
 
 TEST(GpuSupportTest, TheGpuTestModelsLoadTrainAndAreAccepted) {
   for (const char* path :
@@ -31,7 +30,7 @@ TEST(GpuSupportTest, TheGpuTestModelsLoadTrainAndAreAccepted) {
         "trainer/model/testdata/tokens.json", "trainer/model/testdata/recurrent.json",
         "trainer/model/testdata/masked.json", "trainer/model/testdata/states.json"}) {
     SCOPED_TRACE(path);
-    auto m = GraphModel::Load(Source(path), 1);
+    auto m = GraphModel::Load(SourcePath(path), 1);
     ASSERT_TRUE(m.ok()) << m.status();
     EXPECT_TRUE(GpuSupported((*m)->graph()).ok()) << GpuSupported((*m)->graph());
     Shape s{4};
@@ -50,7 +49,7 @@ TEST(GpuSupportTest, TheGpuTestModelsLoadTrainAndAreAccepted) {
   for (const char* path :
        {"trainer/model/testdata/every_gpu_op.json", "trainer/model/testdata/tokens.json",
         "trainer/model/testdata/recurrent.json", "trainer/model/testdata/masked.json"}) {
-    auto m = GraphModel::Load(Source(path), 1);
+    auto m = GraphModel::Load(SourcePath(path), 1);
     ASSERT_TRUE(m.ok());
     for (const auto& l : (*m)->graph().layers()) seen.insert(*ClassifyForGpu(*l));
   }
@@ -61,7 +60,7 @@ TEST(GpuSupportTest, TheGpuTestModelsLoadTrainAndAreAccepted) {
 // layers, pass-through layers, and layers that end a mask (a recurrent layer's last output, a
 // pooling, a Flatten).
 TEST(GpuSupportTest, MaskRulesFollowTheCpuLayers) {
-  auto m = GraphModel::Load(Source("trainer/model/testdata/masked.json"), 1);
+  auto m = GraphModel::Load(SourcePath("trainer/model/testdata/masked.json"), 1);
   ASSERT_TRUE(m.ok()) << m.status();
   std::map<std::string, MaskRule> rules;
   for (const auto& l : (*m)->graph().layers()) rules[l->name()] = MaskRuleOf(*l);

@@ -5,12 +5,13 @@
 #include "trainer/kernels/cpu/dense.h"
 #include "trainer/kernels/cpu/max_pool.h"
 #include "trainer/kernels/cpu/relu.h"
+#include "trainer/tensor/random.h"
 
 namespace lockstep::trainer {
 namespace {
 
 void Uniform(Tensor* t, float limit, std::mt19937* rng) {
-  std::uniform_real_distribution<float> u(-limit, limit);
+  UniformDraw<float> u(-limit, limit);
   for (int64_t i = 0; i < t->size(); ++i) (*t)[i] = u(*rng);
 }
 

@@ -12,17 +12,19 @@
 
 #include "trainer/keras/model_loader.h"
 #include "trainer/testing/onnx_check.h"
+#include "trainer/testing/source_dir.h"
 #include "trainer/testing/temp_dir.h"
 
 namespace lockstep::trainer {
 namespace {
 
-std::string Source(const std::string& rel) { return std::string(LOCKSTEP_SOURCE_DIR) + "/" + rel; }
+using ::lockstep::trainer::testing::SourcePath;
 
 class OnnxExportTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OnnxExportTest, MatchesTheEngineUnderAnIndependentEvaluator) {
-  absl::StatusOr<keras::KerasModel> m = keras::LoadKerasModelFile(Source(GetParam()), {.seed = 3});
+  absl::StatusOr<keras::KerasModel> m =
+      keras::LoadKerasModelFile(SourcePath(GetParam()), {.seed = 3});
   ASSERT_TRUE(m.ok()) << m.status();
   testing::TempDir dir("onnx_export_test");
   const std::string result = testing::CheckOnnxExport(*m->graph, dir.Path("model.onnx"), 5);
@@ -46,7 +48,7 @@ INSTANTIATE_TEST_SUITE_P(Models, OnnxExportTest,
 
 TEST(OnnxExportRefusalTest, MasksAreRefusedByLayer) {
   absl::StatusOr<keras::KerasModel> m =
-      keras::LoadKerasModelFile(Source("trainer/model/testdata/masked.json"), {.seed = 1});
+      keras::LoadKerasModelFile(SourcePath("trainer/model/testdata/masked.json"), {.seed = 1});
   ASSERT_TRUE(m.ok()) << m.status();
   testing::TempDir dir("onnx_export_test");
   absl::Status s = WriteOnnx(*m->graph, "masked", dir.Path("m.onnx"));

@@ -106,7 +106,7 @@ TEST(KerasOptimizerTest, ClippingByValueNormAndGlobalNorm) {
   gl["config"]["global_clipnorm"] = 1.0;
   auto o = ParseKerasOptimizer(gl);
   auto opt = MakeKerasOptimizer(*o);
-  Tensor a({1}, {3}), b({1}, {4}), ga({1}, {3}), gb({1}, {4});
+  Tensor a({1}, 3.0f), b({1}, 4.0f), ga({1}, 3.0f), gb({1}, 4.0f);
   opt->Step({&a, &b}, {&ga, &gb});  // global norm 5 over both tensors
   EXPECT_NEAR(a[0], 3 - 0.6f, 1e-6f);
   EXPECT_NEAR(b[0], 4 - 0.8f, 1e-6f);

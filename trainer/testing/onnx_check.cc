@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "trainer/model/onnx_export.h"
+#include "trainer/tensor/random.h"
 #include "trainer/testing/python_peer.h"
 
 namespace lockstep::trainer::testing {
@@ -35,7 +36,7 @@ void WriteNpy(const std::string& path, const Tensor& t) {
 
 std::string CheckOnnxExport(graph::Graph& g, const std::string& path, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1), pos(0.5f, 2.0f);
+  UniformDraw<float> u(-1, 1), pos(0.5f, 2.0f);
   for (auto& [layer, w] : g.AllWeights()) {
     if (w->name == "moving_mean" || w->name == "mean") {
       for (float& v : w->value.values()) v = 0.3f * u(rng);

@@ -17,6 +17,9 @@ inline std::filesystem::path SourceDir() {
                                         : std::filesystem::path(LOCKSTEP_SOURCE_DIR);
 }
 
+// A file of the source tree by its path from the root ("examples/mwm.yaml").
+inline std::string SourcePath(const std::string& rel) { return (SourceDir() / rel).string(); }
+
 inline std::filesystem::path SharedDir() {
   const char* env = std::getenv("LOCKSTEP_SHARED_DIR");
   return env != nullptr && *env != '\0' ? std::filesystem::path(env)

@@ -3,12 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "trainer/kernels/cpu/dense.h"
 #include "trainer/kernels/cpu/gemm.h"
 
 namespace lockstep::trainer::graph {
 namespace {
-
-std::string Str(const Shape& s) { return ShapeString(s); }
 
 // [B, T, H, K] <-> [B, H, T, K].
 void ToHeads(const float* src, int64_t b, int64_t t, int64_t h, int64_t k, float* dst) {
@@ -27,12 +26,6 @@ void FromHeads(const float* src, int64_t b, int64_t t, int64_t h, int64_t k, flo
         std::copy_n(src + ((i * h + j) * t + s) * k, k, dst + ((i * t + s) * h + j) * k);
       }
     }
-  }
-}
-
-void AddColumnSums(const float* src, int64_t rows, int64_t n, float* dst) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < n; ++j) dst[j] += src[r * n + j];
   }
 }
 
@@ -73,12 +66,12 @@ class MultiHeadAttention final : public Layer, public HasOptions<MultiHeadAttent
       return LayerError(*this,
                         "takes query, value and key of one rank >= 3 (batch, ..., "
                         "features), got " +
-                            Str(q) + ", " + Str(v) + " and " + Str(k));
+                            ShapeString(q) + ", " + ShapeString(v) + " and " + ShapeString(k));
     }
     for (size_t a = 0; a + 1 < v.size(); ++a) {
       if (v[a] > 0 && k[a] > 0 && v[a] != k[a]) {
-        return LayerError(
-            *this, "value " + Str(v) + " and key " + Str(k) + " differ outside their last axis");
+        return LayerError(*this, "value " + ShapeString(v) + " and key " + ShapeString(k) +
+                                     " differ outside their last axis");
       }
     }
     if (q.back() <= 0 || v.back() <= 0 || k.back() <= 0) {
@@ -94,8 +87,8 @@ class MultiHeadAttention final : public Layer, public HasOptions<MultiHeadAttent
       std::vector<int64_t> all;
       for (int64_t a = 1; a <= rank - 2; ++a) all.push_back(a);
       if (axes != all) {
-        return LayerError(*this, "attention_axes " + Str(o_.attention_axes) + " over inputs " +
-                                     Str(q) +
+        return LayerError(*this, "attention_axes " + ShapeString(o_.attention_axes) +
+                                     " over inputs " + ShapeString(q) +
                                      " is not supported (only attention over every axis "
                                      "between the batch and the features)");
       }
@@ -243,7 +236,7 @@ class MultiHeadAttention final : public Layer, public HasOptions<MultiHeadAttent
     // Output projection.
     if (train) {
       cpu::Gemm(true, false, h * vd, dq_, b * t, 1.0f, st[kO].data(), dy, 1.0f, G(kWo));
-      if (o_.use_bias) AddColumnSums(dy, b * t, dq_, GB(kWo));
+      if (o_.use_bias) cpu::AddColumnSums(dy, b * t, dq_, GB(kWo));
     }
     Tensor& d_o = st[kT1];
     d_o.Resize({b * t, h * vd});
@@ -340,7 +333,7 @@ class MultiHeadAttention final : public Layer, public HasOptions<MultiHeadAttent
                        int64_t n, bool train, bool need, Tensor* dx, bool add) {
     if (train) {
       cpu::Gemm(true, false, k, n, rows, 1.0f, x.data(), dy.data(), 1.0f, G(w));
-      if (o_.use_bias) AddColumnSums(dy.data(), rows, n, GB(w));
+      if (o_.use_bias) cpu::AddColumnSums(dy.data(), rows, n, GB(w));
     }
     if (!need) return;
     if (!add) dx->Resize(x.shape());
@@ -352,8 +345,8 @@ class MultiHeadAttention final : public Layer, public HasOptions<MultiHeadAttent
     if (i >= in.mask.size() || in.mask[i] == nullptr) return nullptr;
     if (in.mask[i]->size() == size) return in.mask[i];
     ctx.Report("layer '" + name() + "' (MultiHeadAttention): the mask of input " +
-               std::to_string(i) + " has shape " + Str(in.mask[i]->shape()) +
-               ", which does not fit its input " + Str(in.x[i]->shape()));
+               std::to_string(i) + " has shape " + ShapeString(in.mask[i]->shape()) +
+               ", which does not fit its input " + ShapeString(in.x[i]->shape()));
     return nullptr;
   }
 

@@ -56,7 +56,7 @@ TEST(MultiHeadAttentionTest, OneHeadByHandWithValueMasks) {
   std::mt19937_64 rng(1);
   ASSERT_TRUE(l->Build({{1, 1}, {2, 1}}, BuildContext{&rng}).ok());
   for (Weight& w : l->weights()) w.value.Fill(1.0f);
-  Tensor q({1, 1, 1}, {2}), v({1, 2, 1}, {1, 3});
+  Tensor q({1, 1, 1}, 2.0f), v({1, 2, 1}, {1, 3});
   const double e2 = std::exp(2.0), e6 = std::exp(6.0);
   EXPECT_NEAR(Forward(*l, {q, v})[0], (e2 * 1 + e6 * 3) / (e2 + e6), 1e-5);
   Tensor first({1, 2}, {1, 0}), none({1, 2}, {0, 0});

@@ -1,4 +1,5 @@
 #include "trainer/graph/layers/augment.h"
+#include "trainer/tensor/random.h"
 
 #include <cmath>
 #include <numbers>
@@ -110,8 +111,8 @@ class RandomRotation final : public Layer {
       return;
     }
     s->i.assign(1, 1);
-    std::uniform_real_distribution<float> d(o_.lower * 2 * std::numbers::pi_v<float>,
-                                            o_.upper * 2 * std::numbers::pi_v<float>);
+    UniformDraw<float> d(o_.lower * 2 * std::numbers::pi_v<float>,
+                         o_.upper * 2 * std::numbers::pi_v<float>);
     for (int64_t n = 0; n < b; ++n) angles[n] = d(*ctx.rng);
     y.Resize(x.shape());
     y.Fill(0.0f);

@@ -55,7 +55,6 @@ AxisGeometry TransposeAxis(int64_t in, int64_t kernel, int64_t stride, Padding p
 
 namespace {
 
-constexpr int kAxes = 3;
 // The patch matrix of one GEMM stays under this many floats (4 MiB); larger batches run in
 // chunks of examples. Small enough that the patches Im2Col writes are still in the cache when
 // the GEMM packs them (and the GEMM's patch gradients when Col2Im reads them), large enough
@@ -68,8 +67,8 @@ constexpr int64_t kColCap = int64_t{1} << 20;
 // [n, out0, out1, out2], kernel taps (k0, k1, k2).
 struct Geo {
   int64_t n = 0, c = 0;
-  int64_t in[kAxes] = {1, 1, 1}, out[kAxes] = {1, 1, 1}, k[kAxes] = {1, 1, 1};
-  int64_t s[kAxes] = {1, 1, 1}, d[kAxes] = {1, 1, 1}, pad[kAxes] = {0, 0, 0};
+  int64_t in[kSpatialAxes] = {1, 1, 1}, out[kSpatialAxes] = {1, 1, 1}, k[kSpatialAxes] = {1, 1, 1};
+  int64_t s[kSpatialAxes] = {1, 1, 1}, d[kSpatialAxes] = {1, 1, 1}, pad[kSpatialAxes] = {0, 0, 0};
   int64_t in_size() const { return in[0] * in[1] * in[2]; }
   int64_t out_size() const { return out[0] * out[1] * out[2]; }
   int64_t taps() const { return k[0] * k[1] * k[2]; }
@@ -77,7 +76,7 @@ struct Geo {
   bool empty() const { return out[0] <= 0 || out[1] <= 0 || out[2] <= 0; }
   // A 1x1 window at stride 1 without padding: the patch matrix is the input itself.
   bool pointwise() const {
-    for (int a = 0; a < kAxes; ++a) {
+    for (int a = 0; a < kSpatialAxes; ++a) {
       if (k[a] != 1 || s[a] != 1 || pad[a] != 0) return false;
     }
     return true;
@@ -262,8 +261,6 @@ void AddTo(const std::vector<float>& from, float* to) {
   for (size_t j = 0; j < from.size(); ++j) t[j] += f[j];
 }
 
-std::string Ints(const std::vector<int64_t>& v) { return ShapeString(v); }
-
 // What the windowed convolution layers share: the geometry of a call, the shape checks, the
 // activation after the linear part.
 class WindowLayer : public Layer {
@@ -302,7 +299,8 @@ class WindowLayer : public Layer {
       const AxisGeometry ax = Axis(a, in[0][i]);
       if (in[0][i] >= 0 && ax.out <= 0) {
         return LayerError(*this, "input " + ShapeString(in[0]) + " is smaller than the window " +
-                                     Ints(kernel_) + " (dilation " + Ints(dilation_) + ")");
+                                     ShapeString(kernel_) + " (dilation " + ShapeString(dilation_) +
+                                     ")");
       }
       spatial_out->push_back(ax.out);
     }
@@ -320,7 +318,7 @@ class WindowLayer : public Layer {
     g.n = x[0];
     g.c = x.back();
     for (int a = 0; a < rank_; ++a) {
-      const int ga = kAxes - rank_ + a;
+      const int ga = kSpatialAxes - rank_ + a;
       const auto i = static_cast<size_t>(a);
       g.in[ga] = x[i + 1];
       g.k[ga] = kernel_[i];
@@ -335,7 +333,7 @@ class WindowLayer : public Layer {
 
   Shape OutShape(const Geo& g, int64_t channels) const {
     Shape s{g.n};
-    for (int a = 0; a < rank_; ++a) s.push_back(g.out[kAxes - rank_ + a]);
+    for (int a = 0; a < rank_; ++a) s.push_back(g.out[kSpatialAxes - rank_ + a]);
     s.push_back(channels);
     return s;
   }
@@ -360,7 +358,7 @@ class WindowLayer : public Layer {
   void ReportEmpty(const Geo& g, const Shape& x, const CallContext& ctx) const {
     if (g.empty() && g.n > 0) {
       ctx.Report("layer '" + name() + "' (" + class_name() + "): input " + ShapeString(x) +
-                 " is smaller than the window " + Ints(kernel_));
+                 " is smaller than the window " + ShapeString(kernel_));
     }
   }
   void SetRegularizers(Weight& w, float l1, float l2) {
@@ -428,7 +426,7 @@ class WindowLayer : public Layer {
     cg.c_out = c_out;
     cg.depthwise = depthwise;
     for (int a = 0; a < rank_; ++a) {
-      const int ga = kAxes - rank_ + a;
+      const int ga = kSpatialAxes - rank_ + a;
       const auto i = static_cast<size_t>(a);
       cg.in[i] = g.in[ga];
       cg.out[i] = g.out[ga];
@@ -608,7 +606,7 @@ class ConvTranspose final : public WindowLayer, public HasOptions<ConvTransposeO
       int64_t pad = 0;
       const int64_t lo = OutLength(a, li, &pad);
       if (li > 0 && lo <= 0) {
-        return LayerError(*this, "output_padding " + Ints(*o_.output_padding) +
+        return LayerError(*this, "output_padding " + ShapeString(*o_.output_padding) +
                                      " gives an empty output for input " + ShapeString(in[0]));
       }
       out.push_back(lo);
@@ -703,7 +701,7 @@ class ConvTranspose final : public WindowLayer, public HasOptions<ConvTransposeO
     g.n = x[0];
     g.c = o_.filters;
     for (int a = 0; a < rank_; ++a) {
-      const int ga = kAxes - rank_ + a;
+      const int ga = kSpatialAxes - rank_ + a;
       const auto i = static_cast<size_t>(a);
       g.out[ga] = x[i + 1];
       g.in[ga] = std::max<int64_t>(OutLength(a, x[i + 1], &g.pad[ga]), 0);
@@ -715,7 +713,7 @@ class ConvTranspose final : public WindowLayer, public HasOptions<ConvTransposeO
 
   Shape OutShape(const Geo& g) const {
     Shape s{g.n};
-    for (int a = 0; a < rank_; ++a) s.push_back(g.in[kAxes - rank_ + a]);
+    for (int a = 0; a < rank_; ++a) s.push_back(g.in[kSpatialAxes - rank_ + a]);
     s.push_back(o_.filters);
     return s;
   }

@@ -7,6 +7,7 @@
 
 #include <functional>
 
+#include "trainer/graph/testing/forward.h"
 #include "trainer/graph/testing/gradcheck.h"
 #include "trainer/graph/testing/summation_bound.h"
 #include "trainer/graph/testing/torch_oracle.h"
@@ -17,19 +18,10 @@ namespace {
 
 using nlohmann::json;
 using testing::CheckLayerGradients;
+using testing::Forward1;
+using testing::FromJson;
+using testing::PerExample;
 using testing::RandomTensor;
-
-Shape PerExample(const Tensor& x) { return Shape(x.shape().begin() + 1, x.shape().end()); }
-
-// Builds `l` for x and runs one forward pass.
-Tensor Forward1(Layer& l, const Tensor& x, bool training = false, std::string* error = nullptr) {
-  std::mt19937_64 rng(1);
-  EXPECT_TRUE(l.Build({PerExample(x)}, BuildContext{&rng}).ok());
-  std::vector<Tensor> out(1);
-  Saved s;
-  l.Forward(Args{{&x}, {nullptr}}, &out, &s, CallContext{training, &rng, error});
-  return out[0];
-}
 
 ConvOptions Conv(int rank, int64_t filters, std::vector<int64_t> k, std::vector<int64_t> s,
                  std::vector<int64_t> d, Padding p) {
@@ -445,10 +437,6 @@ TEST(ConvLayersTest, ShapesMasksAndBadInput) {
 }
 
 // ---- Factories from Keras configs.
-
-absl::StatusOr<std::unique_ptr<Layer>> FromJson(const std::string& text, bool keras3 = false) {
-  return keras::LayerFactories::Get().Build(json::parse(text), keras3);
-}
 
 TEST(ConvFactoryTest, RealConfigsBuildWithKerasWeights) {
   // 011-text-conv1d-globalmax.json (Keras 2.0).

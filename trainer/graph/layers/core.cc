@@ -5,17 +5,10 @@
 #include <optional>
 
 #include "trainer/kernels/cpu/gemm.h"
+#include "trainer/tensor/random.h"
 
 namespace lockstep::trainer::graph {
 namespace {
-
-Shape Batched(int64_t batch, const Shape& s) {
-  Shape out{batch};
-  out.insert(out.end(), s.begin(), s.end());
-  return out;
-}
-
-std::string Str(const Shape& s) { return ShapeString(s); }
 
 class Dense final : public Layer, public HasOptions<DenseOptions> {
  public:
@@ -191,26 +184,28 @@ class ReshapeLayer final : public Layer {
     const bool known = std::all_of(s.begin(), s.end(), [](int64_t d) { return d > 0; });
     Shape out;
     if (class_name() == "Flatten") {
-      if (!known) return LayerError(*this, "needs every input axis known, got " + Str(s));
+      if (!known) return LayerError(*this, "needs every input axis known, got " + ShapeString(s));
       out = {NumElements(s)};
     } else {
       out = target_;
       const auto unknown = std::count(out.begin(), out.end(), -1);
       if (unknown > 1) return LayerError(*this, "target_shape has more than one unknown axis");
       if (!known) {
-        if (unknown > 0) return LayerError(*this, "cannot infer an axis of input " + Str(s));
+        if (unknown > 0)
+          return LayerError(*this, "cannot infer an axis of input " + ShapeString(s));
       } else {
         int64_t rest = 1;
         for (int64_t d : out) rest *= d > 0 ? d : 1;
         if (unknown == 1) {
           if (rest == 0 || NumElements(s) % rest != 0) {
-            return LayerError(*this, "cannot reshape " + Str(s) + " to " + Str(target_));
+            return LayerError(*this,
+                              "cannot reshape " + ShapeString(s) + " to " + ShapeString(target_));
           }
           *std::find(out.begin(), out.end(), -1) = NumElements(s) / rest;
         } else if (rest != NumElements(s)) {
-          return LayerError(*this, "cannot reshape " + Str(s) + " (" +
+          return LayerError(*this, "cannot reshape " + ShapeString(s) + " (" +
                                        std::to_string(NumElements(s)) + " values) to " +
-                                       Str(target_));
+                                       ShapeString(target_));
         }
       }
     }
@@ -283,8 +278,8 @@ class Dropout final : public Layer, public HasOptions<DropoutOptions> {
                                            const BuildContext&) override {
     if (in.size() != 1) return LayerError(*this, "takes one input");
     if (!noise_.empty() && noise_.size() != in[0].size()) {
-      return LayerError(*this,
-                        "noise_shape " + Str(noise_) + " does not match input " + Str(in[0]));
+      return LayerError(*this, "noise_shape " + ShapeString(noise_) + " does not match input " +
+                                   ShapeString(in[0]));
     }
     built_ = true;
     return in;
@@ -358,7 +353,7 @@ class GaussianNoise final : public Layer, public HasOptions<GaussianNoiseOptions
     Tensor& y = (*out)[0];
     y = *in.x[0];
     if (!ctx.training || stddev_ <= 0) return;
-    std::normal_distribution<float> d(0.0f, stddev_);
+    NormalDraw<float> d(0.0f, stddev_);
     for (float& v : y.values()) v += d(*ctx.rng);
   }
   void Backward(const Args&, const std::vector<Tensor>&, const std::vector<const Tensor*>& dout,
@@ -511,15 +506,16 @@ class Merge final : public Layer, public HasOptions<MergeOp> {
     Shape out = in[0];
     for (const Shape& s : in) {
       if (s.size() != out.size()) {
-        return LayerError(*this, "inputs of different ranks: " + Str(in[0]) + " and " + Str(s));
+        return LayerError(
+            *this, "inputs of different ranks: " + ShapeString(in[0]) + " and " + ShapeString(s));
       }
       for (size_t a = 0; a < s.size(); ++a) {
         if (s[a] == out[a] || s[a] == 1) continue;
         if (out[a] == 1) {
           out[a] = s[a];
         } else {
-          return LayerError(*this,
-                            "inputs of incompatible shapes: " + Str(in[0]) + " and " + Str(s));
+          return LayerError(*this, "inputs of incompatible shapes: " + ShapeString(in[0]) +
+                                       " and " + ShapeString(s));
         }
       }
     }
@@ -718,8 +714,8 @@ class Concatenate final : public Layer, public HasOptions<ConcatOptions> {
     const auto rank = static_cast<int64_t>(in[0].size()) + 1;  // with the batch axis
     a_ = axis_ < 0 ? axis_ + rank : axis_;
     if (a_ < 1 || a_ >= rank) {
-      return LayerError(
-          *this, "axis " + std::to_string(axis_) + " is out of range for inputs " + Str(in[0]));
+      return LayerError(*this, "axis " + std::to_string(axis_) + " is out of range for inputs " +
+                                   ShapeString(in[0]));
     }
     Shape out = in[0];
     const auto ax = static_cast<size_t>(a_ - 1);
@@ -728,7 +724,7 @@ class Concatenate final : public Layer, public HasOptions<ConcatOptions> {
       if (s.size() != in[0].size()) return LayerError(*this, "inputs of different ranks");
       for (size_t a = 0; a < s.size(); ++a) {
         if (a != ax && s[a] != in[0][a]) {
-          return LayerError(*this, "inputs " + Str(in[0]) + " and " + Str(s) +
+          return LayerError(*this, "inputs " + ShapeString(in[0]) + " and " + ShapeString(s) +
                                        " differ outside the concatenation axis");
         }
       }

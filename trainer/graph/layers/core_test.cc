@@ -38,7 +38,7 @@ TEST(CoreLayersTest, DenseGradientsOnRank3InputsAndEveryActivation) {
 }
 
 TEST(CoreLayersTest, HardSigmoidDiffersBetweenKerasVersions) {
-  Tensor z({1, 1}, {2.0f});
+  Tensor z({1, 1}, 2.0f);
   Tensor y;
   ActivationForward(*ParseActivation("hard_sigmoid", false), z, &y);
   EXPECT_FLOAT_EQ(y[0], 0.9f);  // 0.2 * 2 + 0.5
@@ -130,7 +130,7 @@ TEST(CoreLayersTest, ConcatenateAlongAnyAxis) {
   auto out = c->Build({{3, 4}, {3, 2}}, BuildContext{&rng});
   ASSERT_TRUE(out.ok());
   EXPECT_EQ((*out)[0], Shape({3, 6}));
-  Tensor a({1, 1, 2}, {1, 2}), b({1, 1, 1}, {3});
+  Tensor a({1, 1, 2}, {1, 2}), b({1, 1, 1}, 3.0f);
   auto c2 = MakeConcatenate("c", -1);
   ASSERT_TRUE(c2->Build({{1, 2}, {1, 1}}, BuildContext{&rng}).ok());
   std::vector<Tensor> y(1);

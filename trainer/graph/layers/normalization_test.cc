@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "trainer/graph/testing/forward.h"
 #include "trainer/graph/testing/gradcheck.h"
 #include "trainer/keras/layer_factory.h"
 
@@ -15,18 +16,10 @@ namespace {
 
 using nlohmann::json;
 using testing::CheckLayerGradients;
+using testing::Forward1;
+using testing::FromJson;
+using testing::PerExample;
 using testing::RandomTensor;
-
-Shape PerExample(const Tensor& x) { return Shape(x.shape().begin() + 1, x.shape().end()); }
-
-Tensor Forward1(Layer& l, const Tensor& x, bool training, const Tensor* mask = nullptr) {
-  std::mt19937_64 rng(1);
-  EXPECT_TRUE(l.Build({PerExample(x)}, BuildContext{&rng}).ok());
-  std::vector<Tensor> out(1);
-  Saved s;
-  l.Forward(Args{{&x}, {mask}}, &out, &s, CallContext{training, &rng});
-  return out[0];
-}
 
 const Weight* Find(const Layer& l, const std::string& name) {
   for (const Weight& w : l.weights()) {
@@ -237,10 +230,6 @@ TEST(NormalizationLayersTest, NormalizationFromConfigAndFromWeights) {
 }
 
 // ---- Factories from Keras configs.
-
-absl::StatusOr<std::unique_ptr<Layer>> FromJson(const std::string& text, bool keras3 = false) {
-  return keras::LayerFactories::Get().Build(json::parse(text), keras3);
-}
 
 TEST(NormalizationFactoryTest, RealConfigsBuild) {
   std::mt19937_64 rng(1);

@@ -6,10 +6,6 @@
 namespace lockstep::trainer::graph {
 namespace {
 
-constexpr int kAxes = 3;
-
-std::string Ints(const std::vector<int64_t>& v) { return ShapeString(v); }
-
 std::string RankClass(const char* base, int rank) {
   return std::string(base) + std::to_string(rank) + "D";
 }
@@ -28,7 +24,7 @@ absl::Status CheckRank(const Layer& l, const std::vector<Shape>& in, int rank) {
 // A channels-last batch with its spatial axes padded to three (leading axes of length 1).
 struct Dims {
   int64_t n = 0, c = 0;
-  int64_t s[kAxes] = {1, 1, 1};
+  int64_t s[kSpatialAxes] = {1, 1, 1};
   int64_t size() const { return s[0] * s[1] * s[2]; }
 };
 
@@ -36,13 +32,13 @@ Dims DimsOf(const Shape& x, int rank) {
   Dims d;
   d.n = x[0];
   d.c = x.back();
-  for (int a = 0; a < rank; ++a) d.s[kAxes - rank + a] = x[static_cast<size_t>(a) + 1];
+  for (int a = 0; a < rank; ++a) d.s[kSpatialAxes - rank + a] = x[static_cast<size_t>(a) + 1];
   return d;
 }
 
 Shape ShapeOf(const Dims& d, int rank) {
   Shape s{d.n};
-  for (int a = 0; a < rank; ++a) s.push_back(d.s[kAxes - rank + a]);
+  for (int a = 0; a < rank; ++a) s.push_back(d.s[kSpatialAxes - rank + a]);
   s.push_back(d.c);
   return s;
 }
@@ -64,7 +60,7 @@ class Pooling final : public Layer, public HasOptions<PoolOptions> {
       const AxisGeometry ax = WindowAxis(in[0][i], o_.pool_size[i], o_.strides[i], 1, o_.padding);
       if (in[0][i] >= 0 && ax.out <= 0) {
         return LayerError(*this, "input " + ShapeString(in[0]) + " is smaller than pool_size " +
-                                     Ints(o_.pool_size));
+                                     ShapeString(o_.pool_size));
       }
       out.push_back(ax.out);
     }
@@ -81,7 +77,7 @@ class Pooling final : public Layer, public HasOptions<PoolOptions> {
     y.Resize(OutShape(g));
     if (g.empty() && g.in.n > 0) {
       ctx.Report("layer '" + name() + "' (" + class_name() + "): input " + ShapeString(x.shape()) +
-                 " is smaller than pool_size " + Ints(o_.pool_size));
+                 " is smaller than pool_size " + ShapeString(o_.pool_size));
       return;
     }
     const int64_t c = g.in.c;
@@ -156,7 +152,8 @@ class Pooling final : public Layer, public HasOptions<PoolOptions> {
  private:
   struct Geo {
     Dims in, out;
-    int64_t k[kAxes] = {1, 1, 1}, st[kAxes] = {1, 1, 1}, pad[kAxes] = {0, 0, 0};
+    int64_t k[kSpatialAxes] = {1, 1, 1}, st[kSpatialAxes] = {1, 1, 1},
+            pad[kSpatialAxes] = {0, 0, 0};
     bool empty() const { return out.s[0] <= 0 || out.s[1] <= 0 || out.s[2] <= 0; }
   };
 
@@ -165,7 +162,7 @@ class Pooling final : public Layer, public HasOptions<PoolOptions> {
     g.in = DimsOf(x, o_.rank);
     g.out = g.in;
     for (int a = 0; a < o_.rank; ++a) {
-      const int ga = kAxes - o_.rank + a;
+      const int ga = kSpatialAxes - o_.rank + a;
       const auto i = static_cast<size_t>(a);
       g.k[ga] = o_.pool_size[i];
       g.st[ga] = o_.strides[i];
@@ -187,9 +184,9 @@ class Pooling final : public Layer, public HasOptions<PoolOptions> {
   template <typename F>
   static void ForEachWindow(const Geo& g, F&& f) {
     int64_t o = 0;
-    int64_t lo[kAxes + 1], hi[kAxes + 1];
+    int64_t lo[kSpatialAxes + 1], hi[kSpatialAxes + 1];
     for (int64_t n = 0; n < g.in.n; ++n) {
-      lo[kAxes] = n;  // the example, for ForEachIn
+      lo[kSpatialAxes] = n;  // the example, for ForEachIn
       for (int64_t o0 = 0; o0 < g.out.s[0]; ++o0) {
         Clip(g, 0, o0, lo, hi);
         for (int64_t o1 = 0; o1 < g.out.s[1]; ++o1) {
@@ -212,7 +209,7 @@ class Pooling final : public Layer, public HasOptions<PoolOptions> {
   // f(i) per input position i (flat over the batch) in the window.
   template <typename F>
   static void ForEachIn(const Geo& g, const int64_t* lo, const int64_t* hi, F&& f) {
-    const int64_t base = lo[kAxes] * g.in.size();
+    const int64_t base = lo[kSpatialAxes] * g.in.size();
     for (int64_t i0 = lo[0]; i0 < hi[0]; ++i0) {
       for (int64_t i1 = lo[1]; i1 < hi[1]; ++i1) {
         for (int64_t i2 = lo[2]; i2 < hi[2]; ++i2) {
@@ -388,10 +385,10 @@ class PadCrop final : public Layer, public HasOptions<PadCropOptions> {
   void Forward(const Args& in, std::vector<Tensor>* out, Saved*, const CallContext& ctx) override {
     const Tensor& x = *in.x[0];
     Dims xd = DimsOf(x.shape(), rank_), yd = xd;
-    int64_t off[kAxes] = {0, 0, 0};
+    int64_t off[kSpatialAxes] = {0, 0, 0};
     bool ok = true;
     for (int a = 0; a < rank_; ++a) {
-      const int ga = kAxes - rank_ + a;
+      const int ga = kSpatialAxes - rank_ + a;
       yd.s[ga] = Length(a, xd.s[ga]);
       off[ga] = pairs_[static_cast<size_t>(a)].first;
       if (yd.s[ga] <= 0) {
@@ -420,8 +417,9 @@ class PadCrop final : public Layer, public HasOptions<PadCropOptions> {
     const Tensor& x = *in.x[0];
     const Tensor& dy = *dout[0];
     Dims xd = DimsOf(x.shape(), rank_), yd = DimsOf(dy.shape(), rank_);
-    int64_t off[kAxes] = {0, 0, 0};
-    for (int a = 0; a < rank_; ++a) off[kAxes - rank_ + a] = pairs_[static_cast<size_t>(a)].first;
+    int64_t off[kSpatialAxes] = {0, 0, 0};
+    for (int a = 0; a < rank_; ++a)
+      off[kSpatialAxes - rank_ + a] = pairs_[static_cast<size_t>(a)].first;
     Tensor& dx = (*din)[0];
     dx.Resize(x.shape());
     if (yd.size() == 0) {
@@ -532,12 +530,12 @@ class UpSampling final : public Layer, public HasOptions<UpSamplingOptions> {
  private:
   // The repeat count of padded axis a (1 for the padding axes).
   int64_t Sz(int a) const {
-    const int la = a - (kAxes - rank_);
+    const int la = a - (kSpatialAxes - rank_);
     return la < 0 ? 1 : size_[static_cast<size_t>(la)];
   }
   Dims Up(const Dims& x) const {
     Dims y = x;
-    for (int a = 0; a < kAxes; ++a) y.s[a] *= Sz(a);
+    for (int a = 0; a < kSpatialAxes; ++a) y.s[a] *= Sz(a);
     return y;
   }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "trainer/graph/testing/forward.h"
 #include "trainer/graph/testing/gradcheck.h"
 #include "trainer/keras/layer_factory.h"
 
@@ -15,18 +16,10 @@ namespace {
 
 using nlohmann::json;
 using testing::CheckLayerGradients;
+using testing::Forward1;
+using testing::FromJson;
+using testing::PerExample;
 using testing::RandomTensor;
-
-Shape PerExample(const Tensor& x) { return Shape(x.shape().begin() + 1, x.shape().end()); }
-
-Tensor Forward1(Layer& l, const Tensor& x, const Tensor* mask = nullptr) {
-  std::mt19937_64 rng(1);
-  EXPECT_TRUE(l.Build({PerExample(x)}, BuildContext{&rng}).ok());
-  std::vector<Tensor> out(1);
-  Saved s;
-  l.Forward(Args{{&x}, {mask}}, &out, &s, CallContext{false, &rng});
-  return out[0];
-}
 
 // Distinct values 0.05 apart in a shuffled order: no ties, and no two values of a window within
 // the finite-difference step of each other, so max pooling has no kink near the input.
@@ -119,7 +112,7 @@ TEST(PoolingLayersTest, GlobalPoolingAndTheMaskedAverage) {
   auto g = MakeGlobalPooling("g", 1, PoolMode::kAverage, false);
   Tensor x({2, 3, 2}, {1, 10, 100, 100, 3, 30, 5, 6, 7, 8, 9, 10});
   Tensor mask({2, 3}, {1, 0, 1, 0, 0, 0});
-  EXPECT_EQ(Forward1(*g, x, &mask), Tensor({2, 2}, {2, 20, 0, 0}));
+  EXPECT_EQ(Forward1(*g, x, false, &mask), Tensor({2, 2}, {2, 20, 0, 0}));
   opts.masks = {&mask};
   EXPECT_EQ(CheckLayerGradients(*g, {RandomTensor({2, 3, 2}, 2)}, opts), "");
   std::vector<Tensor> y(1);
@@ -184,10 +177,6 @@ TEST(PoolingLayersTest, TooSmallInputsAreRefusedOrReported) {
 }
 
 // ---- Factories from Keras configs.
-
-absl::StatusOr<std::unique_ptr<Layer>> FromJson(const std::string& text, bool keras3 = false) {
-  return keras::LayerFactories::Get().Build(json::parse(text), keras3);
-}
 
 Shape BuiltShape(Layer& l, const Shape& in) {
   std::mt19937_64 rng(1);

@@ -5,18 +5,11 @@
 #include <cstdio>
 #include <utility>
 
+#include "trainer/kernels/cpu/dense.h"
 #include "trainer/kernels/cpu/gemm.h"
 
 namespace lockstep::trainer::graph {
 namespace {
-
-std::string Str(const Shape& s) { return ShapeString(s); }
-
-Shape Batched(int64_t batch, const Shape& s) {
-  Shape out{batch};
-  out.insert(out.end(), s.begin(), s.end());
-  return out;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Embedding
@@ -60,8 +53,8 @@ class Embedding final : public Layer, public HasOptions<EmbeddingOptions> {
         ok = o_.input_length[a] <= 0 || s[a] <= 0 || o_.input_length[a] == s[a];
       }
       if (!ok) {
-        return LayerError(
-            *this, "input_length " + Str(o_.input_length) + " does not match its input " + Str(s));
+        return LayerError(*this, "input_length " + ShapeString(o_.input_length) +
+                                     " does not match its input " + ShapeString(s));
       }
     }
     if (!built_) {
@@ -260,13 +253,6 @@ void AddCols(const float* src, int64_t rows, int64_t ld, int64_t c0, int64_t n, 
     for (int64_t j = 0; j < n; ++j) d[j] += s[j];
   }
 }
-// Sums of the rows of a [rows, n] matrix, added into `dst`.
-void AddColumnSums(const float* src, int64_t rows, int64_t n, float* dst) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* s = src + r * n;
-    for (int64_t j = 0; j < n; ++j) dst[j] += s[j];
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // SimpleRNN, LSTM, GRU.
@@ -317,8 +303,8 @@ class Rnn final : public Layer, public HasOptions<RnnOptions> {
                                    " inputs");
     }
     if (in[0].size() != 2) {
-      return LayerError(*this,
-                        "takes a sequence [batch, time, features], got " + Str(Batched(-1, in[0])));
+      return LayerError(*this, "takes a sequence [batch, time, features], got " +
+                                   ShapeString(Batched(-1, in[0])));
     }
     const int64_t d = in[0][1];
     const int64_t u = o_.units;
@@ -326,8 +312,8 @@ class Rnn final : public Layer, public HasOptions<RnnOptions> {
     for (size_t k = 1; k < in.size(); ++k) {
       if (in[k] != Shape{u}) {
         return LayerError(*this, "initial state " + std::to_string(k - 1) + " is " +
-                                     Str(Batched(-1, in[k])) + ", expected " +
-                                     Str(Batched(-1, {u})));
+                                     ShapeString(Batched(-1, in[k])) + ", expected " +
+                                     ShapeString(Batched(-1, {u})));
       }
     }
     if (!built_) {
@@ -385,7 +371,7 @@ class Rnn final : public Layer, public HasOptions<RnnOptions> {
     const Tensor* mask = in.mask0();
     if (mask != nullptr && mask->size() != b * t) {
       ctx.Report("layer '" + name() + "' (" + class_name() + "): a mask of shape " +
-                 Str(mask->shape()) + " does not fit its input " + Str(x.shape()));
+                 ShapeString(mask->shape()) + " does not fit its input " + ShapeString(x.shape()));
       mask = nullptr;
     }
     Tensor& m = st[kM];
@@ -774,8 +760,9 @@ class Rnn final : public Layer, public HasOptions<RnnOptions> {
       }
       if (o_.use_bias) {
         float* db = weights()[2].grad.data();
-        AddColumnSums(da.data(), t * b, gu, db);
-        if (cell_ == RnnCell::kGru && o_.reset_after) AddColumnSums(dr.data(), t * b, gu, db + gu);
+        cpu::AddColumnSums(da.data(), t * b, gu, db);
+        if (cell_ == RnnCell::kGru && o_.reset_after)
+          cpu::AddColumnSums(dr.data(), t * b, gu, db + gu);
       }
       // Recurrent kernel: h' (the first T steps of H) against the recurrent gradients.
       float* du = weights()[1].grad.data();
@@ -1149,8 +1136,8 @@ class Bidirectional final : public Wrapper, public HasOptions<BidirectionalOptio
     const Shape& f = (*fo)[0];
     const Shape& bs = (*bo)[0];
     if (seq_ != (f.size() == 2) || f.size() != bs.size()) {
-      return LayerError(*this, "return_sequences does not match its layers' outputs " + Str(f) +
-                                   " and " + Str(bs));
+      return LayerError(*this, "return_sequences does not match its layers' outputs " +
+                                   ShapeString(f) + " and " + ShapeString(bs));
     }
     std::vector<Shape> out;
     if (merge_ == BidirectionalMerge::kNone) {
@@ -1162,8 +1149,8 @@ class Bidirectional final : public Wrapper, public HasOptions<BidirectionalOptio
       out.push_back(m);
     } else {
       if (f.back() != bs.back()) {
-        return LayerError(*this, "cannot merge outputs of " + Str(f) + " and " + Str(bs) +
-                                     " other than by concatenation");
+        return LayerError(*this, "cannot merge outputs of " + ShapeString(f) + " and " +
+                                     ShapeString(bs) + " other than by concatenation");
       }
       out.push_back(f);
     }

@@ -85,9 +85,9 @@ std::unique_ptr<Layer> TinyRnn(RnnOptions o) {
   auto l = MakeRnn("rnn", RnnCell::kSimpleRnn, o);
   std::mt19937_64 rng(1);
   EXPECT_TRUE(l->Build({{3, 1}}, BuildContext{&rng}).ok());
-  l->weights()[0].value = Tensor({1, 1}, {2});
-  l->weights()[1].value = Tensor({1, 1}, {0.5f});
-  l->weights()[2].value = Tensor({1}, {1});
+  l->weights()[0].value = Tensor({1, 1}, 2.0f);
+  l->weights()[1].value = Tensor({1, 1}, 0.5f);
+  l->weights()[2].value = Tensor({1}, 1.0f);
   return l;
 }
 
@@ -118,7 +118,7 @@ TEST(RecurrentTest, MaskedStepsCarryStateAndRepeatTheOutput) {
   // Leading masked steps: the initial state is carried, the output is zero until a step runs.
   o.zero_output_for_mask = false;
   Tensor pre = MaskOf({{0, 1, 1}});
-  Tensor h0({1, 1}, {4});
+  Tensor h0({1, 1}, 4.0f);
   c = RunLayer(*TinyRnn(o), {kSeq, h0}, {&pre, nullptr});
   EXPECT_EQ(Values(c.out[0]), (std::vector<float>{0, 7, 10.5f}));
   EXPECT_EQ(Values(c.out[1]), (std::vector<float>{10.5f}));
@@ -147,7 +147,7 @@ TEST(RecurrentTest, LstmAndGruStepsByHand) {
   lstm->weights()[0].value = Tensor({1, 4}, {1, 2, 3, 4});
   lstm->weights()[1].value = Tensor({1, 4}, {0.5f, -0.5f, 0.25f, 1});
   lstm->weights()[2].value = Tensor({4}, {0.1f, 0.2f, 0.3f, 0.4f});
-  Call c = RunLayer(*lstm, {Tensor({1, 1, 1}, {x}), Tensor({1, 1}, {h0}), Tensor({1, 1}, {c0})});
+  Call c = RunLayer(*lstm, {Tensor({1, 1, 1}, x), Tensor({1, 1}, h0), Tensor({1, 1}, c0)});
   const float i = sig(x * 1 + h0 * 0.5f + 0.1f), f = sig(x * 2 - h0 * 0.5f + 0.2f);
   const float g = std::tanh(x * 3 + h0 * 0.25f + 0.3f), og = sig(x * 4 + h0 + 0.4f);
   const float cell = f * c0 + i * g;
@@ -170,7 +170,7 @@ TEST(RecurrentTest, LstmAndGruStepsByHand) {
       ASSERT_EQ(gru->weights()[2].value.shape(), Shape({3}));
       gru->weights()[2].value = Tensor({3}, {0.1f, 0.2f, 0.3f});
     }
-    Call gc = RunLayer(*gru, {Tensor({1, 1, 1}, {x}), Tensor({1, 1}, {h0})});
+    Call gc = RunLayer(*gru, {Tensor({1, 1, 1}, x), Tensor({1, 1}, h0)});
     const float z = sig(x + 0.1f + h0 * 0.5f + (after ? -0.1f : 0.0f));
     const float r = sig(2 * x + 0.2f - h0 * 0.5f + (after ? -0.2f : 0.0f));
     const float hh = after ? std::tanh(3 * x + 0.3f + r * (h0 * 0.75f - 0.3f))

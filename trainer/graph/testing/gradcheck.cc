@@ -1,4 +1,5 @@
 #include "trainer/graph/testing/gradcheck.h"
+#include "trainer/tensor/random.h"
 
 #include <algorithm>
 #include <cmath>
@@ -55,7 +56,7 @@ void Compare(const std::string& what, int64_t index, double analytic, Fd fd,
 
 Tensor RandomTensor(const Shape& shape, uint64_t seed, float lo, float hi) {
   std::mt19937_64 g(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
+  UniformDraw<float> d(lo, hi);
   Tensor t(shape);
   for (float& v : t.values()) v = d(g);
   return t;

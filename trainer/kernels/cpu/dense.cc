@@ -28,11 +28,14 @@ void DenseBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* d
   dw->Resize(w.shape());
   Gemm(true, false, out, in, n, 1.0f, dy.data(), x.data(), 0.0f, dw->data());
   db->Resize({out});
-  float* pdb = db->data();
-  for (int64_t j = 0; j < out; ++j) pdb[j] = 0.0f;
-  const float* pdy = dy.data();
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < out; ++j) pdb[j] += pdy[i * out + j];
+  db->Fill(0.0f);
+  AddColumnSums(dy.data(), n, out, db->data());
+}
+
+void AddColumnSums(const float* src, int64_t rows, int64_t n, float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = src + r * n;
+    for (int64_t j = 0; j < n; ++j) dst[j] += s[j];
   }
 }
 
