@@ -37,12 +37,19 @@ get /readyz | grep -q "200 OK" || fail "readyz never became ready: $(tail -5 "$w
 "$lockstep" run "$src/examples/tf-config-check.yaml" --timeout 120 >"$work/run.out" 2>&1 ||
   fail "the job did not succeed under lockstep-operator: $(cat "$work/run.out")"
 
-metrics=$(get /metrics)
-for want in 'lockstep_pods_created_total{replica_type="chief"} 1' \
-            'lockstep_pods_created_total{replica_type="worker"} 2' \
-            'lockstep_leader 1' 'lockstep_trainingjobs{state="Succeeded"} 1' \
-            'lockstep_reconcile_duration_seconds_count' \
-            'lockstep_api_request_duration_seconds_bucket{code="201",verb="POST",le='; do
+# The jobs gauge counts the operator's cache, which hears of the Succeeded status from its
+# watch a moment after `lockstep run` read it from the API: wait for it (bounded).
+wants=('lockstep_pods_created_total{replica_type="chief"} 1'
+       'lockstep_pods_created_total{replica_type="worker"} 2'
+       'lockstep_leader 1' 'lockstep_trainingjobs{state="Succeeded"} 1'
+       'lockstep_reconcile_duration_seconds_count'
+       'lockstep_api_request_duration_seconds_bucket{code="201",verb="POST",le=')
+for _ in $(seq 100); do
+  metrics=$(get /metrics)
+  [[ $metrics == *'lockstep_trainingjobs{state="Succeeded"} 1'* ]] && break
+  sleep 0.1
+done
+for want in "${wants[@]}"; do
   [[ $metrics == *"$want"* ]] || fail "/metrics lacks '$want'"
 done
 get /nothing | grep -q "404" || fail "unknown path not 404"

@@ -92,11 +92,13 @@ TEST(CoordinationTest, CallsWithoutTheJobTokenAreRefused) {
 }
 
 TEST(CoordinationTest, ASilentPeerIsReportedLostToTheOthers) {
+  // Declared before the group: both heartbeat threads may report, the second after the test's
+  // checks, until the group's destructor joins them.
+  std::promise<absl::Status> lost;
+  std::atomic<bool> reported{false};
   Group g = MakeGroup(3, absl::Milliseconds(800));
   ASSERT_TRUE(JoinAll(g).ok());
-  std::promise<absl::Status> lost;
   // Ranks 0 and 1 heartbeat; rank 2 never does.
-  std::atomic<bool> reported{false};
   for (int r : {0, 1}) {
     g.clients[r]->StartHeartbeats(absl::Milliseconds(50), absl::Milliseconds(800),
                                   [&](absl::Status s) {
@@ -111,9 +113,9 @@ TEST(CoordinationTest, ASilentPeerIsReportedLostToTheOthers) {
 }
 
 TEST(CoordinationTest, AnUnreachableCoordinatorIsAPeerLost) {
+  std::promise<absl::Status> lost;  // outlives the heartbeat thread, which the group joins
   Group g = MakeGroup(2, absl::Seconds(30));
   ASSERT_TRUE(JoinAll(g).ok());
-  std::promise<absl::Status> lost;
   g.clients[1]->StartHeartbeats(absl::Milliseconds(50), absl::Milliseconds(500),
                                 [&](absl::Status s) { lost.set_value(s); });
   g.server.reset();
@@ -217,10 +219,12 @@ TEST(CoordinationTest, AWaitInAnOlderEpochEndsWhenTheGroupMovesOn) {
 // (their collectives are then aborted and they rejoin); nobody is told the group is lost. The
 // silent rank's old process, once replaced, is told it is lost.
 TEST(CoordinationTest, InPlaceASilentRankBeginsANewEpochAndItsOldProcessIsLost) {
-  Group g = MakeGroup(3, absl::Milliseconds(800), /*in_place=*/true);
-  ASSERT_TRUE(JoinAll(g).ok());
+  // What the heartbeat threads touch outlives them (the group joins them).
   std::promise<std::pair<int64_t, std::string>> announced;
   std::atomic<bool> told{false}, lost{false};
+  std::promise<absl::Status> old_lost;
+  Group g = MakeGroup(3, absl::Milliseconds(800), /*in_place=*/true);
+  ASSERT_TRUE(JoinAll(g).ok());
   for (int r : {0, 1}) {
     g.clients[r]->StartHeartbeats(
         absl::Milliseconds(50), absl::Seconds(30), [&](absl::Status) { lost = true; },
@@ -250,7 +254,6 @@ TEST(CoordinationTest, InPlaceASilentRankBeginsANewEpochAndItsOldProcessIsLost) 
     EXPECT_EQ(m->epoch, 1);
   }
   // The old rank-2 process wakes up: it was replaced.
-  std::promise<absl::Status> old_lost;
   g.clients[2]->StartHeartbeats(absl::Milliseconds(50), absl::Seconds(30),
                                 [&](absl::Status s) { old_lost.set_value(s); });
   auto o = old_lost.get_future();
@@ -295,9 +298,9 @@ std::vector<absl::StatusOr<Membership>> JoinTogether(std::vector<CoordinationCli
 // Elastic: a task beyond the chief's TF_CONFIG (a worker added by a scale-up) is admitted into
 // a planned epoch, which the members hear of through heartbeats; ranks follow task order.
 TEST(CoordinationTest, ElasticANewTaskIsAdmittedInAPlannedEpoch) {
+  Announcement a;  // outlives the heartbeat threads, which the group joins
   Group g = MakeGroup(2, absl::Seconds(30), /*in_place=*/true, /*max_world_size=*/4);
   ASSERT_TRUE(JoinAll(g).ok());
-  Announcement a;
   a.Listen(*g.clients[0]);
   // Task 3 (its TF_CONFIG lists four tasks); task 2 never comes.
   CoordinationClient newcomer(g.address, "tok", 3, 4, "worker 3");
@@ -329,9 +332,9 @@ TEST(CoordinationTest, ElasticANewTaskIsAdmittedInAPlannedEpoch) {
 // Elastic: a member that leaves begins a planned epoch without it; the others re-form, ranked
 // again, and barriers count the new membership.
 TEST(CoordinationTest, ElasticAMemberLeavesAndTheOthersReform) {
+  Announcement a;  // outlives the heartbeat threads, which the group joins
   Group g = MakeGroup(3, absl::Seconds(30), /*in_place=*/true, /*max_world_size=*/3);
   ASSERT_TRUE(JoinAll(g).ok());
-  Announcement a;
   a.Listen(*g.clients[0]);
   ASSERT_TRUE(g.clients[1]->Leave().ok());
   auto [epoch, why, planned] = a.Wait();
@@ -354,6 +357,7 @@ TEST(CoordinationTest, ElasticAMemberLeavesAndTheOthersReform) {
 // Elastic with a global batch: newcomers are admitted all together, and only at a size that
 // divides the batch; one that would make another size waits, and is told why.
 TEST(CoordinationTest, ElasticAdmissionWaitsForASizeThatDividesTheGlobalBatch) {
+  Announcement a;  // outlives the heartbeat threads, which the group joins
   Group g = MakeGroup(2, absl::Seconds(30), /*in_place=*/true, /*max_world_size=*/4,
                       /*global_batch=*/8);
   ASSERT_TRUE(JoinAll(g).ok());
@@ -361,7 +365,6 @@ TEST(CoordinationTest, ElasticAdmissionWaitsForASizeThatDividesTheGlobalBatch) {
   absl::Status s = third.Join(absl::Milliseconds(800)).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_NE(s.message().find("the global batch 8 does not divide over 3"), std::string::npos) << s;
-  Announcement a;
   a.Listen(*g.clients[0]);
   CoordinationClient fourth(g.address, "tok", 3, 4, "worker 3");
   auto newcomers = std::async(std::launch::async, [&] { return JoinTogether({&third, &fourth}); });
