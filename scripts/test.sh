@@ -28,6 +28,12 @@ LOCKSTEP_DEBUG_INFO=${LOCKSTEP_DEBUG_INFO:-0} LOCKSTEP_UNITY=${LOCKSTEP_UNITY:-O
 # run (much of their time is spent waiting on processes), its output kept apart and shown if it
 # fails.
 echo "== sanitizer build (Clang, ASan + UBSan), beside the release tests"
+# A build/asan that another compiler configured (GCC, before) starts afresh: CMake would reset
+# the cache on the compiler change and drop the options given with it.
+if [[ -f build/asan/CMakeCache.txt ]] &&
+  ! grep -q '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++$' build/asan/CMakeCache.txt; then
+  rm -rf build/asan
+fi
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DLOCKSTEP_SANITIZE=ON -DLOCKSTEP_CUDA=OFF -DLOCKSTEP_BENCHMARKS=OFF \
