@@ -265,24 +265,24 @@ void AddCols(const float* src, int64_t rows, int64_t ld, int64_t c0, int64_t n, 
 
 // What a call keeps in Saved::t.
 enum SavedSlot : size_t {
-  kX,      // [T*B, in] inputs in processing order (dropout applied when one mask)
-  kA,      // [T*B, G*u] gate pre-activations
-  kG,      // [T*B, G*u] gate activations (SimpleRNN: the candidate h)
-  kH,      // [(T+1)*B, u] hidden states, h0 first
-  kC,      // [(T+1)*B, u] LSTM cell states, c0 first
-  kE,      // [T*B, u] LSTM act(c); GRU reset_after h' U_h + b'_h; reset_before r * h'
-  kM,      // [T*B] the mask of each step's rows (1: step taken)
-  kDrop,   // [masks, B, in] input dropout masks (scaled), empty when none
-  kRDrop,  // [masks, B, u] recurrent dropout masks (scaled), empty when none
-  kYc,     // [B, u] the output carried over masked steps
-  kDA,     // backward: [T*B, G*u] d(pre-activations)
-  kDR,     // backward: GRU reset_after [T*B, 3u] d(h' U + b')
-  kGH,     // backward: [B, u] dL/dh carried back
-  kGC,     // backward: [B, u] dL/dc carried back
-  kGY,     // backward: [B, u] dL/d(carried output)
-  kT1,     // scratch
-  kT2,     // scratch
-  kSlots,
+  kX,         // [T*B, in] inputs in processing order (dropout applied when one mask)
+  kA,         // [T*B, G*u] gate pre-activations
+  kG,         // [T*B, G*u] gate activations (SimpleRNN: the candidate h)
+  kH,         // [(T+1)*B, u] hidden states, h0 first
+  kC,         // [(T+1)*B, u] LSTM cell states, c0 first
+  kE,         // [T*B, u] LSTM act(c); GRU reset_after h' U_h + b'_h; reset_before r * h'
+  kM,         // [T*B] the mask of each step's rows (1: step taken)
+  kInDrop,    // [masks, B, in] input dropout masks (scaled), empty when none
+  kRDrop,     // [masks, B, u] recurrent dropout masks (scaled), empty when none
+  kYc,        // [B, u] the output carried over masked steps
+  kDA,        // backward: [T*B, G*u] d(pre-activations)
+  kDR,        // backward: GRU reset_after [T*B, 3u] d(h' U + b')
+  kGH,        // backward: [B, u] dL/dh carried back
+  kGC,        // backward: [B, u] dL/dc carried back
+  kGY,        // backward: [B, u] dL/d(carried output)
+  kScratch1,  // scratch
+  kScratch2,  // scratch
+  kRnnSlots,
 };
 
 class Rnn final : public Layer, public HasOptions<RnnOptions> {
@@ -362,7 +362,7 @@ class Rnn final : public Layer, public HasOptions<RnnOptions> {
                const CallContext& ctx) override {
     const Tensor& x = *in.x[0];
     const int64_t b = x.dim(0), t = x.dim(1), d = in_, u = o_.units, gu = gates_ * u;
-    s->t.resize(kSlots);
+    s->t.resize(kRnnSlots);
     auto& st = s->t;
     Tensor& y = (*out)[0];
     y.Resize(o_.return_sequences ? Shape{b, t, u} : Shape{b, u});
@@ -386,7 +386,7 @@ class Rnn final : public Layer, public HasOptions<RnnOptions> {
     // Input dropout: one mask per sequence (per gate for implementation 0/1).
     const bool drop = ctx.training && o_.dropout > 0 && o_.dropout < 1 && ctx.rng != nullptr;
     const int64_t masks = drop ? (o_.dropout_per_gate ? gates_ : 1) : 0;
-    Tensor& dm = st[kDrop];
+    Tensor& dm = st[kInDrop];
     dm.Resize({masks, b, d});
     if (drop) {
       std::bernoulli_distribution keep(1.0 - static_cast<double>(o_.dropout));
@@ -495,7 +495,7 @@ class Rnn final : public Layer, public HasOptions<RnnOptions> {
         case RnnCell::kGru: {
           float* es = e.data() + off * u;
           if (o_.reset_after) {
-            Tensor& rr = st[kT1];
+            Tensor& rr = st[kScratch1];
             rr.Resize({b, gu});
             if (bias != nullptr) {
               for (int64_t r = 0; r < b; ++r) std::copy_n(bias + gu, gu, rr.data() + r * gu);
@@ -523,7 +523,7 @@ class Rnn final : public Layer, public HasOptions<RnnOptions> {
                 es[k] = gs[r * gu + u + j] * hp[k] * (cand != nullptr ? cand[k] : 1.0f);
               }
             }
-            Tensor& t2 = st[kT2];
+            Tensor& t2 = st[kScratch2];
             t2.Resize({b, u});
             cpu::Gemm(false, false, b, u, u, 1.0f, es, uh_.data(), 0.0f, t2.data());
             AddCols(t2.data(), b, gu, 2 * u, u, as);
@@ -585,7 +585,7 @@ class Rnn final : public Layer, public HasOptions<RnnOptions> {
     const Tensor& c = st[kC];
     const Tensor& e = st[kE];
     const Tensor& m = st[kM];
-    const int64_t masks = st[kDrop].dim(0);
+    const int64_t masks = st[kInDrop].dim(0);
     Tensor& da = st[kDA];
     da.Resize({t * b, gu});
     Tensor& gh = st[kGH];
@@ -614,8 +614,8 @@ class Rnn final : public Layer, public HasOptions<RnnOptions> {
     const float* cand = CandidateMask(rm);
     Tensor& dr = st[kDR];
     if (cell_ == RnnCell::kGru && o_.reset_after) dr.Resize({t * b, gu});
-    Tensor& t1 = st[kT1];
-    Tensor& t2 = st[kT2];
+    Tensor& t1 = st[kScratch1];
+    Tensor& t2 = st[kScratch2];
 
     for (int64_t step = b > 0 ? t : 0; step-- > 0;) {
       const int64_t off = step * b;
@@ -742,7 +742,7 @@ class Rnn final : public Layer, public HasOptions<RnnOptions> {
     }
 
     const Tensor& xt = st[kX];
-    const Tensor& dm = st[kDrop];
+    const Tensor& dm = st[kInDrop];
     if (weights()[0].trainable) {
       // Kernel and input bias.
       float* dw = weights()[0].grad.data();
@@ -817,8 +817,8 @@ class Rnn final : public Layer, public HasOptions<RnnOptions> {
       cpu::Gemm(false, false, rows, gu, d, 1.0f, xt.data(), w, 1.0f, a->data());
       return;
     }
-    Tensor& xg = s->t[kT1];
-    Tensor& part = s->t[kT2];
+    Tensor& xg = s->t[kScratch1];
+    Tensor& part = s->t[kScratch2];
     for (int64_t q = 0; q < gates_; ++q) {
       MaskedInputs(xt, dm, q, &xg);
       scratch_.Resize({d, u});

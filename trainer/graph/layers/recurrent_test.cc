@@ -21,22 +21,22 @@ using testing::CheckLayerGradients;
 using testing::GradCheckOptions;
 using testing::RandomTensor;
 
-constexpr char kOracle[] = "trainer/graph/oracle/recurrent_attention_oracle.py";
+constexpr char kRecurrentOracle[] = "trainer/graph/oracle/recurrent_attention_oracle.py";
 
 // Builds `l` for the inputs' shapes and runs one forward call.
-struct Call {
+struct RnnCall {
   std::vector<Tensor> out;
   Saved saved;
   std::string error;
 };
-Call RunLayer(Layer& l, const std::vector<Tensor>& x, std::vector<const Tensor*> masks = {},
-              bool training = false, uint64_t seed = 1) {
+RnnCall RunLayer(Layer& l, const std::vector<Tensor>& x, std::vector<const Tensor*> masks = {},
+                 bool training = false, uint64_t seed = 1) {
   std::mt19937_64 rng(seed);
   std::vector<Shape> shapes;
   for (const Tensor& t : x) shapes.emplace_back(t.shape().begin() + 1, t.shape().end());
   absl::StatusOr<std::vector<Shape>> built = l.Build(shapes, BuildContext{&rng});
   EXPECT_TRUE(built.ok()) << built.status();
-  Call c;
+  RnnCall c;
   if (!built.ok()) return c;
   c.out.resize(built->size());
   Args a;
@@ -63,7 +63,7 @@ std::vector<std::string> Names(const Layer& l) {
 
 std::vector<float> Values(const Tensor& t) { return t.values(); }
 
-RnnOptions Units(int64_t u) {
+RnnOptions RnnUnits(int64_t u) {
   RnnOptions o;
   o.units = u;
   return o;
@@ -110,7 +110,7 @@ TEST(RecurrentTest, MaskedStepsCarryStateAndRepeatTheOutput) {
   o.return_sequences = true;
   o.return_state = true;
   Tensor mid = MaskOf({{1, 0, 1}});
-  Call c = RunLayer(*TinyRnn(o), {kSeq}, {&mid});
+  RnnCall c = RunLayer(*TinyRnn(o), {kSeq}, {&mid});
   EXPECT_EQ(Values(c.out[0]), (std::vector<float>{3, 3, 8.5f}));  // step 2 repeats step 1
   EXPECT_EQ(Values(c.out[1]), (std::vector<float>{8.5f}));
   o.zero_output_for_mask = true;
@@ -128,7 +128,7 @@ TEST(RecurrentTest, MaskedStepsCarryStateAndRepeatTheOutput) {
   EXPECT_EQ(Values(RunLayer(*TinyRnn(last), {kSeq}, {&post}).out[0]), (std::vector<float>{6.5f}));
   // The output mask is the input's for sequences, none otherwise.
   auto seq = TinyRnn(o);
-  Call sc = RunLayer(*seq, {kSeq}, {&mid});
+  RnnCall sc = RunLayer(*seq, {kSeq}, {&mid});
   Args a{{&kSeq}, {&mid}};
   EXPECT_EQ(seq->OutputMask(a, sc.saved), &mid);
   auto one = TinyRnn(last);
@@ -139,7 +139,7 @@ TEST(RecurrentTest, LstmAndGruStepsByHand) {
   const float x = 0.5f, h0 = 0.3f, c0 = -0.2f;
   auto sig = [](float v) { return 1.0f / (1.0f + std::exp(-v)); };
   // LSTM, one unit: kernel [1, 4] (i, f, c, o), recurrent [1, 4], bias [4].
-  RnnOptions o = Units(1);
+  RnnOptions o = RnnUnits(1);
   o.return_state = true;
   auto lstm = MakeRnn("lstm", RnnCell::kLstm, o);
   std::mt19937_64 rng(1);
@@ -147,7 +147,7 @@ TEST(RecurrentTest, LstmAndGruStepsByHand) {
   lstm->weights()[0].value = Tensor({1, 4}, {1, 2, 3, 4});
   lstm->weights()[1].value = Tensor({1, 4}, {0.5f, -0.5f, 0.25f, 1});
   lstm->weights()[2].value = Tensor({4}, {0.1f, 0.2f, 0.3f, 0.4f});
-  Call c = RunLayer(*lstm, {Tensor({1, 1, 1}, x), Tensor({1, 1}, h0), Tensor({1, 1}, c0)});
+  RnnCall c = RunLayer(*lstm, {Tensor({1, 1, 1}, x), Tensor({1, 1}, h0), Tensor({1, 1}, c0)});
   const float i = sig(x * 1 + h0 * 0.5f + 0.1f), f = sig(x * 2 - h0 * 0.5f + 0.2f);
   const float g = std::tanh(x * 3 + h0 * 0.25f + 0.3f), og = sig(x * 4 + h0 + 0.4f);
   const float cell = f * c0 + i * g;
@@ -157,7 +157,7 @@ TEST(RecurrentTest, LstmAndGruStepsByHand) {
 
   // GRU, one unit, kernel [1, 3] (z, r, h): the reset gate before or after the matmul.
   for (bool after : {true, false}) {
-    RnnOptions go = Units(1);
+    RnnOptions go = RnnUnits(1);
     go.reset_after = after;
     auto gru = MakeRnn("gru", RnnCell::kGru, go);
     ASSERT_TRUE(gru->Build({{1, 1}, {1}}, BuildContext{&rng}).ok());
@@ -170,7 +170,7 @@ TEST(RecurrentTest, LstmAndGruStepsByHand) {
       ASSERT_EQ(gru->weights()[2].value.shape(), Shape({3}));
       gru->weights()[2].value = Tensor({3}, {0.1f, 0.2f, 0.3f});
     }
-    Call gc = RunLayer(*gru, {Tensor({1, 1, 1}, x), Tensor({1, 1}, h0)});
+    RnnCall gc = RunLayer(*gru, {Tensor({1, 1, 1}, x), Tensor({1, 1}, h0)});
     const float z = sig(x + 0.1f + h0 * 0.5f + (after ? -0.1f : 0.0f));
     const float r = sig(2 * x + 0.2f - h0 * 0.5f + (after ? -0.2f : 0.0f));
     const float hh = after ? std::tanh(3 * x + 0.3f + r * (h0 * 0.75f - 0.3f))
@@ -180,7 +180,7 @@ TEST(RecurrentTest, LstmAndGruStepsByHand) {
 }
 
 TEST(RecurrentTest, LstmForgetBiasStartsAtOneAndWeightsHaveKerasLayouts) {
-  auto lstm = MakeRnn("lstm", RnnCell::kLstm, Units(3));
+  auto lstm = MakeRnn("lstm", RnnCell::kLstm, RnnUnits(3));
   std::mt19937_64 rng(1);
   ASSERT_TRUE(lstm->Build({{-1, 5}}, BuildContext{&rng}).ok());
   EXPECT_EQ(Names(*lstm), (std::vector<std::string>{"kernel", "recurrent_kernel", "bias"}));
@@ -188,23 +188,24 @@ TEST(RecurrentTest, LstmForgetBiasStartsAtOneAndWeightsHaveKerasLayouts) {
   EXPECT_EQ(lstm->weights()[1].value.shape(), Shape({3, 12}));
   EXPECT_EQ(Values(lstm->weights()[2].value),
             (std::vector<float>{0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0}));
-  auto gru = MakeRnn("gru", RnnCell::kGru, Units(3));
+  auto gru = MakeRnn("gru", RnnCell::kGru, RnnUnits(3));
   ASSERT_TRUE(gru->Build({{-1, 5}}, BuildContext{&rng}).ok());
   EXPECT_EQ(gru->weights()[2].value.shape(), Shape({2, 9}));
-  auto s = MakeRnn("s", RnnCell::kSimpleRnn, Units(3));
+  auto s = MakeRnn("s", RnnCell::kSimpleRnn, RnnUnits(3));
   ASSERT_TRUE(s->Build({{7, 5}}, BuildContext{&rng}).ok());
   EXPECT_EQ(s->weights()[1].value.shape(), Shape({3, 3}));
   // Inputs it cannot take.
-  EXPECT_FALSE(MakeRnn("l", RnnCell::kLstm, Units(3))->Build({{5}}, BuildContext{&rng}).ok());
+  EXPECT_FALSE(MakeRnn("l", RnnCell::kLstm, RnnUnits(3))->Build({{5}}, BuildContext{&rng}).ok());
   EXPECT_FALSE(
-      MakeRnn("l", RnnCell::kLstm, Units(3))->Build({{4, 5}, {3}}, BuildContext{&rng}).ok());
-  EXPECT_FALSE(
-      MakeRnn("l", RnnCell::kLstm, Units(3))->Build({{4, 5}, {2}, {3}}, BuildContext{&rng}).ok());
+      MakeRnn("l", RnnCell::kLstm, RnnUnits(3))->Build({{4, 5}, {3}}, BuildContext{&rng}).ok());
+  EXPECT_FALSE(MakeRnn("l", RnnCell::kLstm, RnnUnits(3))
+                   ->Build({{4, 5}, {2}, {3}}, BuildContext{&rng})
+                   .ok());
 }
 
 TEST(RecurrentTest, InputDropoutDrawsOneMaskPerSequence) {
   // Kernel I, recurrent 0, linear: each output step is the input times the dropout mask.
-  RnnOptions o = Units(4);
+  RnnOptions o = RnnUnits(4);
   o.activation = Activation{Act::kLinear, 0};
   o.use_bias = false;
   o.return_sequences = true;
@@ -215,7 +216,7 @@ TEST(RecurrentTest, InputDropoutDrawsOneMaskPerSequence) {
   l->weights()[0].value = Tensor({4, 4}, {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1});
   l->weights()[1].value = Tensor({4, 4});
   Tensor x({8, 6, 4}, 1.0f);
-  Call c = RunLayer(*l, {x}, {}, /*training=*/true);
+  RnnCall c = RunLayer(*l, {x}, {}, /*training=*/true);
   int zeros = 0;
   for (int64_t b = 0; b < 8; ++b) {
     for (int64_t t = 0; t < 6; ++t) {
@@ -236,7 +237,7 @@ TEST(RecurrentTest, InputDropoutDrawsOneMaskPerSequence) {
 TEST(RecurrentTest, RecurrentDropoutDrawsOneMaskPerSequenceAndKeepsTheState) {
   // h = 1 + (h' * m) I, linear: per unit either 1, 1, 1 (m = 0) or 1, 3, 7 (m = 2); the
   // state itself is not dropped (h2 = 1 + m h1, not m (1 + h1)).
-  RnnOptions o = Units(4);
+  RnnOptions o = RnnUnits(4);
   o.activation = Activation{Act::kLinear, 0};
   o.return_sequences = true;
   o.recurrent_dropout = 0.5f;
@@ -245,7 +246,7 @@ TEST(RecurrentTest, RecurrentDropoutDrawsOneMaskPerSequenceAndKeepsTheState) {
   o.bias_initializer = Ones();
   auto l = MakeRnn("rnn", RnnCell::kSimpleRnn, o);
   Tensor x({16, 3, 2});
-  Call c = RunLayer(*l, {x}, {}, /*training=*/true);
+  RnnCall c = RunLayer(*l, {x}, {}, /*training=*/true);
   int dropped = 0;
   for (int64_t b = 0; b < 16; ++b) {
     for (int64_t j = 0; j < 4; ++j) {
@@ -281,7 +282,7 @@ TEST(RecurrentTest, GradientsOfEveryCellAndOption) {
       {RnnCell::kGru, false, false, true, true, true},
   };
   for (const Case& k : cases) {
-    RnnOptions o = Units(3);
+    RnnOptions o = RnnUnits(3);
     o.return_sequences = k.seq;
     o.return_state = k.state;
     o.go_backwards = k.back;
@@ -305,7 +306,7 @@ TEST(RecurrentTest, GradientsUnderMasks) {
   Tensor mask = MaskOf({{1, 1, 1, 0, 0}, {0, 0, 1, 1, 1}, {1, 0, 1, 1, 0}});
   for (RnnCell cell : {RnnCell::kSimpleRnn, RnnCell::kLstm, RnnCell::kGru}) {
     for (int variant = 0; variant < 4; ++variant) {
-      RnnOptions o = Units(3);
+      RnnOptions o = RnnUnits(3);
       o.return_sequences = variant != 3;
       o.return_state = variant >= 1;
       o.go_backwards = variant == 2;
@@ -346,7 +347,7 @@ TEST(RecurrentTest, GradientsOfOtherActivationsDropoutAndNoBias) {
       {RnnCell::kGru, "tanh", "sigmoid", false, true, true, 0.4f},
   };
   for (const Case& k : cases) {
-    RnnOptions o = Units(3);
+    RnnOptions o = RnnUnits(3);
     o.activation = *ParseActivation(k.act, k.keras3);
     o.recurrent_activation = *ParseActivation(k.rec, k.keras3);
     o.use_bias = k.bias;
@@ -367,7 +368,7 @@ TEST(RecurrentTest, GradientsUnderRecurrentDropout) {
   Tensor mask = MaskOf({{1, 1, 1, 0}, {0, 1, 1, 1}});
   for (RnnCell cell : {RnnCell::kSimpleRnn, RnnCell::kLstm, RnnCell::kGru}) {
     for (int variant = 0; variant < 4; ++variant) {
-      RnnOptions o = Units(3);
+      RnnOptions o = RnnUnits(3);
       o.return_sequences = variant != 1;
       o.return_state = variant >= 2;
       o.go_backwards = variant == 3;
@@ -399,10 +400,10 @@ TEST(RecurrentTest, EmbeddingWithMaskZeroFeedsLstmAndGru) {
     eo.mask_zero = true;
     eo.embeddings_initializer = RandomUniformInit(-1, 1);
     const int e = (*g.Call(g.AddLayer(MakeEmbedding("emb", eo)), {ids}, ctx))[0];
-    RnnOptions o = Units(3);
+    RnnOptions o = RnnUnits(3);
     o.return_sequences = true;
     const int h = (*g.Call(g.AddLayer(MakeRnn("rnn", cell, o)), {e}, ctx))[0];
-    RnnOptions last = Units(2);
+    RnnOptions last = RnnUnits(2);
     const int y = (*g.Call(g.AddLayer(MakeRnn("rnn2", cell, last)), {h}, ctx))[0];
     g.SetOutputs({y});
     Tensor x({3, 5}, {3, 1, 4, 0, 0, 0, 0, 2, 5, 1, 1, 0, 2, 0, 3});
@@ -424,7 +425,7 @@ TEST(RecurrentTest, EmbeddingWithMaskZeroFeedsLstmAndGru) {
 TEST(RecurrentTest, MaskedTailDoesNotChangeTheLastOutput) {
   // A post-padded sequence gives the same last output as the unpadded one.
   for (RnnCell cell : {RnnCell::kSimpleRnn, RnnCell::kLstm, RnnCell::kGru}) {
-    auto l = MakeRnn("rnn", cell, Units(4));
+    auto l = MakeRnn("rnn", cell, RnnUnits(4));
     Tensor full = RandomTensor({1, 5, 3}, 8);
     Tensor head({1, 3, 3}, std::vector<float>(full.values().begin(), full.values().begin() + 9));
     Tensor mask = MaskOf({{1, 1, 1, 0, 0}});
@@ -449,7 +450,7 @@ TEST(EmbeddingTest, LooksUpRowsMasksZerosAndReportsBadIds) {
   for (int64_t i = 0; i < 20; ++i) table[i] = static_cast<float>(i);
   e->weights()[0].value = table;
   Tensor ids({2, 3}, {1, 0, 9, 3, 3, 0});
-  Call c = RunLayer(*e, {ids});
+  RnnCall c = RunLayer(*e, {ids});
   EXPECT_EQ(Values(c.out[0]), (std::vector<float>{2, 3, 0, 1, 18, 19, 6, 7, 6, 7, 0, 1}));
   EXPECT_EQ(c.error, "");
   Args a{{&ids}, {nullptr}};
@@ -502,11 +503,11 @@ std::unique_ptr<Layer> Bi(RnnCell cell, BidirectionalMerge merge, RnnOptions o) 
 }
 
 TEST(BidirectionalTest, NamesWeightsLikeKerasAndConcatenatesBothDirections) {
-  RnnOptions o = Units(2);
+  RnnOptions o = RnnUnits(2);
   o.return_sequences = true;
   auto bi = Bi(RnnCell::kLstm, BidirectionalMerge::kConcat, o);
   Tensor x = RandomTensor({2, 4, 3}, 4);
-  Call c = RunLayer(*bi, {x});
+  RnnCall c = RunLayer(*bi, {x});
   EXPECT_EQ(Names(*bi),
             (std::vector<std::string>{"forward_lstm/kernel", "forward_lstm/recurrent_kernel",
                                       "forward_lstm/bias", "backward_lstm/kernel",
@@ -540,7 +541,7 @@ TEST(BidirectionalTest, GradientsOfEveryMergeModeWithMasksAndStates) {
        {BidirectionalMerge::kConcat, BidirectionalMerge::kSum, BidirectionalMerge::kMul,
         BidirectionalMerge::kAve, BidirectionalMerge::kNone}) {
     for (int variant = 0; variant < 3; ++variant) {
-      RnnOptions o = Units(3);
+      RnnOptions o = RnnUnits(3);
       o.return_sequences = variant != 1;
       o.return_state = variant == 2;
       o.bias_initializer = RandomUniformInit(-0.3f, 0.3f);
@@ -562,11 +563,11 @@ TEST(BidirectionalTest, GradientsOfEveryMergeModeWithMasksAndStates) {
 }
 
 TEST(BidirectionalTest, MaskedSequencesAreZeroInBothDirections) {
-  RnnOptions o = Units(2);
+  RnnOptions o = RnnUnits(2);
   o.return_sequences = true;
   auto bi = Bi(RnnCell::kGru, BidirectionalMerge::kNone, o);
   Tensor mask = MaskOf({{1, 1, 0}});
-  Call c = RunLayer(*bi, {RandomTensor({1, 3, 2}, 1)}, {&mask});
+  RnnCall c = RunLayer(*bi, {RandomTensor({1, 3, 2}, 1)}, {&mask});
   ASSERT_EQ(c.out.size(), 2u);
   for (int k = 0; k < 2; ++k) {
     EXPECT_EQ(c.out[static_cast<size_t>(k)][4], 0.0f);
@@ -583,7 +584,7 @@ TEST(TimeDistributedTest, AppliesDenseAtEveryStepWithItsOwnWeightNames) {
   Tensor x = RandomTensor({2, 4, 5}, 7);
   EXPECT_EQ(CheckLayerGradients(*td, {x}), "");
   EXPECT_EQ(Names(*td), (std::vector<std::string>{"kernel", "bias"}));
-  Call c = RunLayer(*td, {x});
+  RnnCall c = RunLayer(*td, {x});
   ASSERT_EQ(c.out[0].shape(), Shape({2, 4, 3}));
   // Equals the Dense layer on [batch * time, 5] with the same weights.
   auto plain = MakeDense("p", d);
@@ -609,7 +610,7 @@ TEST(WrapperTest, SharedWrapperKeepsEachCallsRecordAndOneWeightSet) {
   BuildContext ctx{&rng};
   const int a = g.AddInput("a", {4, 3});
   const int b = g.AddInput("b", {4, 3});
-  RnnOptions o = Units(2);
+  RnnOptions o = RnnUnits(2);
   Layer* bi = g.AddLayer(Bi(RnnCell::kLstm, BidirectionalMerge::kSum, o));
   const int ya = (*g.Call(bi, {a}, ctx))[0];
   const int yb = (*g.Call(bi, {b}, ctx))[0];
@@ -909,7 +910,7 @@ TEST(RecurrentFactoryTest, KerasDefaultsAndKeras3Bidirectional) {
 // the input gradients and the weight gradients with PyTorch's within 1e-4 (relative to
 // max(1, |value|)).
 void CompareWithTorch(const std::string& name) {
-  absl::StatusOr<json> j = testing::RunTorchOracle(kOracle, name);
+  absl::StatusOr<json> j = testing::RunTorchOracle(kRecurrentOracle, name);
   if (absl::IsUnavailable(j.status())) GTEST_SKIP() << j.status();
   ASSERT_TRUE(j.ok()) << j.status();
   auto layer = keras::LayerFactories::Get().Build((*j)["config"], (*j)["keras3"].get<bool>());
