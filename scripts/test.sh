@@ -22,11 +22,11 @@ LOCKSTEP_DEBUG_INFO=${LOCKSTEP_DEBUG_INFO:-0} LOCKSTEP_UNITY=${LOCKSTEP_UNITY:-O
 
 # The sanitizer build is the CPU build (nvcc takes no -fsanitize): it checks the build without
 # CUDA, its stubs, and every host-side piece of the GPU path (allocator, loss scaler, watchdog).
-# Clang compiles it, in about half the CPU time GCC takes with the sanitizers (and so the code
-# is built by both compilers, warnings as errors: docs/benchmarks/test-suite.md has the figures). Line tables (-g1)
-# are all its reports need; the benchmarks are not tests. It compiles while the release tests
-# run (much of their time is spent waiting on processes), its output kept apart and shown if it
-# fails.
+# Clang compiles it, in about half the CPU time GCC takes with the sanitizers (so the code is
+# built by both compilers, warnings as errors; docs/benchmarks/test-suite.md has the figures).
+# Line tables (-g1) are all its reports need; the benchmarks are not tests. It compiles while
+# the release tests run (much of their time is spent waiting on processes), its output kept
+# apart and shown if it fails.
 echo "== sanitizer build (Clang, ASan + UBSan), beside the release tests"
 # A build/asan that another compiler configured (GCC, before) starts afresh: CMake would reset
 # the cache on the compiler change and drop the options given with it.

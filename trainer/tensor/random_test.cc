@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstdint>
 #include <random>
+#include <utility>
 
 namespace lockstep::trainer {
 namespace {
@@ -13,11 +14,12 @@ namespace {
 template <typename T>
 using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
 
-template <typename T, typename Engine>
-void ExpectNormalsMatch(uint64_t seed, T mean, T stddev, int n) {
+// The same seed through libstdc++'s distribution and ours: the same bits at every draw, and
+// the engines left in the same state.
+template <typename Engine, typename Want, typename Got>
+void ExpectSameDraws(uint64_t seed, Want want, Got got, int n) {
+  using T = decltype(want(std::declval<Engine&>()));
   Engine a(seed), b(seed);
-  std::normal_distribution<T> want(mean, stddev);
-  NormalDraw<T> got(mean, stddev);
   for (int i = 0; i < n; ++i) {
     const T w = want(a), g = got(b);
     ASSERT_EQ(std::bit_cast<Bits<T>>(g), std::bit_cast<Bits<T>>(w))
@@ -27,16 +29,22 @@ void ExpectNormalsMatch(uint64_t seed, T mean, T stddev, int n) {
 }
 
 template <typename T, typename Engine>
+void ExpectNormalsMatch(uint64_t seed, T mean, T stddev, int n) {
+  ExpectSameDraws<Engine>(seed, std::normal_distribution<T>(mean, stddev),
+                          NormalDraw<T>(mean, stddev), n);
+}
+
+template <typename T, typename Engine>
 void ExpectUniformsMatch(uint64_t seed, T lo, T hi, int n) {
-  Engine a(seed), b(seed);
-  std::uniform_real_distribution<T> want(lo, hi);
-  UniformDraw<T> got(lo, hi);
-  for (int i = 0; i < n; ++i) {
-    const T w = want(a), g = got(b);
-    ASSERT_EQ(g, w) << "draw " << i << " of seed " << seed;
-    ASSERT_TRUE(g >= lo && g < hi) << g;
-  }
-  EXPECT_EQ(a, b);
+  UniformDraw<T> draw(lo, hi);
+  ExpectSameDraws<Engine>(
+      seed, std::uniform_real_distribution<T>(lo, hi),
+      [&](Engine& e) {
+        const T v = draw(e);
+        EXPECT_TRUE(v >= lo && v < hi) << v;
+        return v;
+      },
+      n);
 }
 
 TEST(RandomTest, NormalDrawsAreLibstdcxxsBitForBit) {

@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "trainer/graph/layers/pooling.h"
+#include "trainer/kernels/cpu/dense.h"
 #include "trainer/kernels/cpu/dnnl_conv.h"
 #include "trainer/kernels/cpu/gemm.h"
 
@@ -245,13 +246,6 @@ void AddBias(const float* b, int64_t rows, int64_t f, float* z) {
   for (int64_t r = 0; r < rows; ++r) {
     float* zr = z + r * f;
     for (int64_t j = 0; j < f; ++j) zr[j] += b[j];
-  }
-}
-
-void BiasGrad(const float* dz, int64_t rows, int64_t f, float* db) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* g = dz + r * f;
-    for (int64_t j = 0; j < f; ++j) db[j] += g[j];
   }
 }
 
@@ -538,7 +532,7 @@ class Conv final : public WindowLayer, public HasOptions<ConvOptions> {
                      need[0] ? (*din)[0].data() : nullptr)) {
       return;
     }
-    if (wgrad && use_bias_) BiasGrad(dz->data(), g.n * rows, f, weights()[1].grad.data());
+    if (wgrad && use_bias_) cpu::AddColumnSums(dz->data(), g.n * rows, f, weights()[1].grad.data());
     if (need[0]) {
       (*din)[0].Resize(x.shape());
       (*din)[0].Fill(0.0f);
@@ -660,7 +654,8 @@ class ConvTranspose final : public WindowLayer, public HasOptions<ConvTransposeO
     const Tensor* dz = PreActivationGrad(out, dout, s);
     const int64_t f = o_.filters, cin = x.shape().back(), m_per = g.out_size();
     const bool wgrad = weights()[0].trainable;
-    if (wgrad && use_bias_) BiasGrad(dz->data(), dz->size() / f, f, weights()[1].grad.data());
+    if (wgrad && use_bias_)
+      cpu::AddColumnSums(dz->data(), dz->size() / f, f, weights()[1].grad.data());
     if (need[0]) (*din)[0].Resize(x.shape());
     if (!wgrad && !need[0]) return;
     const float* w = weights()[0].value.data();
@@ -789,7 +784,8 @@ class DepthwiseConv final : public WindowLayer, public HasOptions<DepthwiseOptio
                      need[0] ? (*din)[0].data() : nullptr)) {
       return;
     }
-    if (wgrad && use_bias_) BiasGrad(dz->data(), dz->size() / cm, cm, weights()[1].grad.data());
+    if (wgrad && use_bias_)
+      cpu::AddColumnSums(dz->data(), dz->size() / cm, cm, weights()[1].grad.data());
     float* dx = nullptr;
     if (need[0]) {
       (*din)[0].Resize(x.shape());
@@ -880,7 +876,7 @@ class SeparableConv final : public WindowLayer, public HasOptions<SeparableOptio
     const Tensor& mid = s->t[1];
     const int64_t rows = mid.size() / cm;
     const bool wgrad = weights()[0].trainable;
-    if (wgrad && use_bias_) BiasGrad(dz->data(), rows, f, weights()[2].grad.data());
+    if (wgrad && use_bias_) cpu::AddColumnSums(dz->data(), rows, f, weights()[2].grad.data());
     float* dx = nullptr;
     if (need[0]) {
       (*din)[0].Resize(x.shape());

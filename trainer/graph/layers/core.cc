@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 
+#include "trainer/kernels/cpu/dense.h"
 #include "trainer/kernels/cpu/gemm.h"
 #include "trainer/tensor/random.h"
 
@@ -74,13 +75,7 @@ class Dense final : public Layer, public HasOptions<DenseOptions> {
     if (weights()[0].trainable) {
       cpu::Gemm(true, false, in_, o_.units, m, 1.0f, x.data(), dz->data(), 1.0f,
                 weights()[0].grad.data());
-      if (o_.use_bias) {
-        float* db = weights()[1].grad.data();
-        const float* g = dz->data();
-        for (int64_t r = 0; r < m; ++r) {
-          for (int64_t j = 0; j < o_.units; ++j) db[j] += g[r * o_.units + j];
-        }
-      }
+      if (o_.use_bias) cpu::AddColumnSums(dz->data(), m, o_.units, weights()[1].grad.data());
     }
     if (need[0]) {
       (*din)[0].Resize(x.shape());
