@@ -5,10 +5,12 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 namespace lockstep::trainer {
 namespace {
@@ -52,6 +54,18 @@ absl::Status SyncDir(const std::string& dir) {
   int rc = ::fsync(fd);
   ::close(fd);
   return rc == 0 ? absl::OkStatus() : absl::UnavailableError(dir + ": fsync failed");
+}
+
+// The step a checkpoint's name carries ("ckpt-000000001200.lsc": 1200).
+std::optional<int64_t> StepOfName(const std::string& name) {
+  constexpr std::string_view kPrefix = "ckpt-", kSuffix = ".lsc";
+  if (name.size() <= kPrefix.size() + kSuffix.size()) return std::nullopt;
+  int64_t step = 0;
+  const char* first = name.data() + kPrefix.size();
+  const char* last = name.data() + name.size() - kSuffix.size();
+  auto [end, ec] = std::from_chars(first, last, step);
+  if (ec != std::errc() || end != last) return std::nullopt;
+  return step;
 }
 
 std::vector<fs::path> CheckpointFiles(const std::string& dir) {
@@ -119,8 +133,15 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Checkp
 absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(path + ": cannot open");
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   auto bad = [&](const std::string& why) { return absl::DataLossError(path + ": " + why); };
+  // One read of the whole file (a checkpoint is the model's size, and an evaluator reads one
+  // per new step it scores).
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  if (size < 0) return bad("cannot find its size");
+  in.seekg(0);
+  std::string data(static_cast<size_t>(size), '\0');
+  if (!in.read(data.data(), size)) return bad("short read");
   if (data.size() < kMagicLen + 8 || data.compare(0, kMagicLen, kMagic) != 0) {
     return bad("not a checkpoint (bad magic or too short)");
   }
@@ -160,9 +181,14 @@ absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path) {
 }
 
 absl::StatusOr<std::optional<CheckpointState>> LoadLatestCheckpoint(
-    const std::string& dir, std::vector<std::string>* skipped) {
+    const std::string& dir, std::vector<std::string>* skipped, int64_t after_step) {
   std::vector<fs::path> files = CheckpointFiles(dir);
   for (auto it = files.rbegin(); it != files.rend(); ++it) {
+    // Names order by step, so the rest are no newer either (a name that does not parse is read).
+    if (const std::optional<int64_t> step = StepOfName(it->filename().string());
+        step.has_value() && *step <= after_step) {
+      break;
+    }
     absl::StatusOr<CheckpointState> s = ReadCheckpoint(it->string());
     if (s.ok()) return std::optional<CheckpointState>(std::move(*s));
     skipped->push_back(std::string(s.status().message()));

@@ -37,9 +37,10 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Checkp
 // Reads one checkpoint file; DataLoss says what is wrong with it.
 absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path);
 
-// The newest valid checkpoint in `dir` (nullopt when there is none); every skipped file is
-// appended to `skipped` with the reason.
+// The newest valid checkpoint in `dir` past step `after_step` (nullopt when there is none);
+// every skipped file is appended to `skipped` with the reason. Files named for a step at or
+// before `after_step` are not read (an evaluator polling for new checkpoints reads each once).
 absl::StatusOr<std::optional<CheckpointState>> LoadLatestCheckpoint(
-    const std::string& dir, std::vector<std::string>* skipped);
+    const std::string& dir, std::vector<std::string>* skipped, int64_t after_step = -1);
 
 }  // namespace lockstep::trainer

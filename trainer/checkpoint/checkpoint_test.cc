@@ -85,6 +85,30 @@ TEST_F(CheckpointTest, EmptyDirectoryHasNone) {
   EXPECT_FALSE(latest->has_value());
 }
 
+// An evaluator asks only for checkpoints past the step it scored: older files are not read
+// (a corrupt one among them is not even reported), newer ones are, corrupt ones skipped.
+TEST_F(CheckpointTest, OnlyCheckpointsPastAStepAreRead) {
+  for (int64_t step : {100, 200, 300}) ASSERT_TRUE(WriteCheckpoint(dir_, Sample(step), 5).ok());
+  fs::resize_file(fs::path(dir_) / "ckpt-000000000100.lsc", 20);
+  std::vector<std::string> skipped;
+  auto none = LoadLatestCheckpoint(dir_, &skipped, 300);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  EXPECT_TRUE(skipped.empty());
+  auto newer = LoadLatestCheckpoint(dir_, &skipped, 200);
+  ASSERT_TRUE(newer.ok() && newer->has_value());
+  EXPECT_EQ((*newer)->step, 300);
+  fs::resize_file(fs::path(dir_) / "ckpt-000000000300.lsc", 20);
+  auto past_corrupt = LoadLatestCheckpoint(dir_, &skipped, 150);
+  ASSERT_TRUE(past_corrupt.ok() && past_corrupt->has_value());
+  EXPECT_EQ((*past_corrupt)->step, 200);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].find("ckpt-000000000300.lsc"), std::string::npos);
+  auto only_corrupt = LoadLatestCheckpoint(dir_, &skipped, 200);
+  ASSERT_TRUE(only_corrupt.ok());
+  EXPECT_FALSE(only_corrupt->has_value());
+}
+
 // Train `steps` steps from `start` (or from scratch), optionally checkpointing at `save_at`.
 std::vector<Tensor> Train(const std::string& name, const Dataset& d, int64_t steps,
                           const std::optional<CheckpointState>& start, int64_t save_at,

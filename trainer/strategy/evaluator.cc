@@ -49,7 +49,7 @@ absl::StatusOr<TrainResult> RunEvaluator(const TrainerConfig& c, ProgressTracker
   while (!stop->load()) {
     std::vector<std::string> skipped;
     absl::StatusOr<std::optional<CheckpointState>> ck =
-        LoadLatestCheckpoint(c.checkpoint_dir, &skipped);
+        LoadLatestCheckpoint(c.checkpoint_dir, &skipped, last);
     if (ck.ok() && ck->has_value() && (*ck)->step > last) {
       const CheckpointState& s = **ck;
       // The parameters, and the kept state (moving statistics) when the checkpoint has it.
