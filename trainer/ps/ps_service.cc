@@ -24,7 +24,10 @@ void ToShards(const ShardValues& in, google::protobuf::RepeatedPtrField<pb::Shar
 
 ShardValues FromShards(const google::protobuf::RepeatedPtrField<pb::Shard>& in) {
   ShardValues out;
-  for (const pb::Shard& s : in) out[s.id()].assign(s.values().begin(), s.values().end());
+  // Through pointers: one memmove per shard, in every build type.
+  for (const pb::Shard& s : in) {
+    out[s.id()].assign(s.values().data(), s.values().data() + s.values().size());
+  }
   return out;
 }
 
