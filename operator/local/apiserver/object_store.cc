@@ -82,9 +82,10 @@ void Subscription::Push(const StoreEvent& e) {
 }
 
 absl::StatusOr<std::unique_ptr<ObjectStore>> ObjectStore::Open(const std::string& state_dir,
-                                                               size_t history) {
+                                                               size_t history, size_t watch_queue) {
   std::unique_ptr<ObjectStore> store(new ObjectStore());
   store->history_limit_ = std::max<size_t>(1, history);
+  store->watch_queue_limit_ = std::max<size_t>(1, watch_queue);
   if (state_dir.empty()) return store;
   std::error_code ec;
   std::filesystem::create_directories(state_dir, ec);
@@ -300,6 +301,7 @@ absl::StatusOr<std::shared_ptr<Subscription>> ObjectStore::Watch(const std::stri
   if (!from) {
     auto s = std::make_shared<Subscription>();
     s->prefix_ = prefix;
+    s->max_queued_ = watch_queue_limit_;
     for (auto it = objects_.lower_bound(prefix);
          it != objects_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
       s->Push({StoreEvent::Type::kAdded, rv_, it->first, it->second, nullptr});
@@ -313,6 +315,7 @@ absl::StatusOr<std::shared_ptr<Subscription>> ObjectStore::Watch(const std::stri
   }
   auto s = std::make_shared<Subscription>();
   s->prefix_ = prefix;
+  s->max_queued_ = watch_queue_limit_;
   for (const StoreEvent& e : history_) {
     if (e.resource_version > from_rv && e.key.compare(0, prefix.size(), prefix) == 0) {
       s->Push(e);

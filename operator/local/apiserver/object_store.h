@@ -61,14 +61,17 @@ class Subscription {
   std::deque<StoreEvent> events_;
   bool closed_ = false;
   std::string prefix_;
-  size_t max_queued_ = 100000;  // a watcher this far behind is closed; it relists
+  size_t max_queued_ = 100000;  // a watcher this far behind is closed; it relists (Open's
+                                // watch_queue)
 };
 
 class ObjectStore {
  public:
   // Opens (creating) the state directory and replays its log; "" keeps state in memory only.
+  // A watcher with `watch_queue` events not yet taken is closed (it relists).
   static absl::StatusOr<std::unique_ptr<ObjectStore>> Open(const std::string& state_dir,
-                                                           size_t history = 10000);
+                                                           size_t history = 10000,
+                                                           size_t watch_queue = 100000);
   ~ObjectStore();
 
   ObjectPtr Get(const std::string& key) const;
@@ -111,6 +114,7 @@ class ObjectStore {
   int64_t rv_ = 1;
   std::deque<StoreEvent> history_;
   size_t history_limit_ = 10000;
+  size_t watch_queue_limit_ = 100000;
   int64_t oldest_ = 1;  // watches from versions below this are Gone
   std::vector<std::weak_ptr<Subscription>> subscriptions_;
   std::string dir_;

@@ -146,12 +146,21 @@ TEST(ObjectStoreTest, StateSurvivesARestartAndATornLastLine) {
 }
 
 TEST(ObjectStoreTest, AWatcherThatFallsTooFarBehindIsClosed) {
-  auto store = ObjectStore::Open("").value();
-  auto w = store->Watch("pods/", std::nullopt).value();
-  for (int i = 0; i < 100001; ++i) {
+  // A queue of 100 events (the server's is 100,000): the 100th write still queues, the 101st
+  // closes the watch; a watcher that keeps up stays open.
+  auto store = ObjectStore::Open("", 10000, 100).value();
+  auto slow = store->Watch("pods/", std::nullopt).value();
+  auto quick = store->Watch("pods/", std::nullopt).value();
+  for (int i = 0; i < 100; ++i) {
     ASSERT_TRUE(store->Put(StoreKey("pods", "ns", "a"), Obj("a", i), "").ok());
+    if (i % 10 == 9) {
+      EXPECT_EQ(quick->Next(std::chrono::milliseconds(0)).size(), 10u);
+    }
   }
-  EXPECT_TRUE(w->closed());
+  EXPECT_FALSE(slow->closed());
+  ASSERT_TRUE(store->Put(StoreKey("pods", "ns", "a"), Obj("a", 100), "").ok());
+  EXPECT_TRUE(slow->closed());
+  EXPECT_FALSE(quick->closed());
 }
 
 }  // namespace
