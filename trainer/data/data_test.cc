@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -116,6 +117,43 @@ TEST(BatcherTest, StartingAtAPositionContinuesTheSameSequence) {
 
 namespace lockstep::trainer {
 namespace {
+
+// 500 classes of 64x64x3 images (6 M prototype values) draw only the prototypes of the classes
+// their examples have: repeatable, each example its class's prototype (at half scale) plus unit
+// noise, so two examples of one class lie sqrt(2) apart (root mean square) and two of different
+// classes sqrt(2.5).
+TEST(SyntheticDatasetTest, ManyLargeClassesDrawTheirPrototypesWhenUsed) {
+  const Shape image{64, 64, 3};
+  const int64_t size = 64 * 64 * 3, n = 120;
+  Dataset d = SyntheticDataset(n, 3, 0, image, 500);
+  ASSERT_EQ(d.inputs[0].shape(), Shape({n, 64, 64, 3}));
+  EXPECT_EQ(SyntheticDataset(n, 3, 0, image, 500).inputs[0], d.inputs[0]);
+  EXPECT_NE(SyntheticDataset(n, 3, 1, image, 500).inputs[0], d.inputs[0]);
+  const std::vector<int32_t> label = ClassIds(d.targets[0]);
+  auto distance = [&](int64_t a, int64_t b) {
+    double sum = 0;
+    for (int64_t j = 0; j < size; ++j) {
+      const double diff = d.inputs[0][a * size + j] - d.inputs[0][b * size + j];
+      sum += diff * diff;
+    }
+    return std::sqrt(sum / static_cast<double>(size));
+  };
+  int same = 0, different = 0;
+  for (int64_t a = 0; a < n; ++a) {
+    for (int64_t b = a + 1; b < n; ++b) {
+      const double dist = distance(a, b);
+      if (label[static_cast<size_t>(a)] == label[static_cast<size_t>(b)]) {
+        EXPECT_NEAR(dist, std::sqrt(2.0), 0.05) << a << " " << b;
+        ++same;
+      } else {
+        EXPECT_NEAR(dist, std::sqrt(2.5), 0.05) << a << " " << b;
+        ++different;
+      }
+    }
+  }
+  EXPECT_GT(same, 0);
+  EXPECT_GT(different, 6000);
+}
 
 TEST(SyntheticTokensTest, IdsInRangePaddedAtTheEndAndRepeatable) {
   Dataset d = SyntheticTokens(200, 4, 0, {12}, 3, 50);

@@ -182,15 +182,35 @@ void SyntheticInputs(const SyntheticInput& in, uint64_t proto_seed, int32_t clas
     }
     return;
   }
+  // The classes' prototypes, in class order from one stream; past kEagerPrototypes values (a
+  // thousand classes of 224x224x3 images would be 150 M draws and 600 MB) each class's comes
+  // from a stream of its own, drawn when its first example is.
+  constexpr int64_t kEagerPrototypes = int64_t{1} << 22;
   NormalDraw<float> noise(0.0f, 1.0f);
-  Tensor prototypes({classes, size});
-  for (int64_t i = 0; i < prototypes.size(); ++i) prototypes[i] = noise(proto_rng);
+  const bool eager = static_cast<int64_t>(classes) * size <= kEagerPrototypes;
+  std::vector<std::vector<float>> prototypes(static_cast<size_t>(classes));
+  auto prototype = [&](int32_t l) -> const float* {
+    std::vector<float>& p = prototypes[static_cast<size_t>(l)];
+    if (p.empty()) {
+      p.resize(static_cast<size_t>(size));
+      std::mt19937_64 own(proto_seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(l) + 1));
+      NormalDraw<float> draw_one(0.0f, 1.0f);
+      for (float& v : p) v = draw_one(own);
+    }
+    return p.data();
+  };
+  if (eager) {
+    for (std::vector<float>& p : prototypes) {
+      p.resize(static_cast<size_t>(size));
+      for (float& v : p) v = noise(proto_rng);
+    }
+  }
   for (int64_t i = 0; i < n; ++i) {
     int32_t& l = (*label)[static_cast<size_t>(i)];
     if (draw) l = pick(rng);
-    for (int64_t j = 0; j < size; ++j) {
-      (*x)[i * size + j] = 0.5f * prototypes[l * size + j] + sigma * noise(rng);
-    }
+    const float* p = prototype(l);
+    float* out = x->data() + i * size;
+    for (int64_t j = 0; j < size; ++j) out[j] = 0.5f * p[j] + sigma * noise(rng);
   }
 }
 
