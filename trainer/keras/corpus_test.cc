@@ -21,6 +21,7 @@
 #include "trainer/model/fit_data.h"
 #include "trainer/model/graph_model.h"
 #include "trainer/optim/optimizer.h"
+#include "trainer/tensor/random.h"
 #include "trainer/testing/onnx_check.h"
 #include "trainer/testing/temp_dir.h"
 
@@ -72,7 +73,7 @@ std::vector<Tensor> Inputs(const graph::Graph& g, int64_t batch, uint64_t seed) 
       std::uniform_int_distribution<int64_t> d(0, std::min<int64_t>(vocab, 40) - 1);
       for (float& v : t.values()) v = static_cast<float>(d(rng));
     } else {
-      std::uniform_real_distribution<float> d(-1, 1);
+      UniformDraw<float> d(-1, 1);
       for (float& v : t.values()) v = d(rng);
     }
     out.push_back(std::move(t));
@@ -123,11 +124,12 @@ TEST_P(CorpusTest, LoadsOrIsRefusedByNameAndTrains) {
   }
 
   // Gradients against finite differences, in inference mode (no dropout or noise draws; batch
-  // normalisation by its moving statistics) at a few coordinates of a few weights.
+  // normalisation by its moving statistics) at a few coordinates of a few weights; for large
+  // images one coordinate of about four weights (each coordinate costs two passes of the model).
   graph::testing::GradCheckOptions o;
   o.training = false;
-  o.samples = 2;
-  o.max_tensors = 8;
+  o.samples = large ? 1 : 2;
+  o.max_tensors = large ? 4 : 8;
   o.eps = 1e-2f;
   o.tolerance = 5e-2;
   std::vector<Tensor> small = Inputs(gm.graph(), 1, 3);
@@ -143,7 +145,7 @@ TEST_P(CorpusTest, WeightsRoundTripThroughKerasFiles) {
   absl::StatusOr<KerasModel> trained = LoadKerasModelFile(path, {.seed = 1});
   ASSERT_TRUE(trained.ok()) << trained.status();
   std::mt19937_64 rng(4);
-  std::uniform_real_distribution<float> d(-1, 1);
+  UniformDraw<float> d(-1, 1);
   std::vector<std::vector<float>> want;
   for (auto& [layer, w] : trained->graph->AllWeights()) {
     for (float& v : w->value.values()) v = w->name == "count" ? 3.0f : d(rng);

@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "trainer/tensor/random.h"
 #include "trainer/testing/python_peer.h"
 #include "trainer/testing/source_dir.h"
 #include "trainer/testing/temp_dir.h"
@@ -39,7 +40,7 @@ KerasModel LoadFile(const std::string& rel, uint64_t seed) {
 // count stays a count).
 void Randomize(KerasModel& m, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> d(-2, 2);
+  UniformDraw<float> d(-2, 2);
   for (auto& [layer, w] : m.graph->AllWeights()) {
     for (float& v : w->value.values()) v = w->name == "count" ? 12.0f : d(rng);
   }
@@ -250,7 +251,7 @@ TEST_F(KerasWeightsFileTest, ReadsWhatH5pyWritesInKerasLayouts) {
   absl::StatusOr<WeightLayout> l = LayoutOf(m);
   ASSERT_TRUE(l.ok());
   std::mt19937_64 rng(9);
-  std::uniform_real_distribution<float> d(-1, 1);
+  UniformDraw<float> d(-1, 1);
   json spec = {{"layer_names", l->keras2_layers},
                {"layers", json::object()},
                {"objects", json::array()},
