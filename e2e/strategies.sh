@@ -13,10 +13,14 @@
 #    checkpoints.
 # Usage: strategies.sh LOCKSTEP_BINARY SOURCE_DIR [mwm|mwm-kill|mwm-inplace|mwm-elastic|ps]: one
 # case (ctest runs each as a separate test, side by side), or all in turn.
+# With LOCKSTEP_E2E_SANITIZED=1 (the sanitizer build's binaries, several times slower) the
+# ParameterServer case trains 2 epochs (accuracy >= 80%) and the RestartGroup case 1: the same
+# paths, the kills at the same steps; the release build runs them at full length.
 set -euo pipefail
 lockstep=$1
 src=$2
 case=${3:-all}
+sanitized=${LOCKSTEP_E2E_SANITIZED:-0}
 wants() { [[ $case == all || $case == "$1" ]]; }
 source "$(dirname "$0")/lib.sh"
 field() { k get tj "$1" -o jsonpath="$2" 2>/dev/null || true; }
@@ -47,8 +51,10 @@ fi
 # 2. A worker killed mid-training with recovery: RestartGroup: group restart, resume from the
 # checkpoint, success.
 if wants mwm-kill; then
+epochs=2
+[[ $sanitized == 1 ]] && epochs=1  # 625 steps: the kill at step 300 still follows a checkpoint
 sed -e 's/name: fmnist-mwm$/name: mwm-kill/' -e 's/fmnist-mwm-checkpoints/mwm-kill-checkpoints/' \
-  -e 's/--epochs=5/--epochs=2/' -e 's/--checkpoint-every=500/--checkpoint-every=200/' \
+  -e "s/--epochs=5/--epochs=$epochs/" -e 's/--checkpoint-every=500/--checkpoint-every=200/' \
   -e 's/recovery: InPlace/recovery: RestartGroup/' \
   "$src/examples/multi-worker-mirrored.yaml" >"$work/mwm-kill.yaml"
 "$lockstep" run "$work/mwm-kill.yaml" --timeout 600 >"$work/kill.out" 2>&1 &
@@ -146,9 +152,17 @@ echo "MultiWorkerMirrored scaled 1 -> 3 -> 1 workers without a restart: 4 replic
   "$(field mwm-elastic '{.status.recoveries[*].recoverySeconds}') s; accuracy $acc"
 fi
 
-# 4. The ParameterServer example, with worker 1 killed mid-training.
+# 5. The ParameterServer example, with worker 1 killed mid-training (at step 1000 of 4,680; of
+# 1,872 in 2 epochs).
 if wants ps; then
-"$lockstep" run "$src/examples/parameter-server.yaml" --timeout 600 >"$work/ps.out" 2>&1 &
+ps_yaml=$src/examples/parameter-server.yaml
+ps_bar=0.85
+if [[ $sanitized == 1 ]]; then
+  sed 's/--epochs=5/--epochs=2/' "$ps_yaml" >"$work/ps.yaml"
+  ps_yaml=$work/ps.yaml
+  ps_bar=0.8
+fi
+"$lockstep" run "$ps_yaml" --timeout 600 >"$work/ps.out" 2>&1 &
 run_pid=$!
 wait_step fmnist-ps 1000
 victim=$(pid_of fmnist-ps worker 1) || fail "no process for fmnist-ps-worker-1"
@@ -166,7 +180,8 @@ wait "$run_pid" || fail "ParameterServer example: $(tail -5 "$work/ps.out"); $(k
 [[ $(field fmnist-ps '{.status.restartCount}') -ge 1 ]] ||
   fail "the killed worker was not restarted: $(k get tj fmnist-ps -o yaml)"
 acc=$(accuracy fmnist-ps-worker-0)
-awk -v a="$acc" 'BEGIN { exit !(a >= 0.85) }' || fail "ParameterServer accuracy '$acc' < 0.85"
+awk -v a="$acc" -v b="$ps_bar" 'BEGIN { exit !(a >= b) }' ||
+  fail "ParameterServer accuracy '$acc' < $ps_bar"
 echo "ParameterServer example with a killed worker: accuracy $acc, attempt 0; $evaluated"
 fi
 echo PASS
