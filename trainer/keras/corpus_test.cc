@@ -124,12 +124,11 @@ TEST_P(CorpusTest, LoadsOrIsRefusedByNameAndTrains) {
   }
 
   // Gradients against finite differences, in inference mode (no dropout or noise draws; batch
-  // normalisation by its moving statistics) at a few coordinates of a few weights; for large
-  // images one coordinate of about four weights (each coordinate costs two passes of the model).
+  // normalisation by its moving statistics) at a few coordinates of a few weights.
   graph::testing::GradCheckOptions o;
   o.training = false;
-  o.samples = large ? 1 : 2;
-  o.max_tensors = large ? 4 : 8;
+  o.samples = 2;
+  o.max_tensors = 8;
   o.eps = 1e-2f;
   o.tolerance = 5e-2;
   std::vector<Tensor> small = Inputs(gm.graph(), 1, 3);
