@@ -11,9 +11,9 @@ arch=()
 [ -n "${LOCKSTEP_CUDA_ARCHITECTURES:-}" ] &&
   arch=(-DLOCKSTEP_CUDA_ARCHITECTURES="$LOCKSTEP_CUDA_ARCHITECTURES")
 flags=()
-# LOCKSTEP_CUDA=AUTO|ON|OFF, LOCKSTEP_UNITY=ON|OFF and LOCKSTEP_BENCHMARKS=ON|OFF, when set,
-# are passed on as the CMake options of those names.
-for option in LOCKSTEP_CUDA LOCKSTEP_UNITY LOCKSTEP_BENCHMARKS; do
+# LOCKSTEP_CUDA=AUTO|ON|OFF, LOCKSTEP_UNITY=ON|OFF, LOCKSTEP_BENCHMARKS=ON|OFF and
+# LOCKSTEP_CHART_TESTS=AUTO|ON|OFF, when set, are passed on as the CMake options of those names.
+for option in LOCKSTEP_CUDA LOCKSTEP_UNITY LOCKSTEP_BENCHMARKS LOCKSTEP_CHART_TESTS; do
   [ -n "${!option:-}" ] && flags+=("-D$option=${!option}")
 done
 if [ "${LOCKSTEP_DEBUG_INFO:-1}" = 0 ]; then

@@ -18,7 +18,8 @@ echo "== release build"
 # Both builds are fresh on CI: unity batches (LOCKSTEP_UNITY) parse each heavy header once per
 # batch rather than once per file.
 LOCKSTEP_DEBUG_INFO=${LOCKSTEP_DEBUG_INFO:-0} LOCKSTEP_UNITY=${LOCKSTEP_UNITY:-ON} \
-  LOCKSTEP_CUDA_ARCHITECTURES=${LOCKSTEP_CUDA_ARCHITECTURES:-90} ./scripts/build.sh
+  LOCKSTEP_CUDA_ARCHITECTURES=${LOCKSTEP_CUDA_ARCHITECTURES:-90} LOCKSTEP_CHART_TESTS=ON \
+  ./scripts/build.sh
 
 # The sanitizer build is the CPU build (nvcc takes no -fsanitize): it checks the build without
 # CUDA, its stubs, and every host-side piece of the GPU path (allocator, loss scaler, watchdog).
@@ -36,7 +37,7 @@ if [[ -f build/asan/CMakeCache.txt ]] &&
 fi
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DLOCKSTEP_SANITIZE=ON -DLOCKSTEP_CUDA=OFF -DLOCKSTEP_BENCHMARKS=OFF \
+  -DLOCKSTEP_SANITIZE=ON -DLOCKSTEP_CUDA=OFF -DLOCKSTEP_BENCHMARKS=OFF -DLOCKSTEP_CHART_TESTS=ON \
   -DLOCKSTEP_UNITY="${LOCKSTEP_UNITY:-ON}" >/dev/null
 cmake --build build/asan -j "$jobs" >build/asan-build.log 2>&1 &
 asan_build=$!
