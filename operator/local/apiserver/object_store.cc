@@ -298,27 +298,20 @@ void ObjectStore::Publish(StoreEvent e) {
 absl::StatusOr<std::shared_ptr<Subscription>> ObjectStore::Watch(const std::string& prefix,
                                                                  std::optional<int64_t> from) {
   std::lock_guard lock(mu_);
-  if (!from) {
-    auto s = std::make_shared<Subscription>();
-    s->prefix_ = prefix;
-    s->max_queued_ = watch_queue_limit_;
-    for (auto it = objects_.lower_bound(prefix);
-         it != objects_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
-      s->Push({StoreEvent::Type::kAdded, rv_, it->first, it->second, nullptr});
-    }
-    subscriptions_.push_back(s);
-    return s;
-  }
-  int64_t from_rv = *from;
-  if (from_rv < oldest_) {
-    return absl::OutOfRangeError(StrCat("too old resource version: ", from_rv, " (", oldest_, ")"));
+  if (from && *from < oldest_) {
+    return absl::OutOfRangeError(StrCat("too old resource version: ", *from, " (", oldest_, ")"));
   }
   auto s = std::make_shared<Subscription>();
   s->prefix_ = prefix;
   s->max_queued_ = watch_queue_limit_;
-  for (const StoreEvent& e : history_) {
-    if (e.resource_version > from_rv && e.key.compare(0, prefix.size(), prefix) == 0) {
-      s->Push(e);
+  if (!from) {
+    for (auto it = objects_.lower_bound(prefix);
+         it != objects_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+      s->Push({StoreEvent::Type::kAdded, rv_, it->first, it->second, nullptr});
+    }
+  } else {
+    for (const StoreEvent& e : history_) {
+      if (e.resource_version > *from && e.key.compare(0, prefix.size(), prefix) == 0) s->Push(e);
     }
   }
   subscriptions_.push_back(s);

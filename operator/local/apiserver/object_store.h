@@ -61,8 +61,7 @@ class Subscription {
   std::deque<StoreEvent> events_;
   bool closed_ = false;
   std::string prefix_;
-  size_t max_queued_ = 100000;  // a watcher this far behind is closed; it relists (Open's
-                                // watch_queue)
+  size_t max_queued_ = 0;  // a watcher this far behind is closed; it relists (set by Watch)
 };
 
 class ObjectStore {
