@@ -113,7 +113,7 @@ TEST_F(CheckpointTest, OnlyCheckpointsPastAStepAreRead) {
 std::vector<Tensor> Train(const std::string& name, const Dataset& d, int64_t steps,
                           const std::optional<CheckpointState>& start, int64_t save_at,
                           const std::string& dir) {
-  auto model = *BuildBuiltinModel(name, 11);
+  auto model = *BuildModel(name, 11);
   auto opt = *MakeOptimizer("sgd", 0.05f, 0.9f);
   opt->Init(model->Params());
   int64_t step = 0, epoch = 0, epoch_step = 0;

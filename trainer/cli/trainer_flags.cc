@@ -1,6 +1,7 @@
 #include "trainer/cli/trainer_flags.h"
 
 #include "trainer/keras/model_loader.h"
+#include "trainer/model/builtin_models.h"
 #include "trainer/model/model.h"
 #include "trainer/optim/keras_optimizer.h"
 
@@ -44,8 +45,7 @@ bool ParseFloat(const std::string& s, float* out) {
 }  // namespace
 
 absl::Status ApplyModelCompileConfig(TrainerConfig* c, std::vector<std::string>* warnings) {
-  if (IsBuiltinModel(c->model)) return absl::OkStatus();
-  absl::StatusOr<nlohmann::json> doc = keras::ReadJsonFile(c->model);
+  absl::StatusOr<nlohmann::json> doc = ReadModelDocument(c->model);
   if (!doc.ok()) {
     return absl::InvalidArgumentError("--model: " + std::string(doc.status().message()));
   }
@@ -400,11 +400,6 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
   if (c.tensorboard_dir.empty()) c.tensorboard_dir = get("AIP_TENSORBOARD_LOG_DIR");
   if (c.model_dir.empty()) c.model_dir = get("AIP_MODEL_DIR");
   if (c.checkpoint_dir.empty()) c.checkpoint_dir = get("AIP_CHECKPOINT_DIR");
-  if (!c.initial_weights.empty() && IsBuiltinModel(c.model)) {
-    return absl::InvalidArgumentError(
-        "--initial-weights needs a Keras model file (--model=FILE); the built-in model '" +
-        c.model + "' has none (examples/models/ holds their Keras configs)");
-  }
   if (std::string ip = get("LOCKSTEP_POD_IP"); !ip.empty()) c.bind_address = ip;
   if (!get("LOCKSTEP_JOB_NAME").empty()) c.metrics_port_required = true;
   c.termination_log = TerminationLogPath(env);

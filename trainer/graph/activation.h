@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "trainer/kernels/types.h"
 #include "trainer/tensor/tensor.h"
 
 namespace lockstep::trainer::graph {
@@ -41,33 +42,6 @@ inline float Exp(float x) {
 
 // 1 / (1 + e^-x), vectorising as Exp does.
 inline float Sigmoid(float x) { return 1.0f / (1.0f + Exp(-x)); }
-
-enum class Act {
-  kLinear,
-  kRelu,
-  kRelu6,
-  kSigmoid,
-  kHardSigmoid2,
-  kHardSigmoid3,
-  kTanh,
-  kSoftmax,
-  kSwish,
-  kGelu,
-  kGeluTanh,
-  kElu,
-  kSelu,
-  kSoftplus,
-  kSoftsign,
-  kExponential,
-  kLeakyRelu,
-  kHardSwish,
-  kMish,
-};
-
-struct Activation {
-  Act kind = Act::kLinear;
-  float alpha = 0;  // LeakyReLU's slope, ELU's alpha (layers)
-};
 
 // A Keras activation name ("relu", "swish", "gelu"...). `keras3` picks hard_sigmoid's form.
 // InvalidArgument "activation \"x\" is not supported (supported: ...)".

@@ -9,25 +9,10 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "trainer/kernels/types.h"
 #include "trainer/tensor/tensor.h"
 
 namespace lockstep::trainer::graph {
-
-enum class LossKind {
-  kCategoricalCrossentropy,        // one-hot targets of the output's shape
-  kSparseCategoricalCrossentropy,  // class ids: the output's shape without its last axis
-  kBinaryCrossentropy,
-  kMeanSquaredError,
-  kMeanAbsoluteError,
-  kHuber,
-};
-
-struct Loss {
-  LossKind kind = LossKind::kSparseCategoricalCrossentropy;
-  bool from_logits = false;
-  float label_smoothing = 0;
-  float delta = 1;  // Huber
-};
 
 // A Keras loss as a compile config writes it: "sparse_categorical_crossentropy", "mse", or
 // {"class_name": "CategoricalCrossentropy", "config": {"from_logits": true, ...}}.

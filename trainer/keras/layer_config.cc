@@ -130,7 +130,7 @@ std::vector<int64_t> LayerConfig::Axes(const std::string& key, std::vector<int64
   return def;
 }
 
-graph::Activation LayerConfig::Activation(const std::string& key, const std::string& def) {
+trainer::Activation LayerConfig::Activation(const std::string& key, const std::string& def) {
   const json* v = Get(key);
   std::string name = def;
   if (v != nullptr) {
@@ -144,7 +144,7 @@ graph::Activation LayerConfig::Activation(const std::string& key, const std::str
       Error("option " + key + "=" + Show(*v) + " is not an activation name");
     }
   }
-  absl::StatusOr<graph::Activation> a = graph::ParseActivation(name, keras3_);
+  absl::StatusOr<trainer::Activation> a = graph::ParseActivation(name, keras3_);
   if (!a.ok()) {
     Refuse("option " + key + "=\"" + name + "\"");
     return {};

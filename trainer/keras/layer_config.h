@@ -49,7 +49,7 @@ class LayerConfig {
   std::vector<int64_t> IntList(const std::string& key);
   // An int or a list of ints (an axis); absent: def.
   std::vector<int64_t> Axes(const std::string& key, std::vector<int64_t> def);
-  graph::Activation Activation(const std::string& key, const std::string& def);
+  trainer::Activation Activation(const std::string& key, const std::string& def);
   graph::Initializer Initializer(const std::string& key, const graph::Initializer& def);
   Regularizer Regularization(const std::string& key);
   // A nested object (Bidirectional's "layer"); null when absent.

@@ -49,19 +49,19 @@ LayerOr LeakyReLU(LayerConfig& c, const LayerFactories&) {
   if (c.Has("alpha")) slope = c.Float("alpha", 0.3f);
   c.Ignore("alpha");
   c.Ignore("negative_slope");
-  graph::Activation a{graph::Act::kLeakyRelu, slope};
+  Activation a{Act::kLeakyRelu, slope};
   return graph::MakeActivation(c.name(), "LeakyReLU", a);
 }
 
 LayerOr ELU(LayerConfig& c, const LayerFactories&) {
-  graph::Activation a{graph::Act::kElu, c.Float("alpha", 1.0f)};
+  Activation a{Act::kElu, c.Float("alpha", 1.0f)};
   return graph::MakeActivation(c.name(), "ELU", a);
 }
 
 LayerOr Softmax(LayerConfig& c, const LayerFactories&) {
   const std::vector<int64_t> axis = c.Axes("axis", {-1});
   if (axis != std::vector<int64_t>{-1}) c.Refuse("option axis other than -1");
-  return graph::MakeActivation(c.name(), "Softmax", {graph::Act::kSoftmax, 0});
+  return graph::MakeActivation(c.name(), "Softmax", {Act::kSoftmax, 0});
 }
 
 LayerOr Flatten(LayerConfig& c, const LayerFactories&) {
@@ -116,9 +116,7 @@ LayerOr Rescaling(LayerConfig& c, const LayerFactories&) {
   return graph::MakeRescaling(c.name(), scale, offset);
 }
 
-LayerOr Merge(LayerConfig& c, graph::MergeOp op) {
-  return graph::MakeMerge(c.name(), c.class_name(), op);
-}
+LayerOr Merge(LayerConfig& c, MergeOp op) { return graph::MakeMerge(c.name(), c.class_name(), op); }
 
 LayerOr Concatenate(LayerConfig& c, const LayerFactories&) {
   return graph::MakeConcatenate(c.name(), c.Int("axis", -1));
@@ -139,18 +137,17 @@ void AddCoreLayers(LayerFactories* f) {
   f->Add("Dropout", Dropout);
   f->Add("GaussianNoise", GaussianNoise);
   f->Add("Rescaling", Rescaling);
-  f->Add("Add",
-         [](LayerConfig& c, const LayerFactories&) { return Merge(c, graph::MergeOp::kAdd); });
+  f->Add("Add", [](LayerConfig& c, const LayerFactories&) { return Merge(c, MergeOp::kAdd); });
   f->Add("Subtract",
-         [](LayerConfig& c, const LayerFactories&) { return Merge(c, graph::MergeOp::kSubtract); });
+         [](LayerConfig& c, const LayerFactories&) { return Merge(c, MergeOp::kSubtract); });
   f->Add("Multiply",
-         [](LayerConfig& c, const LayerFactories&) { return Merge(c, graph::MergeOp::kMultiply); });
+         [](LayerConfig& c, const LayerFactories&) { return Merge(c, MergeOp::kMultiply); });
   f->Add("Average",
-         [](LayerConfig& c, const LayerFactories&) { return Merge(c, graph::MergeOp::kAverage); });
+         [](LayerConfig& c, const LayerFactories&) { return Merge(c, MergeOp::kAverage); });
   f->Add("Maximum",
-         [](LayerConfig& c, const LayerFactories&) { return Merge(c, graph::MergeOp::kMaximum); });
+         [](LayerConfig& c, const LayerFactories&) { return Merge(c, MergeOp::kMaximum); });
   f->Add("Minimum",
-         [](LayerConfig& c, const LayerFactories&) { return Merge(c, graph::MergeOp::kMinimum); });
+         [](LayerConfig& c, const LayerFactories&) { return Merge(c, MergeOp::kMinimum); });
   f->Add("Concatenate", Concatenate);
   f->Add("Masking", [](LayerConfig& c, const LayerFactories&) -> LayerOr {
     return graph::MakeMasking(c.name(), c.Float("mask_value", 0.0f));

@@ -84,9 +84,9 @@ LayerOr Embedding(LayerConfig& c, const LayerFactories&) {
   return graph::MakeEmbedding(c.name(), o);
 }
 
-LayerOr Recurrent(LayerConfig& c, graph::RnnCell cell) {
+LayerOr Recurrent(LayerConfig& c, RnnCell cell) {
   graph::RnnOptions o;
-  const bool gated = cell != graph::RnnCell::kSimpleRnn;
+  const bool gated = cell != RnnCell::kSimpleRnn;
   if (!c.Has("units")) c.Error("option units is required");
   o.units = c.Int("units", 1);
   if (o.units <= 0) c.Error("option units must be positive");
@@ -100,7 +100,7 @@ LayerOr Recurrent(LayerConfig& c, graph::RnnCell cell) {
   o.kernel_initializer = ReadInitializer(c, "kernel_initializer", graph::GlorotUniform());
   o.recurrent_initializer = ReadInitializer(c, "recurrent_initializer", graph::OrthogonalInit());
   o.bias_initializer = ReadInitializer(c, "bias_initializer", graph::Zeros());
-  if (cell == graph::RnnCell::kLstm) o.unit_forget_bias = c.Bool("unit_forget_bias", true);
+  if (cell == RnnCell::kLstm) o.unit_forget_bias = c.Bool("unit_forget_bias", true);
   const Regularizer kr = c.Regularization("kernel_regularizer");
   const Regularizer rr = c.Regularization("recurrent_regularizer");
   const Regularizer br = c.Regularization("bias_regularizer");
@@ -125,7 +125,7 @@ LayerOr Recurrent(LayerConfig& c, graph::RnnCell cell) {
   const bool per_gate = gated && (implementation < 2 || (c.keras3() && rdrop));
   o.dropout_per_gate = per_gate;
   o.recurrent_dropout_per_gate = per_gate;
-  if (cell == graph::RnnCell::kGru && rdrop && !per_gate) {
+  if (cell == RnnCell::kGru && rdrop && !per_gate) {
     // Keras 2.1-2.2's GRU with implementation 2 dropped out the state it carries too.
     c.Refuse("option recurrent_dropout=" + Show(c.raw()["recurrent_dropout"]) +
              " with implementation=2");
@@ -139,7 +139,7 @@ LayerOr Recurrent(LayerConfig& c, graph::RnnCell cell) {
   c.Expect("time_major", false);
   o.zero_output_for_mask = c.Bool("zero_output_for_mask", false);
   c.Ignore("seed");  // the trainer's seed drives the dropout masks
-  if (cell == graph::RnnCell::kGru) {
+  if (cell == RnnCell::kGru) {
     // Keras 2 before reset_after existed computed it "before"; Keras 3 defaults to after.
     o.reset_after = c.Bool("reset_after", c.keras3());
   }
@@ -154,10 +154,9 @@ LayerOr GenericRnn(LayerConfig& c, const LayerFactories&) {
     return c.Prefix("a stack of cells (StackedRNNCells) is not supported; stack RNN layers");
   }
   if (!cell.is_object()) return c.Prefix("option cell is required");
-  static const std::map<std::string, graph::RnnCell> kCells = {
-      {"LSTMCell", graph::RnnCell::kLstm},
-      {"GRUCell", graph::RnnCell::kGru},
-      {"SimpleRNNCell", graph::RnnCell::kSimpleRnn}};
+  static const std::map<std::string, RnnCell> kCells = {{"LSTMCell", RnnCell::kLstm},
+                                                        {"GRUCell", RnnCell::kGru},
+                                                        {"SimpleRNNCell", RnnCell::kSimpleRnn}};
   const std::string cls = ClassOf(cell);
   auto it = kCells.find(cls);
   if (it == kCells.end()) {
@@ -276,13 +275,11 @@ LayerOr TimeDistributed(LayerConfig& c, const LayerFactories& all) {
 
 void AddRecurrentLayers(LayerFactories* f) {
   f->Add("Embedding", Embedding);
-  f->Add("SimpleRNN", [](LayerConfig& c, const LayerFactories&) {
-    return Recurrent(c, graph::RnnCell::kSimpleRnn);
-  });
+  f->Add("SimpleRNN",
+         [](LayerConfig& c, const LayerFactories&) { return Recurrent(c, RnnCell::kSimpleRnn); });
   f->Add("LSTM",
-         [](LayerConfig& c, const LayerFactories&) { return Recurrent(c, graph::RnnCell::kLstm); });
-  f->Add("GRU",
-         [](LayerConfig& c, const LayerFactories&) { return Recurrent(c, graph::RnnCell::kGru); });
+         [](LayerConfig& c, const LayerFactories&) { return Recurrent(c, RnnCell::kLstm); });
+  f->Add("GRU", [](LayerConfig& c, const LayerFactories&) { return Recurrent(c, RnnCell::kGru); });
   f->Add("RNN", GenericRnn);
   f->Add("Bidirectional", Bidirectional);
   f->Add("TimeDistributed", TimeDistributed);

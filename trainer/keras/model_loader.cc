@@ -537,10 +537,10 @@ class Builder {
   absl::StatusOr<std::vector<int>> OpLayer(const json& e, const std::vector<int>& in,
                                            const std::vector<json>& constants) {
     const std::string cls = ClassOf(e);
-    static const std::map<std::string, graph::CompareOp> kCompare = {
-        {"Equal", graph::CompareOp::kEqual},     {"NotEqual", graph::CompareOp::kNotEqual},
-        {"Greater", graph::CompareOp::kGreater}, {"GreaterEqual", graph::CompareOp::kGreaterEqual},
-        {"Less", graph::CompareOp::kLess},       {"LessEqual", graph::CompareOp::kLessEqual}};
+    static const std::map<std::string, CompareOp> kCompare = {
+        {"Equal", CompareOp::kEqual},     {"NotEqual", CompareOp::kNotEqual},
+        {"Greater", CompareOp::kGreater}, {"GreaterEqual", CompareOp::kGreaterEqual},
+        {"Less", CompareOp::kLess},       {"LessEqual", CompareOp::kLessEqual}};
     auto op = kCompare.find(cls);
     if (op == kCompare.end() || in.size() != 1 || constants.size() != 1 ||
         !constants[0].is_number()) {

@@ -151,8 +151,8 @@ class GradOut {
 // The activation a linear layer ends in: y = act(z), with z kept for backward.
 class ActivationTail {
  public:
-  ActivationTail(GpuContext* ctx, graph::Activation a) : ctx_(ctx), a_(a) {}
-  bool linear() const { return a_.kind == graph::Act::kLinear; }
+  ActivationTail(GpuContext* ctx, Activation a) : ctx_(ctx), a_(a) {}
+  bool linear() const { return a_.kind == Act::kLinear; }
   // z: the linear part's output (owned by the op); returns y.
   absl::StatusOr<DeviceTensor> Apply(const DeviceTensor& z) {
     if (linear()) return ViewOf(z);
@@ -169,14 +169,14 @@ class ActivationTail {
 
  private:
   GpuContext* ctx_;
-  graph::Activation a_;
+  Activation a_;
   DeviceTensor y_, dz_;
 };
 
 // Dense: the kernel over the last axis, bias, activation.
 class DenseOp final : public DeviceOp {
  public:
-  DenseOp(GpuContext* ctx, const LayerWeights& w, graph::Activation act)
+  DenseOp(GpuContext* ctx, const LayerWeights& w, Activation act)
       : ctx_(ctx),
         w_(w),
         tail_(ctx, act),
@@ -213,7 +213,7 @@ class DenseOp final : public DeviceOp {
 
 class ActivationOp final : public DeviceOp {
  public:
-  ActivationOp(GpuContext* ctx, graph::Activation a) : ctx_(ctx), a_(a) {}
+  ActivationOp(GpuContext* ctx, Activation a) : ctx_(ctx), a_(a) {}
   absl::StatusOr<DeviceTensor> Forward(const std::vector<const DeviceTensor*>& x,
                                        const StepInfo&) override {
     LOCKSTEP_RETURN_IF_ERROR(cuda::ActivationForward(ctx_, a_, *x[0], &y_));
@@ -226,7 +226,7 @@ class ActivationOp final : public DeviceOp {
 
  private:
   GpuContext* ctx_;
-  graph::Activation a_;
+  Activation a_;
   DeviceTensor y_;
 };
 
@@ -263,14 +263,14 @@ class RepeatOp final : public DeviceOp {
     LOCKSTEP_RETURN_IF_ERROR(zeros_.Resize(ctx_, {b, n_, d}, x[0]->dtype()));
     LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemsetAsync(zeros_.data(), 0, zeros_.bytes(), ctx_->stream()));
     x3_ = x[0]->Reshaped({b, 1, d});
-    LOCKSTEP_RETURN_IF_ERROR(cuda::MergeForward(ctx_, graph::MergeOp::kAdd, {&zeros_, &x3_}, &y_));
+    LOCKSTEP_RETURN_IF_ERROR(cuda::MergeForward(ctx_, MergeOp::kAdd, {&zeros_, &x3_}, &y_));
     return ViewOf(y_);
   }
   absl::Status Backward(const std::vector<const DeviceTensor*>& x, const DeviceTensor& y,
                         const DeviceTensor& dy, const std::vector<DeviceTensor*>& dx) override {
     x3_ = x[0]->Reshaped({x[0]->dim(0), 1, x[0]->dim(1)});
     LOCKSTEP_RETURN_IF_ERROR(
-        cuda::MergeBackward(ctx_, graph::MergeOp::kAdd, {&zeros_, &x3_}, y, dy, {nullptr, dx[0]}));
+        cuda::MergeBackward(ctx_, MergeOp::kAdd, {&zeros_, &x3_}, y, dy, {nullptr, dx[0]}));
     dx[0]->Reshape(x[0]->shape());
     return absl::OkStatus();
   }
@@ -337,15 +337,13 @@ class AffineOp final : public DeviceOp {
       rank_ = rank;
       LOCKSTEP_RETURN_IF_ERROR(Reloaded());
     }
-    LOCKSTEP_RETURN_IF_ERROR(
-        cuda::MergeForward(ctx_, graph::MergeOp::kMultiply, {x[0], &scale_}, &t_));
-    LOCKSTEP_RETURN_IF_ERROR(cuda::MergeForward(ctx_, graph::MergeOp::kAdd, {&t_, &offset_}, &y_));
+    LOCKSTEP_RETURN_IF_ERROR(cuda::MergeForward(ctx_, MergeOp::kMultiply, {x[0], &scale_}, &t_));
+    LOCKSTEP_RETURN_IF_ERROR(cuda::MergeForward(ctx_, MergeOp::kAdd, {&t_, &offset_}, &y_));
     return ViewOf(y_);
   }
   absl::Status Backward(const std::vector<const DeviceTensor*>& x, const DeviceTensor&,
                         const DeviceTensor& dy, const std::vector<DeviceTensor*>& dx) override {
-    return cuda::MergeBackward(ctx_, graph::MergeOp::kMultiply, {x[0], &scale_}, t_, dy,
-                               {dx[0], nullptr});
+    return cuda::MergeBackward(ctx_, MergeOp::kMultiply, {x[0], &scale_}, t_, dy, {dx[0], nullptr});
   }
   absl::Status Reloaded() override {
     if (rank_ == 0) return absl::OkStatus();
@@ -368,9 +366,9 @@ class AffineOp final : public DeviceOp {
   DeviceTensor scale_, offset_, t_, y_;
 };
 
-class MergeOp final : public DeviceOp {
+class MergeDeviceOp final : public DeviceOp {
  public:
-  MergeOp(GpuContext* ctx, graph::MergeOp op) : ctx_(ctx), op_(op) {}
+  MergeDeviceOp(GpuContext* ctx, MergeOp op) : ctx_(ctx), op_(op) {}
   absl::StatusOr<DeviceTensor> Forward(const std::vector<const DeviceTensor*>& x,
                                        const StepInfo&) override {
     LOCKSTEP_RETURN_IF_ERROR(cuda::MergeForward(ctx_, op_, x, &y_));
@@ -383,7 +381,7 @@ class MergeOp final : public DeviceOp {
 
  private:
   GpuContext* ctx_;
-  graph::MergeOp op_;
+  MergeOp op_;
   DeviceTensor y_;
 };
 
@@ -437,7 +435,7 @@ class PlanCache {
 template <typename P>
 class ConvOp final : public DeviceOp {
  public:
-  ConvOp(GpuContext* ctx, const GraphLayer& layer, const LayerWeights& w, graph::Activation act,
+  ConvOp(GpuContext* ctx, const GraphLayer& layer, const LayerWeights& w, Activation act,
          const char* kernel, bool separable)
       : ctx_(ctx),
         layer_(layer),
@@ -740,8 +738,8 @@ class EmbeddingOp final : public DeviceOp {
     LOCKSTEP_RETURN_IF_ERROR(
         cuda::EmbeddingForward(ctx_, *x[0], w_.at("embeddings").value, &y_, bad_));
     if (mask_zero_) {
-      LOCKSTEP_RETURN_IF_ERROR(cuda::CompareForward(ctx_, *x[0], graph::CompareOp::kNotEqual, 0.0f,
-                                                    DType::kF32, &mask_));
+      LOCKSTEP_RETURN_IF_ERROR(
+          cuda::CompareForward(ctx_, *x[0], CompareOp::kNotEqual, 0.0f, DType::kF32, &mask_));
     }
     return ViewOf(y_);
   }
@@ -829,7 +827,7 @@ class MaskWithOp final : public DeviceOp {
 
 // The activation a layer with options O ends in.
 template <typename O>
-graph::Activation ActOf(const GraphLayer& l) {
+Activation ActOf(const GraphLayer& l) {
   return OptionsOf<O>(l)->activation;
 }
 
@@ -863,7 +861,7 @@ class RecurrentOp final : public DeviceOp {
  public:
   RecurrentOp(GpuContext* ctx, const LayerWeights& w, cuda::RnnSpec spec, bool return_state)
       : w_(w),
-        lstm_(spec.cell == graph::RnnCell::kLstm),
+        lstm_(spec.cell == RnnCell::kLstm),
         return_state_(return_state),
         rnn_(ctx, spec),
         dk_(ctx, w.find("kernel"), w.shared()),
@@ -973,10 +971,10 @@ class BidirectionalOp final : public DeviceOp {
     return half_ > 2 ? weights_.at(first + 2)->master : nullptr;
   }
   int Axis() const { return static_cast<int>(yf_.shape().size()) - 1; }
-  graph::MergeOp Op() const {
-    return merge_ == graph::BidirectionalMerge::kSum   ? graph::MergeOp::kAdd
-           : merge_ == graph::BidirectionalMerge::kMul ? graph::MergeOp::kMultiply
-                                                       : graph::MergeOp::kAverage;
+  MergeOp Op() const {
+    return merge_ == graph::BidirectionalMerge::kSum   ? MergeOp::kAdd
+           : merge_ == graph::BidirectionalMerge::kMul ? MergeOp::kMultiply
+                                                       : MergeOp::kAverage;
   }
   GpuContext* ctx_;
   graph::BidirectionalMerge merge_;
@@ -990,9 +988,9 @@ class BidirectionalOp final : public DeviceOp {
 cuda::RnnSpec RnnSpecOf(const GraphLayer& l) {
   const graph::RnnOptions o = *OptionsOf<graph::RnnOptions>(l);
   const std::string& cls = l.class_name();
-  return {.cell = cls == "LSTM"  ? graph::RnnCell::kLstm
-                  : cls == "GRU" ? graph::RnnCell::kGru
-                                 : graph::RnnCell::kSimpleRnn,
+  return {.cell = cls == "LSTM"  ? RnnCell::kLstm
+                  : cls == "GRU" ? RnnCell::kGru
+                                 : RnnCell::kSimpleRnn,
           .units = o.units,
           .activation = o.activation,
           .recurrent_activation = o.recurrent_activation,
@@ -1127,7 +1125,7 @@ absl::StatusOr<std::unique_ptr<DeviceOp>> MakeOp(GpuContext* ctx, const GraphLay
       op = std::make_unique<DenseOp>(ctx, w, ActOf<graph::DenseOptions>(l));
       break;
     case GpuOpKind::kActivation: {
-      std::optional<graph::Activation> a = OptionsOf<graph::Activation>(l);
+      std::optional<Activation> a = OptionsOf<Activation>(l);
       if (!a) a = ReluActivation(*OptionsOf<graph::ReluOptions>(l));
       op = std::make_unique<ActivationOp>(ctx, *a);
       break;
@@ -1156,7 +1154,7 @@ absl::StatusOr<std::unique_ptr<DeviceOp>> MakeOp(GpuContext* ctx, const GraphLay
       op = std::make_unique<AffineOp>(ctx, compute, [&l] { return NormalizationAffine(l); });
       break;
     case GpuOpKind::kMerge:
-      op = std::make_unique<MergeOp>(ctx, *OptionsOf<graph::MergeOp>(l));
+      op = std::make_unique<MergeDeviceOp>(ctx, *OptionsOf<MergeOp>(l));
       break;
     case GpuOpKind::kConcat:
       op = std::make_unique<ConcatOp>(ctx, OptionsOf<graph::ConcatOptions>(l)->axis);
@@ -1360,20 +1358,20 @@ absl::Status DeviceGraph::Reloaded() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<cpu::XentResult> DeviceGraph::TrainStep(const Tensor& x,
-                                                       const std::vector<int32_t>& labels,
-                                                       float loss_scale) {
+absl::StatusOr<cuda::LossResult> DeviceGraph::TrainStep(const Tensor& x,
+                                                        const std::vector<int32_t>& labels,
+                                                        float loss_scale) {
   return Run(x, labels, true, loss_scale);
 }
 
-absl::StatusOr<cpu::XentResult> DeviceGraph::Evaluate(const Tensor& x,
-                                                      const std::vector<int32_t>& labels) {
+absl::StatusOr<cuda::LossResult> DeviceGraph::Evaluate(const Tensor& x,
+                                                       const std::vector<int32_t>& labels) {
   return Run(x, labels, false, 1.0f);
 }
 
-absl::StatusOr<cpu::XentResult> DeviceGraph::Run(const Tensor& x,
-                                                 const std::vector<int32_t>& labels, bool training,
-                                                 float loss_scale) {
+absl::StatusOr<cuda::LossResult> DeviceGraph::Run(const Tensor& x,
+                                                  const std::vector<int32_t>& labels, bool training,
+                                                  float loss_scale) {
   graph::Graph& g = host_->graph();
   DeviceGraphLayers& records = *layers_;
   ++step_;
@@ -1449,7 +1447,7 @@ absl::StatusOr<cpu::XentResult> DeviceGraph::Run(const Tensor& x,
   if (!loss.ok())
     return absl::DataLossError("a batch the model cannot take: " +
                                std::string(loss.status().message()));
-  cpu::XentResult r{.loss = loss->loss, .correct = loss->correct};
+  cuda::LossResult r = *loss;
   if (!training) {
     LOCKSTEP_RETURN_IF_ERROR(AddPenalties(false, 1.0f, &r.loss));
     return r;

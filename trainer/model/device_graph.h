@@ -2,7 +2,7 @@
 // DeviceGraph: a Keras model file's graph (model/graph_model.h) on one GPU, node for node: each
 // node of the host graph becomes a device op made from its layer's options (graph::OptionsOf)
 // and run by the CUDA kernels of trainer/kernels/cuda/, which have the CPU layers' semantics.
-// The weights live in the flat buffers of device_net.h (the trainable ones, then the kept
+// The weights live in the flat buffers of device_params.h (the trainable ones, then the kept
 // ones: moving statistics, a frozen layer's weights), mirrored from the host graph, so a seed
 // gives the same initial network on either device. Activations are stored in the compute
 // dtype (a mixed policy's fp16 or bf16; token ids stay fp32); every sum is fp32.
@@ -33,7 +33,8 @@
 
 #include "absl/status/statusor.h"
 #include "trainer/graph/graph.h"
-#include "trainer/model/device_net.h"
+#include "trainer/kernels/cuda/loss.h"
+#include "trainer/model/device_params.h"
 #include "trainer/model/gpu_support.h"
 #include "trainer/model/graph_model.h"
 
@@ -42,23 +43,28 @@ namespace lockstep::trainer {
 class DeviceOp;
 struct DeviceGraphLayers;
 
-class DeviceGraph final : public DeviceNet {
+class DeviceGraph final {
  public:
   static absl::StatusOr<std::unique_ptr<DeviceGraph>> Create(cuda::GpuContext* ctx,
                                                              GraphModel& host, cuda::DType compute,
                                                              uint64_t seed);
-  ~DeviceGraph() override;
+  ~DeviceGraph();
 
-  absl::StatusOr<cpu::XentResult> TrainStep(const Tensor& x, const std::vector<int32_t>& labels,
-                                            float loss_scale) override;
-  absl::StatusOr<cpu::XentResult> Evaluate(const Tensor& x,
-                                           const std::vector<int32_t>& labels) override;
-  absl::Status Reloaded() override;
+  // Forward, loss and backward on one host batch; the gradients (multiplied by `loss_scale`)
+  // land in weights().grads(). The loss and count come back to the host. DataLoss names input
+  // the model cannot compute on (a token id outside an Embedding's table).
+  absl::StatusOr<cuda::LossResult> TrainStep(const Tensor& x, const std::vector<int32_t>& labels,
+                                             float loss_scale);
+  absl::StatusOr<cuda::LossResult> Evaluate(const Tensor& x, const std::vector<int32_t>& labels);
+  // Called after weights().Load() (a restored checkpoint): refreshes what the layers derive
+  // from their weights.
+  absl::Status Reloaded();
+  DeviceParams& weights() { return weights_; }
 
  private:
   DeviceGraph() = default;
-  absl::StatusOr<cpu::XentResult> Run(const Tensor& x, const std::vector<int32_t>& labels,
-                                      bool training, float loss_scale);
+  absl::StatusOr<cuda::LossResult> Run(const Tensor& x, const std::vector<int32_t>& labels,
+                                       bool training, float loss_scale);
   // The weight regularizers' penalty and the step's activity penalties added to `loss`, and
   // (when `gradients`) the weight regularizers' gradient, times the loss scale, to the weights'
   // gradients.
@@ -70,6 +76,7 @@ class DeviceGraph final : public DeviceNet {
 
   cuda::GpuContext* ctx_ = nullptr;
   GraphModel* host_ = nullptr;
+  DeviceParams weights_;
   struct Node {
     std::unique_ptr<DeviceOp> op;
     graph::Graph::NodeSpec spec;

@@ -126,7 +126,7 @@ TEST_F(DeviceGraphTest, LossAndGradientsMatchTheCpuGraph) {
 
       // Inference: no noise, the moving statistics.
       const StepResult he = m.Evaluate(Host(m, x, y));
-      absl::StatusOr<cpu::XentResult> de = (*dev)->Evaluate(x, y);
+      absl::StatusOr<cuda::LossResult> de = (*dev)->Evaluate(x, y);
       ASSERT_TRUE(de.ok()) << de.status();
       EXPECT_NEAR(de->loss, he.loss, tol * std::max(1.0, std::abs(he.loss)));
       if (t == DType::kF32) {
@@ -134,7 +134,7 @@ TEST_F(DeviceGraphTest, LossAndGradientsMatchTheCpuGraph) {
       }
       if (HasNoise(m.graph())) {
         // Training draws differ between the devices (the distribution is the contract).
-        absl::StatusOr<cpu::XentResult> dt = (*dev)->TrainStep(x, y, 1.0f);
+        absl::StatusOr<cuda::LossResult> dt = (*dev)->TrainStep(x, y, 1.0f);
         ASSERT_TRUE(dt.ok()) << dt.status();
         EXPECT_TRUE(std::isfinite(dt->loss));
         continue;
@@ -146,7 +146,7 @@ TEST_F(DeviceGraphTest, LossAndGradientsMatchTheCpuGraph) {
       std::vector<Tensor> host_grads, host_state;
       for (Tensor* g : m.Grads()) host_grads.push_back(*g);
       for (Tensor* s : m.State()) host_state.push_back(*s);
-      absl::StatusOr<cpu::XentResult> dt = (*dev)->TrainStep(x, y, scale);
+      absl::StatusOr<cuda::LossResult> dt = (*dev)->TrainStep(x, y, scale);
       ASSERT_TRUE(dt.ok()) << dt.status();
       EXPECT_NEAR(dt->loss, ht.loss, tol * std::max(1.0, std::abs(ht.loss)));
       DeviceParams& w = (*dev)->weights();
@@ -170,7 +170,7 @@ TEST_F(DeviceGraphTest, TokenIdsOutsideTheTableFailTheStep) {
   ASSERT_TRUE(dev.ok()) << dev.status();
   auto [x, y] = Batch(**host, 4, 3);
   x[5] = 50.0f;  // the table has 50 rows
-  absl::StatusOr<cpu::XentResult> r = (*dev)->TrainStep(x, y, 1.0f);
+  absl::StatusOr<cuda::LossResult> r = (*dev)->TrainStep(x, y, 1.0f);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
   EXPECT_NE(r.status().message().find("outside an Embedding's table"), std::string::npos);
   x[5] = 3.0f;

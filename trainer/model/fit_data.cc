@@ -77,7 +77,7 @@ absl::Status FitTarget(const ModelOutput& o, const std::string& what, int64_t n,
       what, ": targets of shape ", ShapeString(ExampleShape(*t)), " per example do not fit ", out,
       " trained with ", graph::LossName(o.loss), " (it takes ", ShapeString(want), " per example");
   switch (o.loss.kind) {
-    case graph::LossKind::kSparseCategoricalCrossentropy: {
+    case LossKind::kSparseCategoricalCrossentropy: {
       if (have == ids) {
         for (int64_t i = 0; i < t->size(); ++i) {
           if (!IsClassId((*t)[i], classes)) return bad_id(i, (*t)[i]);
@@ -111,7 +111,7 @@ absl::Status FitTarget(const ModelOutput& o, const std::string& what, int64_t n,
       }
       return absl::InvalidArgumentError(fits_not + ": class ids)");
     }
-    case graph::LossKind::kCategoricalCrossentropy: {
+    case LossKind::kCategoricalCrossentropy: {
       if (have == NumElements(o.shape)) {
         *t = t->Reshaped(WithBatch(n, o.shape));
         return absl::OkStatus();
@@ -213,13 +213,13 @@ SyntheticSignature SyntheticFor(const std::vector<ModelInput>& inputs,
     t.shape = TargetShape(o);
     t.classes = o.shape.empty() ? 1 : o.shape.back();
     switch (o.loss.kind) {
-      case graph::LossKind::kSparseCategoricalCrossentropy:
+      case LossKind::kSparseCategoricalCrossentropy:
         t.form = TargetForm::kClassIds;
         break;
-      case graph::LossKind::kCategoricalCrossentropy:
+      case LossKind::kCategoricalCrossentropy:
         t.form = TargetForm::kOneHot;
         break;
-      case graph::LossKind::kBinaryCrossentropy:
+      case LossKind::kBinaryCrossentropy:
         t.form = TargetForm::kBinary;
         t.classes = 2;
         break;

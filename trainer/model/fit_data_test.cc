@@ -11,8 +11,6 @@
 namespace lockstep::trainer {
 namespace {
 
-using graph::LossKind;
-
 std::vector<ModelInput> TwoInputs() { return {{"image", {2, 2, 1}}, {"meta", {3}}}; }
 
 std::vector<ModelOutput> Outputs(LossKind kind, Shape shape, const std::string& name = "out") {
@@ -170,7 +168,7 @@ TEST(SampleWeightTest, EachExamplesLossAndGradientAreScaledByItsWeight) {
   std::uniform_real_distribution<float> u(0.05f, 0.95f);
   const Tensor w({3}, {0.5f, 0.0f, 2.0f});
   struct Case {
-    graph::Loss loss;
+    Loss loss;
     Shape pred, target;
   };
   const std::vector<Case> cases = {

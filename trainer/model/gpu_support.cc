@@ -21,19 +21,19 @@ absl::Status Unsupported(const graph::Layer& l, const std::string& why) {
 
 }  // namespace
 
-std::optional<graph::Activation> ReluActivation(const graph::ReluOptions& r) {
+std::optional<Activation> ReluActivation(const graph::ReluOptions& r) {
   const bool unbounded = r.max_value >= 3.0e38f;
   if (r.threshold != 0) return std::nullopt;
-  if (r.negative_slope == 0 && unbounded) return graph::Activation{graph::Act::kRelu, 0};
-  if (r.negative_slope == 0 && r.max_value == 6.0f) return graph::Activation{graph::Act::kRelu6, 0};
-  if (unbounded) return graph::Activation{graph::Act::kLeakyRelu, r.negative_slope};
+  if (r.negative_slope == 0 && unbounded) return Activation{Act::kRelu, 0};
+  if (r.negative_slope == 0 && r.max_value == 6.0f) return Activation{Act::kRelu6, 0};
+  if (unbounded) return Activation{Act::kLeakyRelu, r.negative_slope};
   return std::nullopt;
 }
 
 absl::StatusOr<GpuOpKind> ClassifyForGpu(const graph::Layer& l) {
   const std::string& cls = l.class_name();
   if (OptionsOf<graph::DenseOptions>(l)) return GpuOpKind::kDense;
-  if (OptionsOf<graph::Activation>(l)) return GpuOpKind::kActivation;
+  if (OptionsOf<Activation>(l)) return GpuOpKind::kActivation;
   if (auto r = OptionsOf<graph::ReluOptions>(l)) {
     if (!ReluActivation(*r)) {
       return Unsupported(l, "a ReLU with a threshold, or with both max_value and negative_slope");
@@ -46,7 +46,7 @@ absl::StatusOr<GpuOpKind> ClassifyForGpu(const graph::Layer& l) {
   if (OptionsOf<graph::GaussianNoiseOptions>(l)) return GpuOpKind::kNoise;
   if (OptionsOf<graph::RescalingOptions>(l)) return GpuOpKind::kRescaling;
   if (OptionsOf<graph::NormalizationOptions>(l)) return GpuOpKind::kNormalization;
-  if (OptionsOf<graph::MergeOp>(l)) return GpuOpKind::kMerge;
+  if (OptionsOf<MergeOp>(l)) return GpuOpKind::kMerge;
   if (OptionsOf<graph::ConcatOptions>(l)) return GpuOpKind::kConcat;
   if (OptionsOf<graph::ConvOptions>(l)) return GpuOpKind::kConv;
   if (OptionsOf<graph::DepthwiseOptions>(l)) return GpuOpKind::kDepthwise;
@@ -66,8 +66,7 @@ absl::StatusOr<GpuOpKind> ClassifyForGpu(const graph::Layer& l) {
     if (r->dropout > 0 || r->recurrent_dropout > 0) {
       return Unsupported(l, "input or recurrent dropout on a recurrent layer");
     }
-    if (r->activation.kind == graph::Act::kSoftmax ||
-        r->recurrent_activation.kind == graph::Act::kSoftmax) {
+    if (r->activation.kind == Act::kSoftmax || r->recurrent_activation.kind == Act::kSoftmax) {
       return Unsupported(l, "a softmax activation inside a recurrent cell");
     }
     return GpuOpKind::kRecurrent;

@@ -58,6 +58,6 @@ absl::Status GpuSupported(const graph::Graph& g);
 
 // A Keras ReLU layer as one of the activations the kernels have: relu, relu6 (max_value 6) or
 // leaky_relu (negative_slope); nullopt for a threshold or other combinations.
-std::optional<graph::Activation> ReluActivation(const graph::ReluOptions& r);
+std::optional<Activation> ReluActivation(const graph::ReluOptions& r);
 
 }  // namespace lockstep::trainer

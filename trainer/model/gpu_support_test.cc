@@ -143,14 +143,14 @@ TEST(GpuSupportTest, LayersWithoutAGpuOpAreNamed) {
   // Recurrent layers' states in and out run there (states.json); a Bidirectional's not yet.
   graph::RnnOptions state;
   state.return_state = true;
-  auto lstm = graph::MakeRnn("l", graph::RnnCell::kLstm, state);
+  auto lstm = graph::MakeRnn("l", RnnCell::kLstm, state);
   EXPECT_EQ(*ClassifyForGpu(*lstm), GpuOpKind::kRecurrent);
 
   // A ReLU layer the activations cannot express; weight and activity regularizers run there.
   EXPECT_FALSE(ReluActivation({.max_value = 6.0f, .negative_slope = 0.1f, .threshold = 0}));
   EXPECT_FALSE(ReluActivation({.max_value = 3.4e38f, .negative_slope = 0, .threshold = 1.0f}));
-  EXPECT_EQ(ReluActivation({.max_value = 6.0f})->kind, graph::Act::kRelu6);
-  EXPECT_EQ(ReluActivation({.negative_slope = 0.3f})->kind, graph::Act::kLeakyRelu);
+  EXPECT_EQ(ReluActivation({.max_value = 6.0f})->kind, Act::kRelu6);
+  EXPECT_EQ(ReluActivation({.negative_slope = 0.3f})->kind, Act::kLeakyRelu);
   // A Dense layer with one regularizer option.
   auto dense = [](const char* option, nlohmann::json regularizer) {
     auto m = keras::LoadKerasModel(nlohmann::json{{"class_name", "Sequential"},

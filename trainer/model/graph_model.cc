@@ -4,6 +4,8 @@
 #include <optional>
 #include <set>
 
+#include "trainer/model/builtin_models.h"
+
 namespace lockstep::trainer {
 
 namespace {
@@ -16,33 +18,24 @@ absl::Status Refuse(const std::string& path, const std::string& why) {
 
 absl::StatusOr<std::unique_ptr<Model>> BuildModel(const std::string& name_or_path, uint64_t seed,
                                                   const std::string& loss, int64_t open_axis_size) {
-  if (IsBuiltinModel(name_or_path)) {
-    if (!loss.empty()) {
-      return absl::InvalidArgumentError("--loss: the built-in model " + name_or_path +
-                                        " trains with softmax cross-entropy on class ids");
-    }
-    absl::StatusOr<std::unique_ptr<SequentialModel>> m = BuildBuiltinModel(name_or_path, seed);
-    if (!m.ok()) return m.status();
-    return std::unique_ptr<Model>(std::move(*m));
-  }
-  if (name_or_path.find('/') == std::string::npos &&
-      name_or_path.find(".json") == std::string::npos) {
-    return BuildBuiltinModel(name_or_path, seed).status();  // names the known models
-  }
   absl::StatusOr<std::unique_ptr<GraphModel>> g =
       GraphModel::Load(name_or_path, seed, loss, open_axis_size);
   if (!g.ok()) return g.status();
   return std::unique_ptr<Model>(std::move(*g));
 }
 
-absl::StatusOr<std::unique_ptr<GraphModel>> GraphModel::Load(const std::string& path, uint64_t seed,
-                                                             const std::string& loss,
+absl::StatusOr<std::unique_ptr<GraphModel>> GraphModel::Load(const std::string& name_or_path,
+                                                             uint64_t seed, const std::string& loss,
                                                              int64_t open_axis_size) {
+  // A missing or unreadable file is the configuration's fault too: exit 2, BadConfig.
+  absl::StatusOr<nlohmann::json> doc = ReadModelDocument(name_or_path);
+  if (!doc.ok())
+    return absl::InvalidArgumentError("--model: " + std::string(doc.status().message()));
   absl::StatusOr<keras::KerasModel> m =
-      keras::LoadKerasModelFile(path, {.seed = seed, .open_axis_size = open_axis_size});
+      keras::LoadKerasModel(*doc, {.seed = seed, .open_axis_size = open_axis_size});
   if (!m.ok()) {
-    // A missing file is the configuration's fault too: exit 2, BadConfig.
-    return absl::InvalidArgumentError("--model: " + std::string(m.status().message()));
+    return absl::InvalidArgumentError("--model: " + name_or_path + ": " +
+                                      std::string(m.status().message()));
   }
   return FromKeras(std::move(*m), seed, loss);
 }
@@ -73,13 +66,13 @@ absl::StatusOr<nlohmann::json> ForOutput(const nlohmann::json& v, const std::str
 
 // The activation that makes tensor `t`, looking through the layers that only move or drop values
 // (a classifier's softmax before a Reshape, as Keras's MobileNet ends).
-const graph::Activation* OutputActivation(const graph::Graph& g, int t) {
+const Activation* OutputActivation(const graph::Graph& g, int t) {
   for (;;) {  // each step goes to an earlier tensor, ending at a graph input at the latest
     const int node = g.producer_node(t);
     if (node < 0) return nullptr;
     const graph::Graph::NodeSpec n = g.node(static_cast<size_t>(node));
     const graph::Layer* l = n.layer;
-    if (const graph::Activation* a = l->output_activation()) return a;
+    if (const Activation* a = l->output_activation()) return a;
     static const std::set<std::string> kPassThrough = {"Reshape",
                                                        "Flatten",
                                                        "Dropout",
@@ -117,10 +110,10 @@ absl::StatusOr<std::unique_ptr<GraphModel>> GraphModel::FromKeras(keras::KerasMo
     }
     inputs.push_back(std::move(in));
   }
-  std::optional<graph::Loss> flag;
+  std::optional<Loss> flag;
   if (!loss_flag.empty()) {
     nlohmann::json j = nlohmann::json::parse(loss_flag, nullptr, false);
-    absl::StatusOr<graph::Loss> l =
+    absl::StatusOr<Loss> l =
         graph::ParseLoss(j.is_discarded() || !j.is_object() ? nlohmann::json(loss_flag) : j);
     if (!l.ok()) return absl::InvalidArgumentError("--loss: " + std::string(l.status().message()));
     flag = *l;
@@ -141,10 +134,10 @@ absl::StatusOr<std::unique_ptr<GraphModel>> GraphModel::FromKeras(keras::KerasMo
       return Refuse(what, "leaves an axis of output '" + o.name + "' open " + ShapeString(o.shape) +
                               "; the trainer's targets have a fixed shape");
     }
-    const graph::Activation* act = OutputActivation(g, g.outputs()[k]);
-    const bool softmax = act != nullptr && act->kind == graph::Act::kSoftmax;
-    const bool sigmoid = act != nullptr && act->kind == graph::Act::kSigmoid;
-    const bool linear = act == nullptr || act->kind == graph::Act::kLinear;
+    const Activation* act = OutputActivation(g, g.outputs()[k]);
+    const bool softmax = act != nullptr && act->kind == Act::kSoftmax;
+    const bool sigmoid = act != nullptr && act->kind == Act::kSigmoid;
+    const bool linear = act == nullptr || act->kind == Act::kLinear;
     absl::StatusOr<nlohmann::json> given =
         compiled.is_null() ? nlohmann::json() : ForOutput(compiled, "loss", k, n, o.name);
     if (!given.ok()) return Refuse(what, std::string(given.status().message()));
@@ -152,23 +145,23 @@ absl::StatusOr<std::unique_ptr<GraphModel>> GraphModel::FromKeras(keras::KerasMo
       o.loss = *flag;
       reasons.push_back("--loss");
     } else if (!given->is_null()) {
-      absl::StatusOr<graph::Loss> l = graph::ParseLoss(*given);
+      absl::StatusOr<Loss> l = graph::ParseLoss(*given);
       if (!l.ok()) return Refuse(what, std::string(l.status().message()));
       o.loss = *l;
       reasons.push_back("the file's compile config");
     } else if (softmax) {
-      o.loss.kind = graph::LossKind::kSparseCategoricalCrossentropy;
+      o.loss.kind = LossKind::kSparseCategoricalCrossentropy;
       reasons.push_back("no loss in the file; a softmax output takes class ids");
     } else if (sigmoid) {
-      o.loss.kind = graph::LossKind::kBinaryCrossentropy;
+      o.loss.kind = LossKind::kBinaryCrossentropy;
       reasons.push_back("no loss in the file; a sigmoid output takes 0/1 targets");
     } else if (o.shape.size() == 1 && o.shape[0] > 1 && linear) {
-      o.loss = {.kind = graph::LossKind::kSparseCategoricalCrossentropy, .from_logits = true};
+      o.loss = {.kind = LossKind::kSparseCategoricalCrossentropy, .from_logits = true};
       reasons.push_back("no loss in the file; a linear output of " + std::to_string(o.shape[0]) +
                         " units is taken for a classifier's logits (--loss mean_squared_error "
                         "for a regression)");
     } else {
-      o.loss.kind = graph::LossKind::kMeanSquaredError;
+      o.loss.kind = LossKind::kMeanSquaredError;
       reasons.push_back("no loss in the file; a " +
                         std::string(linear ? "linear" : graph::ActivationName(*act)) + " output " +
                         ShapeString(o.shape) + " is a regression");
@@ -182,8 +175,8 @@ absl::StatusOr<std::unique_ptr<GraphModel>> GraphModel::FromKeras(keras::KerasMo
       }
       o.loss_weight = w->get<float>();
     }
-    if ((o.loss.kind == graph::LossKind::kSparseCategoricalCrossentropy ||
-         o.loss.kind == graph::LossKind::kCategoricalCrossentropy) &&
+    if ((o.loss.kind == LossKind::kSparseCategoricalCrossentropy ||
+         o.loss.kind == LossKind::kCategoricalCrossentropy) &&
         (o.shape.empty() || (o.shape.back() == 1 && !o.loss.from_logits && softmax))) {
       return Refuse(what, "output '" + o.name + "' " + ShapeString(o.shape) + " has one class; " +
                               graph::LossName(o.loss) + " needs a class axis");
@@ -231,7 +224,7 @@ std::string GraphModel::TakeInputError() {
 void GraphModel::Targets(const std::vector<int32_t>& labels, Tensor* out) const {
   const auto n = static_cast<int64_t>(labels.size());
   const int64_t c = outputs_[0].shape.back();
-  if (loss().kind == graph::LossKind::kCategoricalCrossentropy) {
+  if (loss().kind == LossKind::kCategoricalCrossentropy) {
     out->Resize({n, c});
     out->Fill(0.0f);
     for (int64_t i = 0; i < n; ++i) {
@@ -242,16 +235,15 @@ void GraphModel::Targets(const std::vector<int32_t>& labels, Tensor* out) const 
   }
   out->Resize({n, 1});
   for (int64_t i = 0; i < n; ++i) (*out)[i] = static_cast<float>(labels[static_cast<size_t>(i)]);
-  if (loss().kind == graph::LossKind::kSparseCategoricalCrossentropy) *out = out->Reshaped({n});
+  if (loss().kind == LossKind::kSparseCategoricalCrossentropy) *out = out->Reshaped({n});
 }
 
 namespace {
 
 // Accuracy is judged for the cross-entropies; a regression output is not.
-bool Judged(const graph::Loss& l) {
-  return l.kind == graph::LossKind::kSparseCategoricalCrossentropy ||
-         l.kind == graph::LossKind::kCategoricalCrossentropy ||
-         l.kind == graph::LossKind::kBinaryCrossentropy;
+bool Judged(const Loss& l) {
+  return l.kind == LossKind::kSparseCategoricalCrossentropy ||
+         l.kind == LossKind::kCategoricalCrossentropy || l.kind == LossKind::kBinaryCrossentropy;
 }
 
 }  // namespace

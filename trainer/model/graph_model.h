@@ -25,8 +25,10 @@ namespace lockstep::trainer {
 
 class GraphModel final : public Model {
  public:
-  // `loss` is --loss (a Keras loss name or its JSON object; "" for none).
-  static absl::StatusOr<std::unique_ptr<GraphModel>> Load(const std::string& path, uint64_t seed,
+  // A built-in model's name (builtin_models.h) or a Keras model file's path. `loss` is --loss
+  // (a Keras loss name or its JSON object; "" for none).
+  static absl::StatusOr<std::unique_ptr<GraphModel>> Load(const std::string& name_or_path,
+                                                          uint64_t seed,
                                                           const std::string& loss = "",
                                                           int64_t open_axis_size = 0);
   static absl::StatusOr<std::unique_ptr<GraphModel>> FromKeras(keras::KerasModel m, uint64_t seed,
@@ -59,7 +61,7 @@ class GraphModel final : public Model {
   StepMemory TrainingStepMemory(int64_t batch);
 
   graph::Graph& graph() { return *m_.graph; }
-  const graph::Loss& loss() const { return outputs_[0].loss; }
+  const Loss& loss() const { return outputs_[0].loss; }
   const keras::KerasModel& keras() const { return m_; }
   keras::KerasModel& keras() { return m_; }
 

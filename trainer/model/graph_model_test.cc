@@ -3,7 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include "common/json_text.h"
 #include "trainer/data/dataset.h"
+#include "trainer/graph/testing/gradcheck.h"
+#include "trainer/keras/model_loader.h"
+#include "trainer/model/builtin_models.h"
 #include "trainer/optim/optimizer.h"
 
 namespace lockstep::trainer {
@@ -36,6 +40,52 @@ TEST(GraphModelTest, TheExampleMlpLearnsASyntheticTask) {
   EXPECT_GT(after.correct, 230);
 }
 
+// --model=mlp, cnn and mlp-large are the example files, embedded: the same documents, the same
+// networks, and the same weights from one seed.
+TEST(GraphModelTest, TheBuiltinModelsAreTheExampleFiles) {
+  for (const std::string name : {"mlp", "cnn", "mlp-large"}) {
+    ASSERT_TRUE(IsBuiltinModel(name));
+    absl::StatusOr<json> embedded = ReadModelDocument(name);
+    ASSERT_TRUE(embedded.ok()) << embedded.status();
+    absl::StatusOr<json> file = keras::ReadJsonFile(Example(name + ".json"));
+    ASSERT_TRUE(file.ok()) << file.status();
+    EXPECT_EQ(*embedded, *file) << name;
+  }
+  EXPECT_EQ(BuiltinModelNames(), "mlp, cnn, mlp-large");
+  for (const std::string name : {"mlp", "cnn"}) {
+    auto builtin = GraphModel::Load(name, 5);
+    auto file = GraphModel::Load(Example(name + ".json"), 5);
+    ASSERT_TRUE(builtin.ok() && file.ok()) << name;
+    std::vector<Tensor*> a = (*builtin)->Params(), b = (*file)->Params();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(*a[i], *b[i]) << name << " weight " << i;
+    auto other_seed = GraphModel::Load(name, 6);
+    ASSERT_TRUE(other_seed.ok());
+    EXPECT_NE(*(*other_seed)->Params()[0], *a[0]) << name;
+  }
+  auto cnn = BuildModel("cnn", 1);
+  ASSERT_TRUE(cnn.ok()) << cnn.status();
+  EXPECT_EQ((*cnn)->NumParams(), 32 * 9 + 32 + 64 * 32 * 9 + 64 + 1600 * 128 + 128 + 128 * 10 + 10);
+  EXPECT_EQ((*cnn)->example_shape(), Shape({28, 28, 1}));
+  EXPECT_TRUE((*cnn)->outputs()[0].loss.from_logits);
+  absl::Status unknown = BuildModel("resnet", 1).status();
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.message().find("unknown model \"resnet\" (known: mlp, cnn, mlp-large"),
+            std::string::npos)
+      << unknown;
+}
+
+// The built-in cnn's backward pass (every layer kind it has: Conv2D, MaxPooling2D, Flatten,
+// Dense, ReLU) against finite differences.
+TEST(GraphModelTest, TheBuiltinCnnsGradientsMatchFiniteDifferences) {
+  auto cnn = GraphModel::Load("cnn", 3);
+  ASSERT_TRUE(cnn.ok()) << cnn.status();
+  const Tensor x = graph::testing::RandomTensor({2, 28, 28, 1}, 4);
+  EXPECT_EQ(
+      graph::testing::CheckGraphGradients((*cnn)->graph(), {x}, {.samples = 4, .max_tensors = 4}),
+      "");
+}
+
 TEST(GraphModelTest, EachOutputsLossIsTheFilesOrInferredFromItsActivation) {
   auto load = [](json doc, const std::string& flag = "") {
     auto k = keras::LoadKerasModel(doc);
@@ -55,7 +105,6 @@ TEST(GraphModelTest, EachOutputsLossIsTheFilesOrInferredFromItsActivation) {
     if (!compile.is_null()) m["training_config"] = compile;
     return m;
   };
-  using graph::LossKind;
   struct Case {
     json model;
     std::string flag;
@@ -129,7 +178,7 @@ TEST(GraphModelTest, ASigmoidUnitTakesBinaryLabels) {
   ASSERT_TRUE(k.ok());
   auto m = GraphModel::FromKeras(std::move(*k), 1);
   ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_EQ((*m)->loss().kind, graph::LossKind::kBinaryCrossentropy);
+  EXPECT_EQ((*m)->loss().kind, LossKind::kBinaryCrossentropy);
   EXPECT_EQ((*m)->classes(), 2);
   const Dataset batch{.inputs = {Tensor({2, 3}, {1, 2, 3, -1, -2, -3})},
                       .targets = {Tensor({2, 1}, {1, 0})}};

@@ -1,15 +1,7 @@
 #pragma once
-// Model: what a replica trains. Two kinds: the built-in models (SequentialModel below: a
-// sequence of layers with a softmax cross-entropy head on logits, one class id per example,
-// NCHW, which the GPU engine mirrors),
-// and graph models built from a Keras model file (GraphModel, trainer/model/graph_model.h,
-// which DeviceGraph mirrors on a GPU where gpu_support.h takes its layers). The built-in ones:
-//   mlp: Flatten, Dense 784-256, ReLU, Dense 256-256, ReLU, Dense 256-10
-//   cnn: Conv 32 3x3, ReLU, MaxPool 2, Conv 64 3x3, ReLU, MaxPool 2, Flatten, Dense 1600-128,
-//        ReLU, Dense 128-10
-//   mlp-large: Flatten, Dense 784-8192, ReLU, Dense 8192-8192, ReLU, Dense 8192-8192, ReLU,
-//        Dense 8192-10 (141M parameters; the GPU benchmark's GEMM-bound model)
-// Weights are drawn from `seed`, so two models built with one seed are identical.
+// Model: what a replica trains: a graph model built from a Keras model config (GraphModel,
+// trainer/model/graph_model.h, which DeviceGraph mirrors on a GPU where gpu_support.h takes its
+// layers), a built-in model's (builtin_models.h) or the user's file.
 // Thread-safety: one thread per model.
 
 #include <functional>
@@ -20,8 +12,6 @@
 #include "absl/status/statusor.h"
 #include "trainer/data/dataset.h"
 #include "trainer/graph/loss.h"
-#include "trainer/kernels/cpu/softmax_xent.h"
-#include "trainer/model/layer.h"
 
 namespace lockstep::trainer {
 
@@ -35,7 +25,7 @@ struct ModelInput {
 struct ModelOutput {
   std::string name;
   Shape shape;
-  graph::Loss loss;
+  Loss loss;
   float loss_weight = 1;
 };
 // The classes an output predicts: its last axis (2 for one unit, a binary classifier).
@@ -87,32 +77,6 @@ class Model {
   int64_t NumParams();
 };
 
-class SequentialModel final : public Model {
- public:
-  explicit SequentialModel(std::vector<std::unique_ptr<Layer>> layers, Shape example)
-      : layers_(std::move(layers)), example_(std::move(example)) {}
-
-  StepResult TrainStep(const Dataset& batch, const GradsReady& grads_ready = nullptr) override;
-  StepResult Evaluate(const Dataset& batch) override;
-  std::vector<Tensor*> Params() override;
-  std::vector<Tensor*> Grads() override;
-  std::vector<ModelInput> inputs() const override { return {{"input", example_}}; }
-  std::vector<ModelOutput> outputs() const override { return Outputs(); }
-  // Every built-in model's: ten classes, softmax cross-entropy on logits.
-  static std::vector<ModelOutput> Outputs();
-  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
-
- private:
-  std::vector<std::unique_ptr<Layer>> layers_;
-  Shape example_;
-  Tensor dlogits_;
-};
-
-// The built-in model names.
-bool IsBuiltinModel(const std::string& name);
-// "mlp", "cnn" or "mlp-large"; InvalidArgument naming the known models otherwise.
-absl::StatusOr<std::unique_ptr<SequentialModel>> BuildBuiltinModel(const std::string& name,
-                                                                   uint64_t seed);
 // A built-in name, or the path of a Keras model file (graph_model.cc): InvalidArgument names
 // what the model file holds that the engine cannot build.
 // `loss` is --loss (graph_model.h); `open_axis_size` the size given to the input axes a model

@@ -21,8 +21,6 @@
 namespace lockstep::trainer {
 namespace {
 
-using graph::Act;
-using graph::Activation;
 using graph::Layer;
 using graph::OptionsOf;
 using graph::Padding;
@@ -365,7 +363,7 @@ class Exporter {
       if (d->use_bias) y = Op("Add", {y, Const("bias", *w.Get("bias"))});
       return one(Act(l, y, d->activation));
     }
-    if (auto a = OptionsOf<graph::Activation>(l)) return one(Act(l, in[0], *a));
+    if (auto a = OptionsOf<Activation>(l)) return one(Act(l, in[0], *a));
     if (auto r = OptionsOf<graph::ReluOptions>(l)) return one(Relu(in[0], *r));
     if (cls == "Flatten") return R{Op("Flatten", {in[0]}, {{"axis", int64_t{1}}})};
     if (cls == "Reshape") {
@@ -389,7 +387,7 @@ class Exporter {
       return R{Affine(in[0], r->scale, r->offset)};
     if (auto n = OptionsOf<graph::NormalizationOptions>(l))
       return one(Normalization(l, w, in[0], *n));
-    if (auto m = OptionsOf<graph::MergeOp>(l)) return R{Merge(*m, in)};
+    if (auto m = OptionsOf<MergeOp>(l)) return R{Merge(*m, in)};
     if (auto c = OptionsOf<graph::ConcatOptions>(l))
       return R{Op("Concat", in, {{"axis", c->axis}})};
     if (auto c = OptionsOf<graph::ConvOptions>(l)) return one(Conv(l, w, in[0], in_t, *c));
@@ -479,22 +477,22 @@ class Exporter {
     return Op("Div", {centred, Const("std", {static_cast<int64_t>(sd.size())}, sd)});
   }
 
-  std::string Merge(graph::MergeOp m, const std::vector<std::string>& in) {
+  std::string Merge(MergeOp m, const std::vector<std::string>& in) {
     switch (m) {
-      case graph::MergeOp::kAdd:
+      case MergeOp::kAdd:
         return Op("Sum", in);
-      case graph::MergeOp::kSubtract:
+      case MergeOp::kSubtract:
         return Op("Sub", {in[0], in[1]});
-      case graph::MergeOp::kMultiply: {
+      case MergeOp::kMultiply: {
         std::string y = in[0];
         for (size_t i = 1; i < in.size(); ++i) y = Op("Mul", {y, in[i]});
         return y;
       }
-      case graph::MergeOp::kAverage:
+      case MergeOp::kAverage:
         return Op("Mean", in);
-      case graph::MergeOp::kMaximum:
+      case MergeOp::kMaximum:
         return Op("Max", in);
-      case graph::MergeOp::kMinimum:
+      case MergeOp::kMinimum:
         return Op("Min", in);
     }
     return in[0];

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "trainer/kernels/cpu/simd.h"
-#include "trainer/optim/update_kernels.h"
+#include "trainer/kernels/cpu/update.h"
 
 namespace lockstep::trainer {
 namespace {

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
+#include "trainer/kernels/cpu/update.h"
 #include "trainer/optim/keras_optimizer.h"
-#include "trainer/optim/update_kernels.h"
 
 namespace lockstep::trainer {
 namespace {

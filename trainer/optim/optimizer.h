@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
-#include "trainer/optim/update_kernels.h"
+#include "trainer/kernels/cpu/update.h"
 #include "trainer/tensor/tensor.h"
 
 namespace lockstep::trainer {

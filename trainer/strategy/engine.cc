@@ -74,10 +74,10 @@ absl::Status GpuSignatureSupported(const GraphModel& g) {
         absl::StrCat("the GPU engine trains one-input, one-output models yet; this one has ",
                      in.size(), " inputs and ", out.size(), " outputs"));
   }
-  const graph::LossKind k = out[0].loss.kind;
-  const bool classes = k == graph::LossKind::kSparseCategoricalCrossentropy ||
-                       k == graph::LossKind::kCategoricalCrossentropy ||
-                       (k == graph::LossKind::kBinaryCrossentropy && out[0].shape == Shape{1});
+  const LossKind k = out[0].loss.kind;
+  const bool classes = k == LossKind::kSparseCategoricalCrossentropy ||
+                       k == LossKind::kCategoricalCrossentropy ||
+                       (k == LossKind::kBinaryCrossentropy && out[0].shape == Shape{1});
   if (!classes || out[0].shape.size() != 1) {
     return absl::FailedPreconditionError(
         "the GPU engine trains on one class label per example yet; output '" + out[0].name + "' " +
@@ -93,8 +93,8 @@ absl::StatusOr<Placement> PlaceReplicas(const TrainerConfig& c) {
     return absl::FailedPreconditionError(absl::StrCat("--device gpu: ", n.why_none));
   }
   Placement p{.gpu = n.count > 0, .gpus = n.count};
-  if (p.gpu && !IsBuiltinModel(c.model)) {
-    // A Keras model file runs on the GPU when every layer it calls has a GPU op.
+  if (p.gpu) {
+    // A model runs on the GPU when every layer it calls has a GPU op.
     absl::StatusOr<std::unique_ptr<Model>> m = BuildConfiguredModel(c);
     if (!m.ok()) return m.status();
     auto* g = dynamic_cast<GraphModel*>(m->get());

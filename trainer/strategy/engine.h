@@ -1,6 +1,6 @@
 #pragma once
 // Engine: what one replica computes on. The CPU engine is the host Model and Optimizer; the GPU
-// engine is the model on one GPU (a DeviceModel or DeviceGraph, model/device_net.h) with the
+// engine is the model on one GPU (its DeviceGraph, model/device_graph.h) with the
 // host optimizer's rule as one fused kernel, mixed precision and dynamic loss scaling. Both keep a
 // host Model and Optimizer as the record the training loop restores checkpoints into, broadcasts,
 // and saves from: Load() copies that record to the device, Store() copies the device's state back

@@ -1,6 +1,6 @@
-// The GPU engine (engine.h): a DeviceModel (built-in models) or DeviceGraph (Keras model
-// files), the host optimizer's rule as one fused kernel over the flat buffers, the loss scaler,
-// and the gradient average over the replica's collective.
+// The GPU engine (engine.h): the model's DeviceGraph, the host optimizer's rule as one fused
+// kernel over the flat buffers, the loss scaler, and the gradient average over the replica's
+// collective.
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -10,7 +10,6 @@
 #include "trainer/kernels/cuda/elementwise.h"
 #include "trainer/kernels/cuda/optimizer_kernels.h"
 #include "trainer/model/device_graph.h"
-#include "trainer/model/device_model.h"
 #include "trainer/model/graph_model.h"
 #include "trainer/optim/loss_scale.h"
 #include "trainer/strategy/buckets.h"
@@ -59,17 +58,10 @@ class GpuEngine final : public Engine {
     if (!opt.ok()) return opt.status();
     e->opt_ = std::move(*opt);
     e->opt_->Init(e->model_->Params());
-    if (auto* seq = dynamic_cast<SequentialModel*>(e->model_.get()); seq != nullptr) {
-      absl::StatusOr<std::unique_ptr<DeviceModel>> dm =
-          DeviceModel::Create(e->ctx_.get(), *seq, compute);
-      if (!dm.ok()) return dm.status();
-      e->net_ = std::move(*dm);
-    } else {
-      absl::StatusOr<std::unique_ptr<DeviceGraph>> dg = DeviceGraph::Create(
-          e->ctx_.get(), dynamic_cast<GraphModel&>(*e->model_), compute, c.seed);
-      if (!dg.ok()) return dg.status();
-      e->net_ = std::move(*dg);
-    }
+    absl::StatusOr<std::unique_ptr<DeviceGraph>> dg =
+        DeviceGraph::Create(e->ctx_.get(), dynamic_cast<GraphModel&>(*e->model_), compute, c.seed);
+    if (!dg.ok()) return dg.status();
+    e->net_ = std::move(*dg);
     DeviceParams& w = e->net_->weights();
     const Shape flat{std::max<int64_t>(w.trainable_size(), 1)};
     e->slots_.resize(static_cast<size_t>(e->opt_->SlotsPerParam()));
@@ -133,7 +125,7 @@ class GpuEngine final : public Engine {
   }
 
   absl::StatusOr<StepResult> TrainStep(const Batch& b) override {
-    absl::StatusOr<cpu::XentResult> step =
+    absl::StatusOr<cuda::LossResult> step =
         net_->TrainStep(b.inputs[0], Labels(b.targets[0]), scaler_.scale());
     if (!step.ok()) return step.status();
     const StepResult r{.loss = step->loss, .correct = step->correct, .judged = b.size()};
@@ -221,7 +213,7 @@ class GpuEngine final : public Engine {
     for (int64_t start = 0; start < test.size(); start += eval_batch_) {
       const int64_t n = std::min(eval_batch_, test.size() - start);
       const Dataset rows = Rows(test, start, n);
-      absl::StatusOr<cpu::XentResult> r = net_->Evaluate(rows.inputs[0], Labels(rows.targets[0]));
+      absl::StatusOr<cuda::LossResult> r = net_->Evaluate(rows.inputs[0], Labels(rows.targets[0]));
       if (!r.ok()) return r.status();
       sum.Add({.loss = r->loss, .correct = r->correct, .judged = n}, n);
     }
@@ -258,7 +250,7 @@ class GpuEngine final : public Engine {
   std::unique_ptr<cuda::GpuContext> ctx_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> opt_;
-  std::unique_ptr<DeviceNet> net_;
+  std::unique_ptr<DeviceGraph> net_;
   std::vector<cuda::DeviceTensor> slots_;  // the optimizer's slots, laid out as the weights
   std::optional<cuda::ClipScales> clip_;
   std::optional<BucketReducer> reducer_;

@@ -248,17 +248,10 @@ absl::Status CheckStepMemory(const TrainerConfig& c, GraphModel& g) {
   return absl::OkStatus();
 }
 
-// What --model takes and gives. The built-in models' signature is known without building one
-// (mlp-large holds 141M parameters); a model file's is read from the model built from it,
-// whose step is checked against memory and whose losses are logged with their reasons.
+// What --model takes and gives, read from the model built from it, whose step is checked
+// against memory and whose losses are logged with their reasons.
 absl::Status ModelSignature(const TrainerConfig& c, std::vector<ModelInput>* inputs,
                             std::vector<ModelOutput>* outputs) {
-  if (IsBuiltinModel(c.model)) {
-    if (!c.loss.empty()) return BuildModel(c.model, c.seed, c.loss).status();
-    *inputs = {{.name = "input", .shape = {1, 28, 28}}};
-    *outputs = SequentialModel::Outputs();
-    return absl::OkStatus();
-  }
   absl::StatusOr<std::unique_ptr<Model>> m = BuildConfiguredModel(c);
   if (!m.ok()) return m.status();
   *inputs = (*m)->inputs();

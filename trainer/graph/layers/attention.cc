@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "trainer/kernels/cpu/dense.h"
+#include "trainer/kernels/cpu/column_sums.h"
 #include "trainer/kernels/cpu/gemm.h"
 
 namespace lockstep::trainer::graph {

@@ -7,7 +7,7 @@
 
 #include "common/log.h"
 #include "trainer/graph/layers/pooling.h"
-#include "trainer/kernels/cpu/dense.h"
+#include "trainer/kernels/cpu/column_sums.h"
 #include "trainer/kernels/cpu/dnnl_conv.h"
 #include "trainer/kernels/cpu/gemm.h"
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <optional>
 
-#include "trainer/kernels/cpu/dense.h"
+#include "trainer/kernels/cpu/column_sums.h"
 #include "trainer/kernels/cpu/gemm.h"
 #include "trainer/tensor/random.h"
 

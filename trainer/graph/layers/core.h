@@ -64,13 +64,11 @@ std::unique_ptr<Layer> MakeGaussianNoise(std::string name, float stddev);
 std::unique_ptr<Layer> MakeRescaling(std::string name, std::vector<float> scale,
                                      std::vector<float> offset);
 
-enum class MergeOp { kAdd, kSubtract, kMultiply, kAverage, kMaximum, kMinimum };
 // Elementwise merge of inputs of one shape (Keras broadcasts size-1 axes; so does this).
 std::unique_ptr<Layer> MakeMerge(std::string name, std::string class_name, MergeOp op);
 // Concatenation along `axis` (negative counts from the end, as Keras's; batch is axis 0).
 std::unique_ptr<Layer> MakeConcatenate(std::string name, int64_t axis);
 
-enum class CompareOp { kEqual, kNotEqual, kGreater, kGreaterEqual, kLess, kLessEqual };
 struct CompareOptions {
   CompareOp op = CompareOp::kEqual;
   float constant = 0;

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <utility>
 
-#include "trainer/kernels/cpu/dense.h"
+#include "trainer/kernels/cpu/column_sums.h"
 #include "trainer/kernels/cpu/gemm.h"
 
 namespace lockstep::trainer::graph {

@@ -67,8 +67,6 @@ struct EmbeddingOptions {
 // the CallContext and reads a zero vector. With mask_zero the output mask is id != 0.
 std::unique_ptr<Layer> MakeEmbedding(std::string name, EmbeddingOptions o);
 
-enum class RnnCell { kSimpleRnn, kLstm, kGru };
-
 struct RnnOptions {
   int64_t units = 1;
   Activation activation{Act::kTanh, 0};

@@ -9,7 +9,6 @@ namespace {
 
 using act::ActBackward;
 using act::ActForward;
-using graph::Act;
 
 template <typename T>
 __global__ void ForwardKernel(Act k, float alpha, const T* __restrict__ z, T* __restrict__ y,
@@ -78,7 +77,7 @@ absl::Status Launched() {
 
 }  // namespace
 
-absl::Status ActivationForward(GpuContext* ctx, const graph::Activation& a, const DeviceTensor& z,
+absl::Status ActivationForward(GpuContext* ctx, const Activation& a, const DeviceTensor& z,
                                DeviceTensor* y) {
   if (absl::Status st = y->Resize(ctx, z.shape(), z.dtype()); !st.ok()) return st;
   const int64_t n = z.size();
@@ -98,7 +97,7 @@ absl::Status ActivationForward(GpuContext* ctx, const graph::Activation& a, cons
   return Launched();
 }
 
-absl::Status ActivationBackward(GpuContext* ctx, const graph::Activation& a, const DeviceTensor& z,
+absl::Status ActivationBackward(GpuContext* ctx, const Activation& a, const DeviceTensor& z,
                                 const DeviceTensor& y, const DeviceTensor& dy, DeviceTensor* dz) {
   if (y.shape() != z.shape() || dy.shape() != z.shape() || y.dtype() != z.dtype() ||
       dy.dtype() != z.dtype()) {

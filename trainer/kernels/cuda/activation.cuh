@@ -2,11 +2,9 @@
 // The activations element by element on the device (every one but softmax, which works on
 // rows): what activation.cu's kernels and the recurrent cells (recurrent.cu) apply.
 
-#include "trainer/graph/activation.h"
+#include "trainer/kernels/types.h"
 
 namespace lockstep::trainer::cuda::act {
-
-using graph::Act;
 
 inline constexpr float kSeluAlpha = 1.6732632423543772f;
 inline constexpr float kSeluScale = 1.0507009873554805f;
@@ -20,7 +18,7 @@ __device__ __forceinline__ float Clamp(float x, float lo, float hi) {
 
 // One element of each activation but softmax, as activation.cc computes it: y = f(z), and
 // dL/dz from z, y and g = dL/dy.
-__device__ __forceinline__ float ActForward(graph::Act k, float alpha, float z) {
+__device__ __forceinline__ float ActForward(Act k, float alpha, float z) {
   switch (k) {
     case Act::kLinear:
       return z;
@@ -64,7 +62,7 @@ __device__ __forceinline__ float ActForward(graph::Act k, float alpha, float z) 
   return z;
 }
 
-__device__ __forceinline__ float ActBackward(graph::Act k, float alpha, float z, float y, float g) {
+__device__ __forceinline__ float ActBackward(Act k, float alpha, float z, float y, float g) {
   switch (k) {
     case Act::kLinear:
       return g;

@@ -7,16 +7,16 @@
 // Thread-safety: reentrant per context.
 
 #include "absl/status/status.h"
-#include "trainer/graph/activation.h"
 #include "trainer/kernels/cuda/device_tensor.h"
+#include "trainer/kernels/types.h"
 
 namespace lockstep::trainer::cuda {
 
 // y = act(z).
-absl::Status ActivationForward(GpuContext* ctx, const graph::Activation& a, const DeviceTensor& z,
+absl::Status ActivationForward(GpuContext* ctx, const Activation& a, const DeviceTensor& z,
                                DeviceTensor* y);
 // dz = dL/dz from z, y = act(z) and dy = dL/dy.
-absl::Status ActivationBackward(GpuContext* ctx, const graph::Activation& a, const DeviceTensor& z,
+absl::Status ActivationBackward(GpuContext* ctx, const Activation& a, const DeviceTensor& z,
                                 const DeviceTensor& y, const DeviceTensor& dy, DeviceTensor* dz);
 
 }  // namespace lockstep::trainer::cuda

@@ -6,7 +6,7 @@
 #include "trainer/kernels/cuda/dropout.h"
 #include "trainer/kernels/cuda/dtype.cuh"
 #include "trainer/kernels/cuda/elementwise.h"
-#include "trainer/kernels/cuda/ops.h"
+#include "trainer/kernels/cuda/gemm.h"
 
 namespace lockstep::trainer::cuda {
 namespace {

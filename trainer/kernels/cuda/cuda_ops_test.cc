@@ -1,8 +1,9 @@
-// Every CUDA op against its CPU op (trainer/kernels/cpu/) on fresh random inputs, for each
-// storage dtype, by the relative error ||gpu - cpu|| / ||cpu||: fp32 (TF32 off) 1e-5, TF32
-// 5e-3, fp16 5e-3, bf16 3e-2 (the 16-bit inputs are rounded; sums stay fp32). Outputs are
-// poisoned (NaN) before each op so an unwritten element fails. Every test skips itself where
-// no GPU is visible (ctest label gpu).
+// The shared CUDA primitives (GEMM, the optimizers' update, the elementwise kernels) against
+// their CPU counterparts on fresh random inputs, for each storage dtype, by the relative error
+// ||gpu - cpu|| / ||cpu||: fp32 (TF32 off) 1e-5, TF32 5e-3, fp16 5e-3, bf16 3e-2 (the 16-bit
+// inputs are rounded; sums stay fp32). Outputs are poisoned (NaN) before each op so an
+// unwritten element fails. The layers' kernels are checked against their CPU layers in
+// graph_ops_test.cc. Every test skips itself where no GPU is visible (ctest label gpu).
 #include <gtest/gtest.h>
 
 #include "trainer/kernels/cuda/gpu_available.h"
@@ -17,16 +18,11 @@ TEST(CudaOps, SkippedWithoutCuda) { GTEST_SKIP() << lockstep::trainer::cuda::Gpu
 #include <limits>
 #include <random>
 
-#include "trainer/kernels/cpu/conv2d.h"
-#include "trainer/kernels/cpu/dense.h"
 #include "trainer/kernels/cpu/gemm.h"
-#include "trainer/kernels/cpu/max_pool.h"
-#include "trainer/kernels/cpu/relu.h"
-#include "trainer/kernels/cpu/softmax_xent.h"
 #include "trainer/kernels/cuda/device.h"
 #include "trainer/kernels/cuda/elementwise.h"
+#include "trainer/kernels/cuda/gemm.h"
 #include "trainer/kernels/cuda/op_test_util.h"
-#include "trainer/kernels/cuda/ops.h"
 #include "trainer/kernels/cuda/optimizer_kernels.h"
 #include "trainer/optim/optimizer.h"
 
@@ -119,152 +115,8 @@ TEST_F(CudaOpsTest, GemmMatchesCpuForEveryTransposeAndDtype) {
   }
 }
 
-TEST_F(CudaOpsTest, DenseForwardAndBackwardMatchCpu) {
-  const int64_t rows = 33, in = 70, out = 19;
-  Tensor x = Random({rows, in}, &rng_), w = Random({out, in}, &rng_), b = Random({out}, &rng_);
-  Tensor dy = Random({rows, out}, &rng_);
-  Tensor y, dx, dw, db;
-  cpu::DenseForward(x, w, b, &y);
-  cpu::DenseBackward(x, w, dy, &dx, &dw, &db);
-  for (DType t : kDTypes) {
-    std::vector<DeviceTensor> keep;
-    DeviceTensor gx, gw, gdy, gy, gdx;
-    ASSERT_OK(Upload(ctx_.get(), x, t, &gx));
-    ASSERT_OK(Upload(ctx_.get(), w, t, &gw));
-    ASSERT_OK(Upload(ctx_.get(), dy, t, &gdy));
-    ASSERT_OK(gy.Resize(ctx_.get(), {rows, out}, t));
-    Poison(&gy);
-    ASSERT_OK(DenseForward(ctx_.get(), gx, gw, F32(b, &keep), &gy));
-    float* gdw = Poisoned(w.size(), &keep);
-    float* gdb = Poisoned(out, &keep);
-    ASSERT_OK(DenseBackward(ctx_.get(), gx, gw, gdy, &gdx, gdw, gdb));
-    Tensor hy, hdx;
-    ASSERT_OK(Download(ctx_.get(), gy, &hy));
-    ASSERT_OK(Download(ctx_.get(), gdx, &hdx));
-    const double tol = Tolerance(t, false);
-    EXPECT_LT(RelativeError(hy, y), tol) << DTypeName(t);
-    EXPECT_LT(RelativeError(hdx, dx), tol) << DTypeName(t);
-    EXPECT_LT(RelativeError(Host(gdw, w.shape()), dw), tol) << DTypeName(t);
-    EXPECT_LT(RelativeError(Host(gdb, b.shape()), db), tol) << DTypeName(t);
-  }
-}
-
-TEST_F(CudaOpsTest, Conv2dForwardAndBackwardMatchCpu) {
-  for (int64_t pad : {0, 1}) {
-    const Shape xs{3, 4, 11, 9}, ws{6, 4, 3, 3};
-    const cpu::Conv2dParams p{.pad = pad};
-    Tensor x = Random(xs, &rng_), w = Random(ws, &rng_), b = Random({ws[0]}, &rng_);
-    Tensor dy = Random(cpu::Conv2dOutputShape(xs, ws, p), &rng_);
-    Tensor y, dx, dw, db;
-    cpu::Conv2dWorkspace cws;
-    cpu::Conv2dForward(x, w, b, p, &y, &cws);
-    cpu::Conv2dBackward(x, w, dy, p, &dx, &dw, &db, &cws);
-    for (DType t : kDTypes) {
-      std::vector<DeviceTensor> keep;
-      DeviceTensor gx, gw, gdy, gy, gdx;
-      ASSERT_OK(Upload(ctx_.get(), x, t, &gx));
-      ASSERT_OK(Upload(ctx_.get(), w, t, &gw));
-      ASSERT_OK(Upload(ctx_.get(), dy, t, &gdy));
-      Conv2dWorkspace plan;
-      ASSERT_OK(Conv2dForward(ctx_.get(), gx, gw, F32(b, &keep), p, &gy, &plan));
-      EXPECT_EQ(Conv2dAlgorithms(plan).size(), 3u);
-      float* gdw = Poisoned(w.size(), &keep);
-      float* gdb = Poisoned(b.size(), &keep);
-      ASSERT_OK(Conv2dBackward(ctx_.get(), gx, gw, gdy, p, &gdx, gdw, gdb, &plan));
-      Tensor hy, hdx;
-      ASSERT_OK(Download(ctx_.get(), gy, &hy));
-      ASSERT_OK(Download(ctx_.get(), gdx, &hdx));
-      EXPECT_EQ(hy.shape(), y.shape());
-      const double tol = Tolerance(t, false) * (t == DType::kF32 ? 10 : 1);
-      EXPECT_LT(RelativeError(hy, y), tol) << DTypeName(t) << " pad " << pad;
-      EXPECT_LT(RelativeError(hdx, dx), tol) << DTypeName(t) << " pad " << pad;
-      EXPECT_LT(RelativeError(Host(gdw, w.shape()), dw), tol) << DTypeName(t) << " pad " << pad;
-      EXPECT_LT(RelativeError(Host(gdb, b.shape()), db), tol) << DTypeName(t) << " pad " << pad;
-    }
-  }
-}
-
-TEST_F(CudaOpsTest, MaxPoolForwardAndBackwardMatchCpu) {
-  // Distinct values (a permutation), so no window has a tie that the two ops could break
-  // differently; odd sizes drop the last row and column as the CPU op does.
-  const Shape xs{2, 3, 7, 9};
-  Tensor x(xs);
-  std::vector<float> perm(static_cast<size_t>(x.size()));
-  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<float>(i) / 64.0f;
-  std::shuffle(perm.begin(), perm.end(), rng_);
-  x.values() = perm;
-  Tensor y, dx;
-  std::vector<int32_t> argmax;
-  cpu::MaxPoolForward(x, 2, &y, &argmax);
-  Tensor dy = Random(y.shape(), &rng_);
-  cpu::MaxPoolBackward(dy, argmax, xs, &dx);
-  DeviceTensor gx, gy, gdy, gdx;
-  ASSERT_OK(Upload(ctx_.get(), x, DType::kF32, &gx));
-  ASSERT_OK(Upload(ctx_.get(), dy, DType::kF32, &gdy));
-  ASSERT_OK(MaxPoolForward(ctx_.get(), gx, 2, &gy));
-  ASSERT_OK(MaxPoolBackward(ctx_.get(), gx, gy, gdy, 2, &gdx));
-  Tensor hy, hdx;
-  ASSERT_OK(Download(ctx_.get(), gy, &hy));
-  ASSERT_OK(Download(ctx_.get(), gdx, &hdx));
-  EXPECT_EQ(hy, y);
-  EXPECT_EQ(hdx, dx);
-}
-
-TEST_F(CudaOpsTest, ReluMatchesCpuOnVectorAndScalarPaths) {
-  for (int64_t n : {4096, 4099}) {  // whole 16-byte packs, and a remainder
-    Tensor x = Random({n}, &rng_), dy = Random({n}, &rng_);
-    Tensor y, dx;
-    cpu::ReluForward(x, &y);
-    cpu::ReluBackward(x, dy, &dx);
-    for (DType t : kDTypes) {
-      DeviceTensor gx, gdy, gy, gdx;
-      ASSERT_OK(Upload(ctx_.get(), x, t, &gx));
-      ASSERT_OK(Upload(ctx_.get(), dy, t, &gdy));
-      ASSERT_OK(ReluForward(ctx_.get(), gx, &gy));
-      ASSERT_OK(ReluBackward(ctx_.get(), gx, gdy, &gdx));
-      Tensor hy, hdx;
-      ASSERT_OK(Download(ctx_.get(), gy, &hy));
-      ASSERT_OK(Download(ctx_.get(), gdx, &hdx));
-      EXPECT_LT(RelativeError(hy, y), Tolerance(t, false)) << n << " " << DTypeName(t);
-      EXPECT_LT(RelativeError(hdx, dx), Tolerance(t, false)) << n << " " << DTypeName(t);
-    }
-  }
-}
-
-TEST_F(CudaOpsTest, SoftmaxCrossEntropyMatchesCpu) {
-  const int64_t n = 77, c = 10;
-  Tensor logits = Random({n, c}, &rng_, -4.0f, 4.0f);
-  std::vector<int32_t> labels(static_cast<size_t>(n));
-  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c - 1));
-  for (int32_t& l : labels) l = pick(rng_);
-  Tensor dlogits;
-  cpu::XentResult want = cpu::SoftmaxCrossEntropy(logits, labels, &dlogits);
-  int32_t* glabels = nullptr;
-  ASSERT_EQ(cudaMalloc(&glabels, labels.size() * sizeof(int32_t)), cudaSuccess);
-  ASSERT_EQ(
-      cudaMemcpy(glabels, labels.data(), labels.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
-      cudaSuccess);
-  for (DType t : kDTypes) {
-    DeviceTensor gl, gd;
-    ASSERT_OK(Upload(ctx_.get(), logits, t, &gl));
-    const float scale = 1024.0f;
-    absl::StatusOr<cpu::XentResult> got = SoftmaxCrossEntropy(ctx_.get(), gl, glabels, &gd, scale);
-    ASSERT_TRUE(got.ok()) << got.status();
-    const double tol = Tolerance(t, false);
-    EXPECT_NEAR(got->loss, want.loss, tol * 10 * std::abs(want.loss)) << DTypeName(t);
-    if (t == DType::kF32) {
-      EXPECT_EQ(got->correct, want.correct);
-    }
-    Tensor hd;
-    ASSERT_OK(Download(ctx_.get(), gd, &hd));
-    for (float& v : hd.values()) v /= scale;
-    EXPECT_LT(RelativeError(hd, dlogits), tol) << DTypeName(t);
-  }
-  cudaFree(glabels);
-}
-
 TEST_F(CudaOpsTest, OptimizerKernelsMatchCpuOptimizers) {
-  // Every rule of optim/update_kernels.h, through the optimizers that choose it, with Keras's
+  // Every rule of kernels/cpu/update.h, through the optimizers that choose it, with Keras's
   // clipping: two parameters (the second not a multiple of the segment alignment) in one flat
   // buffer, three steps on the CPU optimizer and on the GPU kernel side by side.
   const std::vector<std::pair<std::string, std::string> > cases = {

@@ -1,7 +1,6 @@
 #include "trainer/kernels/cuda/check.h"
 #include "trainer/kernels/cuda/dtype.cuh"
 #include "trainer/kernels/cuda/elementwise.h"
-#include "trainer/kernels/cuda/ops.h"
 
 namespace lockstep::trainer::cuda {
 namespace {
@@ -96,52 +95,6 @@ __global__ void AllFiniteKernel(const float* __restrict__ x, int64_t n, int* __r
     if (!isfinite(x[i])) found = true;
   }
   if (__syncthreads_or(found) && threadIdx.x == 0) atomicExch(bad, 1);
-}
-
-template <typename T>
-__global__ void ReluForwardVec(const Pack<T>* __restrict__ x, Pack<T>* __restrict__ y,
-                               int64_t packs) {
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < packs; i += stride) {
-    Pack<T> v = x[i];
-#pragma unroll
-    for (int k = 0; k < Pack<T>::kCount; ++k) {
-      v.v[k] = ToFloat(v.v[k]) > 0.0f ? v.v[k] : FromFloat<T>(0.0f);
-    }
-    y[i] = v;
-  }
-}
-
-template <typename T>
-__global__ void ReluForwardScalar(const T* __restrict__ x, T* __restrict__ y, int64_t n) {
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
-    y[i] = ToFloat(x[i]) > 0.0f ? x[i] : FromFloat<T>(0.0f);
-  }
-}
-
-template <typename T>
-__global__ void ReluBackwardVec(const Pack<T>* __restrict__ x, const Pack<T>* __restrict__ dy,
-                                Pack<T>* __restrict__ dx, int64_t packs) {
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < packs; i += stride) {
-    const Pack<T> a = x[i];
-    Pack<T> g = dy[i];
-#pragma unroll
-    for (int k = 0; k < Pack<T>::kCount; ++k) {
-      if (!(ToFloat(a.v[k]) > 0.0f)) g.v[k] = FromFloat<T>(0.0f);
-    }
-    dx[i] = g;
-  }
-}
-
-template <typename T>
-__global__ void ReluBackwardScalar(const T* __restrict__ x, const T* __restrict__ dy,
-                                   T* __restrict__ dx, int64_t n) {
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
-    dx[i] = ToFloat(x[i]) > 0.0f ? dy[i] : FromFloat<T>(0.0f);
-  }
 }
 
 absl::Status Launched() {
@@ -255,45 +208,6 @@ absl::StatusOr<bool> AllFinite(GpuContext* ctx, const float* x, int64_t n) {
       cudaMemcpyAsync(&bad, flag->get(), sizeof(int), cudaMemcpyDeviceToHost, ctx->stream()));
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudaStreamSynchronize(ctx->stream()));
   return bad == 0;
-}
-
-absl::Status ReluForward(GpuContext* ctx, const DeviceTensor& x, DeviceTensor* y) {
-  if (absl::Status s = y->Resize(ctx, x.shape(), x.dtype()); !s.ok()) return s;
-  const int64_t n = x.size();
-  if (n == 0) return absl::OkStatus();
-  DispatchDType(x.dtype(), [&](auto t) {
-    using T = decltype(t);
-    constexpr int kPack = Pack<T>::kCount;
-    if (n % kPack == 0 && Aligned16(x.data()) && Aligned16(y->data())) {
-      ReluForwardVec<T><<<Blocks(n / kPack), kThreads, 0, ctx->stream()>>>(
-          static_cast<const Pack<T>*>(x.data()), static_cast<Pack<T>*>(y->data()), n / kPack);
-    } else {
-      ReluForwardScalar<T><<<Blocks(n), kThreads, 0, ctx->stream()>>>(x.as<T>(), y->as<T>(), n);
-    }
-    return 0;
-  });
-  return Launched();
-}
-
-absl::Status ReluBackward(GpuContext* ctx, const DeviceTensor& x, const DeviceTensor& dy,
-                          DeviceTensor* dx) {
-  if (absl::Status s = dx->Resize(ctx, x.shape(), x.dtype()); !s.ok()) return s;
-  const int64_t n = x.size();
-  if (n == 0) return absl::OkStatus();
-  DispatchDType(x.dtype(), [&](auto t) {
-    using T = decltype(t);
-    constexpr int kPack = Pack<T>::kCount;
-    if (n % kPack == 0 && Aligned16(x.data()) && Aligned16(dy.data()) && Aligned16(dx->data())) {
-      ReluBackwardVec<T><<<Blocks(n / kPack), kThreads, 0, ctx->stream()>>>(
-          static_cast<const Pack<T>*>(x.data()), static_cast<const Pack<T>*>(dy.data()),
-          static_cast<Pack<T>*>(dx->data()), n / kPack);
-    } else {
-      ReluBackwardScalar<T>
-          <<<Blocks(n), kThreads, 0, ctx->stream()>>>(x.as<T>(), dy.as<T>(), dx->as<T>(), n);
-    }
-    return 0;
-  });
-  return Launched();
 }
 
 // DeviceTensor's storage and transfers live here, beside Cast.

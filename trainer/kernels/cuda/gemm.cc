@@ -1,8 +1,7 @@
-// Gemm through cuBLAS, Dense as Gemm plus the bias kernels.
+// Gemm through cuBLAS.
+#include "trainer/kernels/cuda/gemm.h"
 #include "absl/strings/str_cat.h"
 #include "trainer/kernels/cuda/check.h"
-#include "trainer/kernels/cuda/elementwise.h"
-#include "trainer/kernels/cuda/ops.h"
 
 namespace lockstep::trainer::cuda {
 namespace {
@@ -77,42 +76,6 @@ absl::Status GemmBatched(GpuContext* ctx, bool transpose_a, bool transpose_b, in
       &beta, c, CUDA_R_32F, static_cast<int>(n), stride_c, static_cast<int>(batch), compute,
       CUBLAS_GEMM_DEFAULT));
   return absl::OkStatus();
-}
-
-absl::Status DenseForward(GpuContext* ctx, const DeviceTensor& x, const DeviceTensor& w,
-                          const float* b, DeviceTensor* y) {
-  const int64_t rows = x.dim(0), in = x.dim(1), out = w.dim(0);
-  if (w.dim(1) != in || w.dtype() != x.dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat("DenseForward: x ", ShapeString(x.shape()),
-                                                   " does not match W ", ShapeString(w.shape())));
-  }
-  if (absl::Status s = y->Resize(ctx, {rows, out}, x.dtype()); !s.ok()) return s;
-  if (absl::Status s = Gemm(ctx, false, true, rows, out, in, 1.0f, x.data(), w.data(), x.dtype(),
-                            0.0f, y->data(), y->dtype());
-      !s.ok()) {
-    return s;
-  }
-  return AddBias(ctx, y, b, rows, out, 1);
-}
-
-absl::Status DenseBackward(GpuContext* ctx, const DeviceTensor& x, const DeviceTensor& w,
-                           const DeviceTensor& dy, DeviceTensor* dx, float* dw, float* db) {
-  const int64_t rows = x.dim(0), in = x.dim(1), out = w.dim(0);
-  if (dx != nullptr) {
-    if (absl::Status s = dx->Resize(ctx, x.shape(), x.dtype()); !s.ok()) return s;
-    if (absl::Status s = Gemm(ctx, false, false, rows, in, out, 1.0f, dy.data(), w.data(),
-                              x.dtype(), 0.0f, dx->data(), dx->dtype());
-        !s.ok()) {
-      return s;
-    }
-  }
-  // dW [OUT, IN] = dy^T x, summed in fp32 and stored in fp32 whatever the inputs' dtype.
-  if (absl::Status s = Gemm(ctx, true, false, out, in, rows, 1.0f, dy.data(), x.data(), x.dtype(),
-                            0.0f, dw, DType::kF32);
-      !s.ok()) {
-    return s;
-  }
-  return BiasGrad(ctx, dy, db, rows, out, 1);
 }
 
 }  // namespace lockstep::trainer::cuda

@@ -75,9 +75,8 @@ class GraphCudaOpsTest : public ::testing::Test {
 };
 
 // Every activation the loader accepts, with the alpha its layer or name gives it.
-std::vector<graph::Activation> AllActivations() {
-  using graph::Act;
-  std::vector<graph::Activation> out;
+std::vector<Activation> AllActivations() {
+  std::vector<Activation> out;
   for (Act k : {Act::kLinear, Act::kRelu, Act::kRelu6, Act::kSigmoid, Act::kHardSigmoid2,
                 Act::kHardSigmoid3, Act::kTanh, Act::kSoftmax, Act::kSwish, Act::kGelu,
                 Act::kGeluTanh, Act::kElu, Act::kSelu, Act::kSoftplus, Act::kSoftsign,
@@ -91,7 +90,7 @@ TEST_F(GraphCudaOpsTest, ActivationsMatchTheCpuForEveryKindAndDtype) {
   // Rows of 37 for softmax (more than a warp, not a multiple of one), values across the kinks
   // (0, +-3, 6) and into softplus's linear range.
   const Shape shape{29, 37};
-  for (const graph::Activation& a : AllActivations()) {
+  for (const Activation& a : AllActivations()) {
     const std::string name = graph::ActivationName(a) + "(" + std::to_string(int(a.kind)) + ")";
     for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
       const Tensor z = Rounded(ctx_.get(), Random(shape, -8.0f, 8.0f), t);
@@ -129,7 +128,7 @@ TEST_F(GraphCudaOpsTest, ActivationBackwardRefusesMismatchedTensors) {
   ASSERT_OK(z.Resize(ctx_.get(), {4, 3}, DType::kF32));
   ASSERT_OK(y.Resize(ctx_.get(), {4, 2}, DType::kF32));
   ASSERT_OK(dy.Resize(ctx_.get(), {4, 3}, DType::kF32));
-  const absl::Status st = ActivationBackward(ctx_.get(), {graph::Act::kTanh, 0}, z, y, dy, &dz);
+  const absl::Status st = ActivationBackward(ctx_.get(), {Act::kTanh, 0}, z, y, dy, &dz);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
 }
 
@@ -398,8 +397,8 @@ TEST_F(GraphCudaOpsTest, MasksMatchTheCpuLayers) {
     EXPECT_EQ(DeviceError(ctx_.get(), dx, din[0]), 0.0) << DTypeName(dt) << " Masking dx";
 
     // A comparison, into the input's dtype and into fp32.
-    for (auto [op, name] : {std::pair{graph::CompareOp::kNotEqual, "NotEqual"},
-                            std::pair{graph::CompareOp::kGreaterEqual, "GreaterEqual"}}) {
+    for (auto [op, name] : {std::pair{CompareOp::kNotEqual, "NotEqual"},
+                            std::pair{CompareOp::kGreaterEqual, "GreaterEqual"}}) {
       auto cmp = graph::MakeCompare("c", name, op, 0.5f);
       ASSERT_TRUE(cmp->Build({Shape{t, f}}, graph::BuildContext{&brng}).ok());
       std::vector<Tensor> cout(1);
@@ -561,9 +560,8 @@ TEST_F(GraphCudaOpsTest, ConvolutionsMatchTheCpuLayers) {
 // Every Keras loss in both forms, with label smoothing, against graph::ComputeLoss and
 // graph::CountCorrect: the mean loss, the gradient, and the predictions judged right.
 TEST_F(GraphCudaOpsTest, LossesMatchTheCpu) {
-  using graph::LossKind;
   struct Case {
-    graph::Loss l;
+    Loss l;
     int64_t classes;
   };
   const std::vector<Case> cases = {
@@ -590,10 +588,9 @@ TEST_F(GraphCudaOpsTest, LossesMatchTheCpu) {
                                c.l.kind == LossKind::kBinaryCrossentropy);
       if (probs) {
         Tensor p;
-        graph::ActivationForward({c.l.kind == LossKind::kBinaryCrossentropy ? graph::Act::kSigmoid
-                                                                            : graph::Act::kSoftmax,
-                                  0},
-                                 pred, &p);
+        graph::ActivationForward(
+            {c.l.kind == LossKind::kBinaryCrossentropy ? Act::kSigmoid : Act::kSoftmax, 0}, pred,
+            &p);
         pred = p;
       }
       pred = Rounded(ctx_.get(), pred, t);
@@ -664,7 +661,6 @@ std::vector<Tensor> RunCpuMulti(graph::Layer& l, const std::vector<Tensor>& x, c
 }
 
 TEST_F(GraphCudaOpsTest, MergesAndConcatenationMatchTheCpuLayers) {
-  using graph::MergeOp;
   struct Case {
     const char* cls;
     MergeOp op;
@@ -1003,19 +999,19 @@ TEST_F(GraphCudaOpsTest, DenseMatchesTheCpuLayer) {
 // fp32 cells.
 TEST_F(GraphCudaOpsTest, RecurrentLayersMatchTheCpuLayer) {
   struct Case {
-    graph::RnnCell cell;
+    RnnCell cell;
     bool reset_after, sequences, backwards;
-    graph::Act act, recurrent;
+    Act act, recurrent;
   };
   const std::vector<Case> cases = {
-      {graph::RnnCell::kSimpleRnn, true, true, false, graph::Act::kTanh, graph::Act::kSigmoid},
-      {graph::RnnCell::kSimpleRnn, true, false, true, graph::Act::kRelu, graph::Act::kSigmoid},
-      {graph::RnnCell::kLstm, true, false, false, graph::Act::kTanh, graph::Act::kSigmoid},
-      {graph::RnnCell::kLstm, true, true, true, graph::Act::kTanh, graph::Act::kHardSigmoid2},
-      {graph::RnnCell::kGru, true, true, false, graph::Act::kTanh, graph::Act::kSigmoid},
-      {graph::RnnCell::kGru, true, false, true, graph::Act::kTanh, graph::Act::kHardSigmoid3},
-      {graph::RnnCell::kGru, false, true, true, graph::Act::kTanh, graph::Act::kSigmoid},
-      {graph::RnnCell::kGru, false, false, false, graph::Act::kTanh, graph::Act::kHardSigmoid2},
+      {RnnCell::kSimpleRnn, true, true, false, Act::kTanh, Act::kSigmoid},
+      {RnnCell::kSimpleRnn, true, false, true, Act::kRelu, Act::kSigmoid},
+      {RnnCell::kLstm, true, false, false, Act::kTanh, Act::kSigmoid},
+      {RnnCell::kLstm, true, true, true, Act::kTanh, Act::kHardSigmoid2},
+      {RnnCell::kGru, true, true, false, Act::kTanh, Act::kSigmoid},
+      {RnnCell::kGru, true, false, true, Act::kTanh, Act::kHardSigmoid3},
+      {RnnCell::kGru, false, true, true, Act::kTanh, Act::kSigmoid},
+      {RnnCell::kGru, false, false, false, Act::kTanh, Act::kHardSigmoid2},
   };
   const int64_t b = 5, t = 7, d = 6, u = 9;
   // A padding mask: rows of 7, 4, 1 and 0 real steps (then padding), and one with gaps.
@@ -1046,7 +1042,7 @@ TEST_F(GraphCudaOpsTest, RecurrentLayersMatchTheCpuLayer) {
       o.reset_after = c.reset_after;
       o.bias_initializer.kind = graph::Initializer::Kind::kRandomUniform;
       auto layer = graph::MakeRnn("rnn", c.cell, o);
-      const size_t n_states = !states ? 0 : c.cell == graph::RnnCell::kLstm ? 2 : 1;
+      const size_t n_states = !states ? 0 : c.cell == RnnCell::kLstm ? 2 : 1;
       std::vector<Shape> in_shapes{Shape{t, d}};
       for (size_t k = 0; k < n_states; ++k) in_shapes.push_back(Shape{u});
       std::mt19937_64 brng(1);

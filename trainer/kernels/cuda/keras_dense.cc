@@ -3,7 +3,7 @@
 #include <string>
 
 #include "trainer/kernels/cuda/elementwise.h"
-#include "trainer/kernels/cuda/ops.h"
+#include "trainer/kernels/cuda/gemm.h"
 
 namespace lockstep::trainer::cuda {
 namespace {

@@ -8,8 +8,6 @@
 namespace lockstep::trainer::cuda {
 namespace {
 
-using graph::LossKind;
-
 constexpr float kEps = 1e-7f;  // Keras's backend epsilon, as loss.cc clips with it
 
 struct LossArgs {
@@ -237,9 +235,9 @@ unsigned int RowBlocks(int64_t rows) {
 
 }  // namespace
 
-absl::StatusOr<LossResult> ComputeLoss(GpuContext* ctx, const graph::Loss& l,
-                                       const DeviceTensor& pred, const DeviceTensor& target,
-                                       DeviceTensor* dpred, float grad_scale) {
+absl::StatusOr<LossResult> ComputeLoss(GpuContext* ctx, const Loss& l, const DeviceTensor& pred,
+                                       const DeviceTensor& target, DeviceTensor* dpred,
+                                       float grad_scale) {
   const int64_t c = pred.shape().empty() ? 1 : pred.shape().back();
   const int64_t rows = pred.size() / std::max<int64_t>(c, 1);
   const bool sparse = l.kind == LossKind::kSparseCategoricalCrossentropy;

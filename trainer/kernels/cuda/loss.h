@@ -10,8 +10,8 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "trainer/graph/loss.h"
 #include "trainer/kernels/cuda/device_tensor.h"
+#include "trainer/kernels/types.h"
 
 namespace lockstep::trainer::cuda {
 
@@ -24,8 +24,8 @@ struct LossResult {
 // dpred (may be null) gets dL/dpred times `grad_scale` (the fp16 loss scale; 1 otherwise). A
 // class id outside [0, classes) is InvalidArgument
 // naming how many rows had one.
-absl::StatusOr<LossResult> ComputeLoss(GpuContext* ctx, const graph::Loss& l,
-                                       const DeviceTensor& pred, const DeviceTensor& target,
-                                       DeviceTensor* dpred, float grad_scale = 1.0f);
+absl::StatusOr<LossResult> ComputeLoss(GpuContext* ctx, const Loss& l, const DeviceTensor& pred,
+                                       const DeviceTensor& target, DeviceTensor* dpred,
+                                       float grad_scale = 1.0f);
 
 }  // namespace lockstep::trainer::cuda

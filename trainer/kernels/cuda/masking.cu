@@ -8,8 +8,6 @@
 namespace lockstep::trainer::cuda {
 namespace {
 
-using graph::CompareOp;
-
 __device__ __forceinline__ bool Holds(CompareOp op, float v, float c) {
   switch (op) {
     case CompareOp::kEqual:

@@ -11,14 +11,14 @@
 // Thread-safety: reentrant per context.
 
 #include "absl/status/status.h"
-#include "trainer/graph/layers/core.h"
 #include "trainer/kernels/cuda/device_tensor.h"
+#include "trainer/kernels/types.h"
 
 namespace lockstep::trainer::cuda {
 
 // y (x's shape, `dtype`) = x op constant ? 1 : 0.
-absl::Status CompareForward(GpuContext* ctx, const DeviceTensor& x, graph::CompareOp op,
-                            float constant, DType dtype, DeviceTensor* y);
+absl::Status CompareForward(GpuContext* ctx, const DeviceTensor& x, CompareOp op, float constant,
+                            DType dtype, DeviceTensor* y);
 
 // x [b, t, features...] -> y (x's shape and dtype) and mask [b, t].
 absl::Status MaskingForward(GpuContext* ctx, const DeviceTensor& x, float value, DeviceTensor* y,

@@ -11,8 +11,6 @@
 namespace lockstep::trainer::cuda {
 namespace {
 
-using graph::MergeOp;
-
 static_assert(kMaxMergeRank <= kMaxBroadcastRank);
 
 template <typename T>

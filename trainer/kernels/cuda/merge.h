@@ -21,20 +21,20 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "trainer/graph/layers/core.h"
 #include "trainer/kernels/cuda/device_tensor.h"
+#include "trainer/kernels/types.h"
 
 namespace lockstep::trainer::cuda {
 
 inline constexpr int kMaxMergeInputs = 8;
 inline constexpr int kMaxMergeRank = 6;
 
-absl::Status MergeForward(GpuContext* ctx, graph::MergeOp op,
-                          const std::vector<const DeviceTensor*>& x, DeviceTensor* y);
+absl::Status MergeForward(GpuContext* ctx, MergeOp op, const std::vector<const DeviceTensor*>& x,
+                          DeviceTensor* y);
 // dx[k] (null where that input needs no gradient) from the inputs, y and dy.
-absl::Status MergeBackward(GpuContext* ctx, graph::MergeOp op,
-                           const std::vector<const DeviceTensor*>& x, const DeviceTensor& y,
-                           const DeviceTensor& dy, const std::vector<DeviceTensor*>& dx);
+absl::Status MergeBackward(GpuContext* ctx, MergeOp op, const std::vector<const DeviceTensor*>& x,
+                           const DeviceTensor& y, const DeviceTensor& dy,
+                           const std::vector<DeviceTensor*>& dx);
 
 absl::Status ConcatForward(GpuContext* ctx, const std::vector<const DeviceTensor*>& x, int axis,
                            DeviceTensor* y);

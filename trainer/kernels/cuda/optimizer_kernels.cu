@@ -19,7 +19,7 @@ struct Flat {
   float factor;
 };
 
-// One element of rule R, as UpdateRange (optim/update_kernels.cc) computes it.
+// One element of rule R, as UpdateRange (kernels/cpu/update.cc) computes it.
 template <UpdateRule R>
 __device__ __forceinline__ float UpdateOne(const UpdateParams& u, const Flat& f, int64_t j) {
   float* s0 = f.s0;

@@ -1,6 +1,6 @@
 #pragma once
 // The optimizer updates as one fused CUDA kernel over flat fp32 buffers (all of a model's
-// parameters in one launch), for every rule the CPU loops implement (optim/update_kernels.h)
+// parameters in one launch), for every rule the CPU loops implement (kernels/cpu/update.h)
 // with the same arithmetic: each thread reads a gradient once, multiplies it by `grad_factor`
 // (1 / (loss scale * replicas): the unscaling and the average folded into the update) and, for
 // the Keras rules, by its tensor's clipping scale and clips it to the rule's value, updates the
@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "trainer/kernels/cuda/device_tensor.h"
-#include "trainer/optim/update_kernels.h"
+#include "trainer/kernels/types.h"
 
 namespace lockstep::trainer::cuda {
 

@@ -4,15 +4,13 @@
 #include "trainer/kernels/cuda/check.h"
 #include "trainer/kernels/cuda/dtype.cuh"
 #include "trainer/kernels/cuda/elementwise.h"
-#include "trainer/kernels/cuda/ops.h"
+#include "trainer/kernels/cuda/gemm.h"
 
 namespace lockstep::trainer::cuda {
 namespace {
 
 using act::ActBackward;
 using act::ActForward;
-using graph::Act;
-using graph::RnnCell;
 
 // One activation as the kernels take it.
 struct Fn {
@@ -22,7 +20,7 @@ struct Fn {
   // dL/dz from z, y = F(z) and dL/dy.
   __device__ float B(float z, float y, float g) const { return ActBackward(kind, alpha, z, y, g); }
 };
-Fn FnOf(const graph::Activation& a) { return {a.kind, a.alpha}; }
+Fn FnOf(const Activation& a) { return {a.kind, a.alpha}; }
 
 #define LOCKSTEP_FOR_EACH(i, n)                                             \
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < (n); \

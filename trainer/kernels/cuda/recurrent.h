@@ -24,16 +24,16 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "trainer/graph/layers/recurrent.h"
 #include "trainer/kernels/cuda/device_tensor.h"
+#include "trainer/kernels/types.h"
 
 namespace lockstep::trainer::cuda {
 
 struct RnnSpec {
-  graph::RnnCell cell = graph::RnnCell::kLstm;
+  RnnCell cell = RnnCell::kLstm;
   int64_t units = 1;
-  graph::Activation activation{graph::Act::kTanh, 0};
-  graph::Activation recurrent_activation{graph::Act::kSigmoid, 0};
+  Activation activation{Act::kTanh, 0};
+  Activation recurrent_activation{Act::kSigmoid, 0};
   bool return_sequences = false;
   bool go_backwards = false;
   bool reset_after = true;  // GRU
@@ -41,9 +41,7 @@ struct RnnSpec {
   // The output sequence reversed in time (Bidirectional's backward layer, which Keras reverses
   // so that its steps line up with the forward layer's).
   bool reverse_outputs = false;
-  int gates() const {
-    return cell == graph::RnnCell::kLstm ? 4 : cell == graph::RnnCell::kGru ? 3 : 1;
-  }
+  int gates() const { return cell == RnnCell::kLstm ? 4 : cell == RnnCell::kGru ? 3 : 1; }
 };
 
 // A recurrent layer's states [b, u]: h, and c for an LSTM (null: zeros, or not wanted).

@@ -1,4 +1,4 @@
-#include "trainer/optim/update_kernels.h"
+#include "trainer/kernels/cpu/update.h"
 
 #include <omp.h>
 

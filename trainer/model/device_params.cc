@@ -1,4 +1,4 @@
-#include "trainer/model/device_net.h"
+#include "trainer/model/device_params.h"
 
 #include <algorithm>
 

@@ -1,7 +1,5 @@
 #pragma once
-// What the GPU engine (strategy/gpu_engine.cc) trains: a model's layers on one GPU, with its
-// weights in flat device buffers. Two kinds: DeviceModel (the built-in models) and DeviceGraph
-// (a Keras model file's graph).
+// The weights of a model on one GPU (DeviceGraph's, device_graph.h) in flat device buffers.
 //
 // DeviceParams holds, in one flat buffer each, the fp32 master weights, their fp32 gradients
 // and, for mixed precision, the 16-bit compute copy of the weights; each weight starts at a
@@ -16,8 +14,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "trainer/kernels/cpu/softmax_xent.h"
 #include "trainer/kernels/cuda/device_tensor.h"
+#include "trainer/tensor/tensor.h"
 
 namespace lockstep::trainer {
 
@@ -63,26 +61,6 @@ class DeviceParams {
   std::vector<int64_t> offsets_;  // per weight, in elements
   int64_t trainable_size_ = 0, total_size_ = 0;
   cuda::DeviceTensor params_, grads_, compute_copy_;
-};
-
-class DeviceNet {
- public:
-  virtual ~DeviceNet() = default;
-  // Forward, loss and backward on one host batch; the gradients (multiplied by `loss_scale`)
-  // land in weights().grads(). The loss and count come back to the host. DataLoss names input
-  // the model cannot compute on (a token id outside an Embedding's table).
-  virtual absl::StatusOr<cpu::XentResult> TrainStep(const Tensor& x,
-                                                    const std::vector<int32_t>& labels,
-                                                    float loss_scale) = 0;
-  virtual absl::StatusOr<cpu::XentResult> Evaluate(const Tensor& x,
-                                                   const std::vector<int32_t>& labels) = 0;
-  // Called after weights().Load() (a restored checkpoint): refreshes what the layers derive
-  // from their weights.
-  virtual absl::Status Reloaded() { return absl::OkStatus(); }
-  DeviceParams& weights() { return weights_; }
-
- protected:
-  DeviceParams weights_;
 };
 
 }  // namespace lockstep::trainer
