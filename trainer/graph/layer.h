@@ -18,6 +18,8 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <typeindex>
+#include <typeinfo>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -110,6 +112,24 @@ class Layer {
     return true;
   }
 
+  // The type of the options record the layer was made from (HasOptions below), by which the
+  // layer registry (trainer/layers/registry.h) finds the layer's backends and exporters; void
+  // for a layer made from none.
+  virtual std::type_index options_type() const { return typeid(void); }
+
+  // How many token ids input `input` takes (an Embedding's table rows: the GPU keeps those ids
+  // in fp32, synthetic data draws ids below it); 0 for an input of values.
+  virtual int64_t IdBound(size_t input) const {
+    (void)input;
+    return 0;
+  }
+  // True when the layer reads input `input` in whatever dtype it has (a comparison against a
+  // constant), so it neither needs ids nor values in the compute dtype.
+  virtual bool ReadsAnyDtype(size_t input) const {
+    (void)input;
+    return false;
+  }
+
   // The activation the layer ends in (Dense's, an Activation layer's), if any: a model whose
   // output ends in softmax or sigmoid hands probabilities to its loss.
   virtual const Activation* output_activation() const { return nullptr; }
@@ -145,20 +165,19 @@ class Layer {
 // InvalidArgument "layer 'name' (Class): message".
 absl::Status LayerError(const Layer& l, const std::string& message);
 
-// A layer whose options an engine that runs the graph elsewhere (the GPU's,
-// model/device_graph.h) reads back as the typed record they were made from.
+// A layer whose options its backends and exporters (the GPU's, ONNX's) read back as the typed
+// record they were made from. The layer also overrides Layer::options_type with typeid(Options).
 template <typename Options>
 class HasOptions {
  public:
   virtual ~HasOptions() = default;
   virtual Options options() const = 0;
 };
-// The options of `l` when it is a layer of that kind, else nullopt.
+// The options of `l` when it was made from an `Options` record, else nullopt.
 template <typename Options>
 std::optional<Options> OptionsOf(const Layer& l) {
-  const auto* p = dynamic_cast<const HasOptions<Options>*>(&l);
-  if (p == nullptr) return std::nullopt;
-  return p->options();
+  if (l.options_type() != typeid(Options)) return std::nullopt;
+  return dynamic_cast<const HasOptions<Options>&>(l).options();
 }
 
 }  // namespace lockstep::trainer::graph

@@ -1,22 +1,12 @@
 #include "trainer/keras/layer_factory.h"
 
+#include "trainer/layers/registry.h"
+
 namespace lockstep::trainer::keras {
 
 using nlohmann::json;
 
-const LayerFactories& LayerFactories::Get() {
-  static const LayerFactories* all = [] {
-    auto* f = new LayerFactories;
-    AddCoreLayers(f);
-    AddConvolutionLayers(f);
-    AddNormalizationLayers(f);
-    AddRecurrentLayers(f);
-    AddAttentionLayers(f);
-    AddAugmentationLayers(f);
-    return f;
-  }();
-  return *all;
-}
+const LayerFactories& LayerFactories::Get() { return layers::Registry::Get().keras(); }
 
 const LayerFactory* LayerFactories::Find(const std::string& class_name) const {
   auto it = map_.find(class_name);

@@ -1,6 +1,6 @@
 #pragma once
-// The Keras layer classes the engine builds, by class name. Each family of layers registers its
-// factories in its own file (layers_core.cc, layers_conv.cc, ...). A factory reads its options
+// The Keras layer classes the engine builds, by class name: the layer registry's Keras table
+// (trainer/layers/registry.h), which each family of layers fills. A factory reads its options
 // through the LayerConfig (so unread options are refused) and returns the layer; the loader
 // has already read the options every layer has (name, trainable, dtype, the build shapes).
 // Thread-safety: the registry is built once and read-only after.
@@ -24,6 +24,7 @@ using LayerFactory = std::function<absl::StatusOr<std::unique_ptr<graph::Layer>>
 
 class LayerFactories {
  public:
+  // The registry's (layers::Registry::Get().keras()).
   static const LayerFactories& Get();
 
   void Add(const std::string& class_name, LayerFactory f) { map_[class_name] = std::move(f); }

@@ -1,7 +1,8 @@
 #pragma once
-// DeviceGraph: a Keras model file's graph (model/graph_model.h) on one GPU, node for node: each
-// node of the host graph becomes a device op made from its layer's options (graph::OptionsOf)
-// and run by the CUDA kernels of trainer/kernels/cuda/, which have the CPU layers' semantics.
+// DeviceGraph: a Keras model's graph (model/graph_model.h) on one GPU, node for node: each node
+// of the host graph becomes the device op its layer's family registered (layers/registry.h,
+// layers/gpu_op.h), made from the layer's options and run by CUDA kernels that have the CPU
+// layers' semantics.
 // The weights live in the flat buffers of device_params.h (the trainable ones, then the kept
 // ones: moving statistics, a frozen layer's weights), mirrored from the host graph, so a seed
 // gives the same initial network on either device. Activations are stored in the compute
@@ -40,7 +41,9 @@
 
 namespace lockstep::trainer {
 
+namespace layers {
 class DeviceOp;
+}  // namespace layers
 struct DeviceGraphLayers;
 
 class DeviceGraph final {
@@ -78,7 +81,7 @@ class DeviceGraph final {
   GraphModel* host_ = nullptr;
   DeviceParams weights_;
   struct Node {
-    std::unique_ptr<DeviceOp> op;
+    std::unique_ptr<layers::DeviceOp> op;
     graph::Graph::NodeSpec spec;
     MaskRule mask;           // where its output's mask comes from
     int activity_slot = -1;  // its activity penalty's place in penalty_values_, or -1

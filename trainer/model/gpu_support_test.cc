@@ -11,8 +11,11 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <typeindex>
 
+#include "trainer/graph/layers/core.h"
 #include "trainer/graph/layers/recurrent.h"
+#include "trainer/layers/registry.h"
 #include "trainer/model/graph_model.h"
 #include "trainer/testing/source_dir.h"
 
@@ -44,16 +47,24 @@ TEST(GpuSupportTest, TheGpuTestModelsLoadTrainAndAreAccepted) {
     EXPECT_TRUE(std::isfinite(r.loss)) << r.loss;
     EXPECT_EQ((*m)->TakeInputError(), "");
   }
-  // Every kind of GPU op appears in those models.
-  std::set<GpuOpKind> seen;
+  // Every kind of layer the registry runs on the GPU appears in those models.
+  const layers::Registry& registry = layers::Registry::Get();
+  std::set<std::type_index> seen;
   for (const char* path :
        {"trainer/model/testdata/every_gpu_op.json", "trainer/model/testdata/tokens.json",
         "trainer/model/testdata/recurrent.json", "trainer/model/testdata/masked.json"}) {
     auto m = GraphModel::Load(SourcePath(path), 1);
     ASSERT_TRUE(m.ok());
-    for (const auto& l : (*m)->graph().layers()) seen.insert(*ClassifyForGpu(*l));
+    for (const auto& l : (*m)->graph().layers()) {
+      ASSERT_TRUE(registry.Gpu(*l).ok()) << registry.Gpu(*l).status();
+      seen.insert(l->options_type());
+    }
   }
-  EXPECT_EQ(seen.size(), static_cast<size_t>(GpuOpKind::kMaskWith) + 1);
+  EXPECT_EQ(seen.size(), registry.gpu_kinds());
+  // In a CUDA build every one of them has its device op.
+#ifdef LOCKSTEP_HAVE_CUDA
+  EXPECT_EQ(registry.GpuOpsMissing(), std::vector<std::string>{});
+#endif
 }
 
 // Where each node's mask comes from, read from the CPU layers themselves: the mask-making
@@ -144,13 +155,14 @@ TEST(GpuSupportTest, LayersWithoutAGpuOpAreNamed) {
   graph::RnnOptions state;
   state.return_state = true;
   auto lstm = graph::MakeRnn("l", RnnCell::kLstm, state);
-  EXPECT_EQ(*ClassifyForGpu(*lstm), GpuOpKind::kRecurrent);
+  EXPECT_TRUE(layers::Registry::Get().GpuSupported(*lstm, {.outputs = 3}).ok());
 
   // A ReLU layer the activations cannot express; weight and activity regularizers run there.
-  EXPECT_FALSE(ReluActivation({.max_value = 6.0f, .negative_slope = 0.1f, .threshold = 0}));
-  EXPECT_FALSE(ReluActivation({.max_value = 3.4e38f, .negative_slope = 0, .threshold = 1.0f}));
-  EXPECT_EQ(ReluActivation({.max_value = 6.0f})->kind, Act::kRelu6);
-  EXPECT_EQ(ReluActivation({.negative_slope = 0.3f})->kind, Act::kLeakyRelu);
+  EXPECT_FALSE(graph::ReluActivation({.max_value = 6.0f, .negative_slope = 0.1f, .threshold = 0}));
+  EXPECT_FALSE(
+      graph::ReluActivation({.max_value = 3.4e38f, .negative_slope = 0, .threshold = 1.0f}));
+  EXPECT_EQ(graph::ReluActivation({.max_value = 6.0f})->kind, Act::kRelu6);
+  EXPECT_EQ(graph::ReluActivation({.negative_slope = 0.3f})->kind, Act::kLeakyRelu);
   // A Dense layer with one regularizer option.
   auto dense = [](const char* option, nlohmann::json regularizer) {
     auto m = keras::LoadKerasModel(nlohmann::json{{"class_name", "Sequential"},

@@ -104,9 +104,7 @@ absl::StatusOr<std::unique_ptr<GraphModel>> GraphModel::FromKeras(keras::KerasMo
                               "; give --open-axis-size=N, the size your examples have there");
     }
     for (const graph::Layer* l : g.Consumers(g.inputs()[k])) {
-      if (l->class_name() == "Embedding" && !l->weights().empty()) {
-        in.vocabulary = l->weights()[0].value.dim(0);
-      }
+      if (l->IdBound(0) > 0) in.vocabulary = l->IdBound(0);
     }
     inputs.push_back(std::move(in));
   }

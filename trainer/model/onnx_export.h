@@ -11,7 +11,8 @@
 // moving statistics. Tensors stay channels-last as Keras keeps them; convolutions and pooling
 // transpose to ONNX's channels-first around their op. Weights are initializers (raw float32).
 //
-// Every layer the engine trains is exported except what needs a mask (Embedding with
+// Each layer is written by its family's exporter (layers/onnx_builder.h). Every layer the
+// engine trains is exported except what needs a mask (Embedding with
 // mask_zero, Masking, Keras 3's comparison ops, mask= arguments) and a few options whose ONNX
 // form needs a shape the model leaves open: those are Unimplemented naming the layer and why.
 // The tests check each file with the `onnx` checker and strict shape inference, and evaluate it

@@ -52,7 +52,7 @@ std::string CheckOnnxExport(graph::Graph& g, const std::string& path, uint64_t s
     for (int64_t d : g.shape(g.inputs()[i])) s.push_back(d > 0 ? d : 5);
     int64_t vocab = 0;
     for (const graph::Layer* l : g.Consumers(g.inputs()[i])) {
-      if (l->class_name() == "Embedding") vocab = l->weights()[0].value.dim(0);
+      if (l->IdBound(0) > 0) vocab = l->IdBound(0);
     }
     Tensor x(s);
     std::uniform_int_distribution<int64_t> ids(

@@ -47,6 +47,7 @@ enum Slot : size_t {
 class MultiHeadAttention final : public Layer, public HasOptions<MultiHeadAttentionOptions> {
  public:
   MultiHeadAttentionOptions options() const override { return o_; }
+  std::type_index options_type() const override { return typeid(MultiHeadAttentionOptions); }
   void set_causal(bool causal) { o_.use_causal_mask = causal; }
   MultiHeadAttention(std::string name, MultiHeadAttentionOptions o)
       : Layer(std::move(name), "MultiHeadAttention"), o_(std::move(o)) {

@@ -15,10 +15,12 @@ absl::StatusOr<std::vector<Shape>> ImageShape(const Layer& l, const std::vector<
   return in;
 }
 
-class RandomFlip final : public Layer {
+class RandomFlip final : public Layer, public HasOptions<FlipOptions> {
  public:
   RandomFlip(std::string name, bool h, bool v)
       : Layer(std::move(name), "RandomFlip"), h_(h), v_(v) {}
+  FlipOptions options() const override { return {h_, v_}; }
+  std::type_index options_type() const override { return typeid(FlipOptions); }
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
                                            const BuildContext&) override {
     built_ = true;
@@ -87,10 +89,12 @@ int64_t Fill(int64_t i, int64_t n, FillMode m) {
   return -1;
 }
 
-class RandomRotation final : public Layer {
+class RandomRotation final : public Layer, public HasOptions<RotationOptions> {
  public:
   RandomRotation(std::string name, RotationOptions o)
       : Layer(std::move(name), "RandomRotation"), o_(o) {}
+  RotationOptions options() const override { return o_; }
+  std::type_index options_type() const override { return typeid(RotationOptions); }
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
                                            const BuildContext&) override {
     built_ = true;

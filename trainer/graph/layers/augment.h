@@ -12,6 +12,9 @@
 
 namespace lockstep::trainer::graph {
 
+struct FlipOptions {
+  bool horizontal = true, vertical = true;
+};
 // Flips each example left-right and/or up-down, each with probability 1/2.
 std::unique_ptr<Layer> MakeRandomFlip(std::string name, bool horizontal, bool vertical);
 

@@ -455,6 +455,7 @@ std::string ConvClass(const char* base, int rank, const char* suffix = "") {
 class Conv final : public WindowLayer, public HasOptions<ConvOptions> {
  public:
   ConvOptions options() const override { return o_; }
+  std::type_index options_type() const override { return typeid(ConvOptions); }
   cpu::ConvGeometry Geometry(const Shape& x) const override {
     return ToConvGeometry(InputGeo(x), o_.filters, false);
   }
@@ -575,6 +576,7 @@ class Conv final : public WindowLayer, public HasOptions<ConvOptions> {
 class ConvTranspose final : public WindowLayer, public HasOptions<ConvTransposeOptions> {
  public:
   ConvTransposeOptions options() const override { return o_; }
+  std::type_index options_type() const override { return typeid(ConvTransposeOptions); }
   cpu::ConvGeometry Geometry(const Shape& x) const override {
     return ToConvGeometry(TransposeGeo(x), x.back(), false);
   }
@@ -719,6 +721,7 @@ class ConvTranspose final : public WindowLayer, public HasOptions<ConvTransposeO
 class DepthwiseConv final : public WindowLayer, public HasOptions<DepthwiseOptions> {
  public:
   DepthwiseOptions options() const override { return o_; }
+  std::type_index options_type() const override { return typeid(DepthwiseOptions); }
   cpu::ConvGeometry Geometry(const Shape& x) const override {
     return ToConvGeometry(InputGeo(x), x.back() * o_.depth_multiplier, true);
   }
@@ -803,6 +806,7 @@ class DepthwiseConv final : public WindowLayer, public HasOptions<DepthwiseOptio
 class SeparableConv final : public WindowLayer, public HasOptions<SeparableOptions> {
  public:
   SeparableOptions options() const override { return o_; }
+  std::type_index options_type() const override { return typeid(SeparableOptions); }
   cpu::ConvGeometry Geometry(const Shape& x) const override {
     return ToConvGeometry(InputGeo(x), x.back() * o_.depth_multiplier, true);
   }

@@ -14,6 +14,7 @@ namespace {
 class Dense final : public Layer, public HasOptions<DenseOptions> {
  public:
   DenseOptions options() const override { return o_; }
+  std::type_index options_type() const override { return typeid(DenseOptions); }
   Dense(std::string name, DenseOptions o) : Layer(std::move(name), "Dense"), o_(std::move(o)) {}
   const Activation* output_activation() const override { return &o_.activation; }
 
@@ -92,6 +93,7 @@ class Dense final : public Layer, public HasOptions<DenseOptions> {
 class ActivationLayer final : public Layer, public HasOptions<Activation> {
  public:
   Activation options() const override { return a_; }
+  std::type_index options_type() const override { return typeid(Activation); }
   ActivationLayer(std::string name, std::string cls, Activation a)
       : Layer(std::move(name), std::move(cls)), a_(a) {}
   const Activation* output_activation() const override { return &a_; }
@@ -134,6 +136,7 @@ class ActivationLayer final : public Layer, public HasOptions<Activation> {
 class ReluLayer final : public Layer, public HasOptions<ReluOptions> {
  public:
   ReluOptions options() const override { return {max_, slope_, threshold_}; }
+  std::type_index options_type() const override { return typeid(ReluOptions); }
   ReluLayer(std::string name, float max_value, float slope, float threshold)
       : Layer(std::move(name), "ReLU"), max_(max_value), slope_(slope), threshold_(threshold) {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
@@ -168,10 +171,12 @@ class ReluLayer final : public Layer, public HasOptions<ReluOptions> {
 };
 
 // Layers that only change the shape (Flatten, Reshape): the data is copied as is.
-class ReshapeLayer final : public Layer {
+class ReshapeLayer final : public Layer, public HasOptions<ReshapeOptions> {
  public:
   ReshapeLayer(std::string name, std::string cls, Shape target)
       : Layer(std::move(name), std::move(cls)), target_(std::move(target)) {}
+  ReshapeOptions options() const override { return {target_, class_name() == "Flatten"}; }
+  std::type_index options_type() const override { return typeid(ReshapeOptions); }
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
                                            const BuildContext&) override {
     if (in.size() != 1) return LayerError(*this, "takes one input");
@@ -223,9 +228,11 @@ class ReshapeLayer final : public Layer {
   Shape target_, out_;
 };
 
-class RepeatVector final : public Layer {
+class RepeatVector final : public Layer, public HasOptions<RepeatOptions> {
  public:
   RepeatVector(std::string name, int64_t n) : Layer(std::move(name), "RepeatVector"), n_(n) {}
+  RepeatOptions options() const override { return {n_}; }
+  std::type_index options_type() const override { return typeid(RepeatOptions); }
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
                                            const BuildContext&) override {
     if (in.size() != 1 || in[0].size() != 1) {
@@ -267,6 +274,7 @@ class RepeatVector final : public Layer {
 class Dropout final : public Layer, public HasOptions<DropoutOptions> {
  public:
   DropoutOptions options() const override { return {rate_, noise_}; }
+  std::type_index options_type() const override { return typeid(DropoutOptions); }
   Dropout(std::string name, float rate, Shape noise)
       : Layer(std::move(name), "Dropout"), rate_(rate), noise_(std::move(noise)) {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
@@ -336,6 +344,7 @@ class Dropout final : public Layer, public HasOptions<DropoutOptions> {
 class GaussianNoise final : public Layer, public HasOptions<GaussianNoiseOptions> {
  public:
   GaussianNoiseOptions options() const override { return {stddev_}; }
+  std::type_index options_type() const override { return typeid(GaussianNoiseOptions); }
   GaussianNoise(std::string name, float stddev)
       : Layer(std::move(name), "GaussianNoise"), stddev_(stddev) {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
@@ -363,6 +372,7 @@ class GaussianNoise final : public Layer, public HasOptions<GaussianNoiseOptions
 class Rescaling final : public Layer, public HasOptions<RescalingOptions> {
  public:
   RescalingOptions options() const override { return {scale_, offset_}; }
+  std::type_index options_type() const override { return typeid(RescalingOptions); }
   Rescaling(std::string name, std::vector<float> scale, std::vector<float> offset)
       : Layer(std::move(name), "Rescaling"), scale_(std::move(scale)), offset_(std::move(offset)) {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
@@ -490,6 +500,7 @@ struct MergeRows {
 class Merge final : public Layer, public HasOptions<MergeOp> {
  public:
   MergeOp options() const override { return op_; }
+  std::type_index options_type() const override { return typeid(MergeOp); }
   Merge(std::string name, std::string cls, MergeOp op)
       : Layer(std::move(name), std::move(cls)), op_(op) {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
@@ -701,6 +712,7 @@ class Merge final : public Layer, public HasOptions<MergeOp> {
 class Concatenate final : public Layer, public HasOptions<ConcatOptions> {
  public:
   ConcatOptions options() const override { return {axis_}; }
+  std::type_index options_type() const override { return typeid(ConcatOptions); }
   Concatenate(std::string name, int64_t axis)
       : Layer(std::move(name), "Concatenate"), axis_(axis) {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
@@ -775,6 +787,7 @@ class Concatenate final : public Layer, public HasOptions<ConcatOptions> {
 class Compare final : public Layer, public HasOptions<CompareOptions> {
  public:
   CompareOptions options() const override { return {op_, c_}; }
+  std::type_index options_type() const override { return typeid(CompareOptions); }
   Compare(std::string name, std::string cls, CompareOp op, float c)
       : Layer(std::move(name), std::move(cls)), op_(op), c_(c) {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
@@ -816,6 +829,7 @@ class Compare final : public Layer, public HasOptions<CompareOptions> {
   void Backward(const Args&, const std::vector<Tensor>&, const std::vector<const Tensor*>&,
                 const std::vector<bool>&, std::vector<Tensor>*, Saved*) override {}
   bool Differentiable(size_t) const override { return false; }
+  bool ReadsAnyDtype(size_t) const override { return true; }
   const Tensor* OutputMask(const Args&, const Saved&) const override { return nullptr; }
 
  private:
@@ -826,6 +840,7 @@ class Compare final : public Layer, public HasOptions<CompareOptions> {
 class Masking final : public Layer, public HasOptions<MaskingOptions> {
  public:
   MaskingOptions options() const override { return {value_}; }
+  std::type_index options_type() const override { return typeid(MaskingOptions); }
   Masking(std::string name, float value) : Layer(std::move(name), "Masking"), value_(value) {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
                                            const BuildContext&) override {
@@ -868,6 +883,7 @@ class Masking final : public Layer, public HasOptions<MaskingOptions> {
 class MaskWith final : public Layer, public HasOptions<MaskWithOptions> {
  public:
   MaskWithOptions options() const override { return {}; }
+  std::type_index options_type() const override { return typeid(MaskWithOptions); }
   explicit MaskWith(std::string name) : Layer(std::move(name), "mask") {}
   absl::StatusOr<std::vector<Shape>> Build(const std::vector<Shape>& in,
                                            const BuildContext&) override {
@@ -911,6 +927,15 @@ std::unique_ptr<Layer> MakeRelu(std::string name, float max_value, float negativ
                                 float threshold) {
   return std::make_unique<ReluLayer>(std::move(name), max_value, negative_slope, threshold);
 }
+std::optional<Activation> ReluActivation(const ReluOptions& r) {
+  const bool unbounded = r.max_value >= 3.0e38f;
+  if (r.threshold != 0) return std::nullopt;
+  if (r.negative_slope == 0 && unbounded) return Activation{Act::kRelu, 0};
+  if (r.negative_slope == 0 && r.max_value == 6.0f) return Activation{Act::kRelu6, 0};
+  if (unbounded) return Activation{Act::kLeakyRelu, r.negative_slope};
+  return std::nullopt;
+}
+
 std::unique_ptr<Layer> MakeFlatten(std::string name) {
   return std::make_unique<ReshapeLayer>(std::move(name), "Flatten", Shape{});
 }

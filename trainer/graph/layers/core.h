@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,10 +50,20 @@ std::unique_ptr<Layer> MakeActivation(std::string name, std::string class_name, 
 // below it.
 std::unique_ptr<Layer> MakeRelu(std::string name, float max_value, float negative_slope,
                                 float threshold);
+// A Keras ReLU layer as one of the activations: relu, relu6 (max_value 6) or leaky_relu
+// (negative_slope); nullopt for a threshold or other combinations (the GPU and ONNX forms).
+std::optional<Activation> ReluActivation(const ReluOptions& r);
 
+struct ReshapeOptions {
+  Shape target;  // Reshape's (empty for Flatten)
+  bool flatten = false;
+};
 std::unique_ptr<Layer> MakeFlatten(std::string name);
 // Reshape to `target` (per example; one -1 is inferred).
 std::unique_ptr<Layer> MakeReshape(std::string name, Shape target);
+struct RepeatOptions {
+  int64_t n = 1;
+};
 // [batch, d] -> [batch, n, d].
 std::unique_ptr<Layer> MakeRepeatVector(std::string name, int64_t n);
 // Inverted dropout in training (kept units scaled by 1/(1-rate)); identity otherwise.

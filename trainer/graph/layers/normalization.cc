@@ -97,6 +97,7 @@ LOCKSTEP_SIMD_CLONES void InputGrad(const float* x, const float* dy, int64_t row
 class BatchNorm final : public Layer, public HasOptions<BatchNormOptions> {
  public:
   BatchNormOptions options() const override { return o_; }
+  std::type_index options_type() const override { return typeid(BatchNormOptions); }
   BatchNorm(std::string name, BatchNormOptions o)
       : Layer(std::move(name), "BatchNormalization"), o_(std::move(o)) {}
 
@@ -258,6 +259,7 @@ class BatchNorm final : public Layer, public HasOptions<BatchNormOptions> {
 class LayerNorm final : public Layer, public HasOptions<LayerNormOptions> {
  public:
   LayerNormOptions options() const override { return o_; }
+  std::type_index options_type() const override { return typeid(LayerNormOptions); }
   LayerNorm(std::string name, LayerNormOptions o)
       : Layer(std::move(name), "LayerNormalization"), o_(std::move(o)) {}
 
@@ -381,6 +383,7 @@ class LayerNorm final : public Layer, public HasOptions<LayerNormOptions> {
 class Normalization final : public Layer, public HasOptions<NormalizationOptions> {
  public:
   NormalizationOptions options() const override { return o_; }
+  std::type_index options_type() const override { return typeid(NormalizationOptions); }
   Normalization(std::string name, NormalizationOptions o)
       : Layer(std::move(name), "Normalization"), o_(std::move(o)) {}
 

@@ -46,6 +46,7 @@ Shape ShapeOf(const Dims& d, int rank) {
 class Pooling final : public Layer, public HasOptions<PoolOptions> {
  public:
   PoolOptions options() const override { return o_; }
+  std::type_index options_type() const override { return typeid(PoolOptions); }
   Pooling(std::string name, PoolOptions o)
       : Layer(std::move(name),
               RankClass(o.mode == PoolMode::kMax ? "MaxPooling" : "AveragePooling", o.rank)),
@@ -225,6 +226,7 @@ class Pooling final : public Layer, public HasOptions<PoolOptions> {
 class GlobalPooling final : public Layer, public HasOptions<GlobalPoolOptions> {
  public:
   GlobalPoolOptions options() const override { return {rank_, mode_, keepdims_}; }
+  std::type_index options_type() const override { return typeid(GlobalPoolOptions); }
   GlobalPooling(std::string name, int rank, PoolMode mode, bool keepdims)
       : Layer(
             std::move(name),
@@ -359,6 +361,7 @@ void BoxCopy(const Dims& big, const Dims& small, const int64_t* off, bool to_big
 class PadCrop final : public Layer, public HasOptions<PadCropOptions> {
  public:
   PadCropOptions options() const override { return {rank_, pairs_, pad_}; }
+  std::type_index options_type() const override { return typeid(PadCropOptions); }
   PadCrop(std::string name, int rank, AxisPairs pairs, bool pad)
       : Layer(std::move(name), RankClass(pad ? "ZeroPadding" : "Cropping", rank)),
         rank_(rank),
@@ -450,6 +453,7 @@ class PadCrop final : public Layer, public HasOptions<PadCropOptions> {
 class UpSampling final : public Layer, public HasOptions<UpSamplingOptions> {
  public:
   UpSamplingOptions options() const override { return {rank_, size_, interp_}; }
+  std::type_index options_type() const override { return typeid(UpSamplingOptions); }
   UpSampling(std::string name, int rank, std::vector<int64_t> size, Interpolation interp)
       : Layer(std::move(name), RankClass("UpSampling", rank)),
         rank_(rank),

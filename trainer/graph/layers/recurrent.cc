@@ -40,6 +40,7 @@ std::string Position(const Shape& shape, int64_t i) {
 class Embedding final : public Layer, public HasOptions<EmbeddingOptions> {
  public:
   EmbeddingOptions options() const override { return o_; }
+  std::type_index options_type() const override { return typeid(EmbeddingOptions); }
   Embedding(std::string name, EmbeddingOptions o)
       : Layer(std::move(name), "Embedding"), o_(std::move(o)) {}
 
@@ -120,6 +121,7 @@ class Embedding final : public Layer, public HasOptions<EmbeddingOptions> {
     return o_.mask_zero ? &s.mask : nullptr;
   }
   bool Differentiable(size_t) const override { return false; }
+  int64_t IdBound(size_t) const override { return o_.input_dim; }
 
  private:
   // The row of id `v`, or -1 when it is not an integer in [0, input_dim).
@@ -288,6 +290,7 @@ enum SavedSlot : size_t {
 class Rnn final : public Layer, public HasOptions<RnnOptions> {
  public:
   RnnOptions options() const override { return o_; }
+  std::type_index options_type() const override { return typeid(RnnOptions); }
   Rnn(std::string name, RnnCell cell, RnnOptions o)
       : Layer(std::move(name), RnnClassName(cell)), cell_(cell), o_(std::move(o)) {
     gates_ = cell == RnnCell::kLstm ? 4 : cell == RnnCell::kGru ? 3 : 1;
@@ -1100,6 +1103,7 @@ class Bidirectional final : public Wrapper, public HasOptions<BidirectionalOptio
   BidirectionalOptions options() const override {
     return {merge_, seq_, state_, inner_[0].get(), inner_[1].get()};
   }
+  std::type_index options_type() const override { return typeid(BidirectionalOptions); }
   Bidirectional(std::string name, std::unique_ptr<Layer> fwd, std::unique_ptr<Layer> bwd,
                 BidirectionalMerge merge, bool return_sequences, bool return_state)
       : Wrapper(std::move(name), "Bidirectional"),
@@ -1370,6 +1374,7 @@ class Bidirectional final : public Wrapper, public HasOptions<BidirectionalOptio
 class TimeDistributed final : public Wrapper, public HasOptions<TimeDistributedOptions> {
  public:
   TimeDistributedOptions options() const override { return {inner_[0].get()}; }
+  std::type_index options_type() const override { return typeid(TimeDistributedOptions); }
   // The wrapped layer's, applied at every step (a per-step classifier's softmax).
   const Activation* output_activation() const override { return inner_[0]->output_activation(); }
   TimeDistributed(std::string name, std::unique_ptr<Layer> inner)

@@ -1,0 +1,36 @@
+// The ONNX exporters of the regularization family (layers/onnx_builder.h).
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trainer/graph/layers/core.h"
+#include "trainer/layers/onnx_builder.h"
+#include "trainer/layers/registry.h"
+
+namespace lockstep::trainer::layers::regularization {
+namespace {
+
+using graph::Layer;
+using graph::OptionsOf;
+using Names = absl::StatusOr<std::vector<std::string>>;
+
+// One output's name, or the error.
+[[maybe_unused]] Names One(absl::StatusOr<std::string> s) {
+  if (!s.ok()) return s.status();
+  return std::vector<std::string>{*s};
+}
+
+}  // namespace
+
+void RegisterOnnx(Registry& r) {
+  // Identities in inference.
+  const OnnxExporter identity = [](OnnxBuilder&, const OnnxArgs& a) -> Names {
+    return Names{{a.in[0]}};
+  };
+  r.Onnx<graph::DropoutOptions>(identity);
+  r.Onnx<graph::GaussianNoiseOptions>(identity);
+}
+
+}  // namespace lockstep::trainer::layers::regularization

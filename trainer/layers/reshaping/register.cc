@@ -1,0 +1,19 @@
+// The registrations of Flatten, Reshape, RepeatVector, the paddings and croppings, UpSampling:
+// their Keras classes, which of them run on the GPU, and their ONNX exporters.
+#include "trainer/graph/layers/core.h"
+#include "trainer/graph/layers/pooling.h"
+#include "trainer/layers/registry.h"
+
+namespace lockstep::trainer::layers::reshaping {
+
+void RegisterOnnx(Registry& r);  // onnx.cc
+
+void Register(Registry& r) {
+  r.SupportsGpu<graph::ReshapeOptions>();
+  r.SupportsGpu<graph::RepeatOptions>();
+  r.SupportsGpu<graph::PadCropOptions>();
+  r.SupportsGpu<graph::UpSamplingOptions>();
+  RegisterOnnx(r);
+}
+
+}  // namespace lockstep::trainer::layers::reshaping
