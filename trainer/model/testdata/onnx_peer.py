@@ -193,6 +193,8 @@ def evaluate(m, xs):
             out = [torch.exp(x0)]
         elif op == "LeakyRelu":
             out = [F.leaky_relu(x0, a.get("alpha", 0.01))]
+        elif op == "PRelu":
+            out = [torch.where(x0 >= 0, x0, ins[1] * x0)]
         elif op == "GreaterOrEqual":
             out = [x0 >= ins[1]]
         elif op == "Where":
