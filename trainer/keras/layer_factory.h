@@ -47,7 +47,6 @@ void AddCoreLayers(LayerFactories* f);           // layers_core.cc
 void AddConvolutionLayers(LayerFactories* f);    // layers_conv.cc
 void AddNormalizationLayers(LayerFactories* f);  // layers_norm.cc
 void AddRecurrentLayers(LayerFactories* f);      // layers_recurrent.cc
-void AddAttentionLayers(LayerFactories* f);      // layers_attention.cc
 void AddAugmentationLayers(LayerFactories* f);   // layers_augment.cc
 
 }  // namespace lockstep::trainer::keras

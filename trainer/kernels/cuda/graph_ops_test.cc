@@ -24,7 +24,6 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 #include <string>
 
 #include "trainer/graph/activation.h"
-#include "trainer/graph/layers/attention.h"
 #include "trainer/graph/layers/conv.h"
 #include "trainer/graph/layers/core.h"
 #include "trainer/graph/layers/normalization.h"
@@ -32,7 +31,6 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 #include "trainer/graph/layers/recurrent.h"
 #include "trainer/graph/loss.h"
 #include "trainer/kernels/cuda/activation.h"
-#include "trainer/kernels/cuda/attention.h"
 #include "trainer/kernels/cuda/conv_nd.h"
 #include "trainer/kernels/cuda/device.h"
 #include "trainer/kernels/cuda/dropout.h"
@@ -45,6 +43,8 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 #include "trainer/kernels/cuda/pooling.h"
 #include "trainer/kernels/cuda/recurrent.h"
 #include "trainer/kernels/cuda/spatial.h"
+#include "trainer/layers/attention/attention.h"
+#include "trainer/layers/attention/attention_kernels.h"
 
 namespace lockstep::trainer::cuda {
 namespace {

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/attention.h"
-#include "trainer/kernels/cuda/attention.h"
+#include "trainer/layers/attention/attention.h"
+#include "trainer/layers/attention/attention_kernels.h"
 #include "trainer/layers/gpu_op.h"
 #include "trainer/layers/registry.h"
 

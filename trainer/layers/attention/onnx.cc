@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/attention.h"
+#include "trainer/layers/attention/attention.h"
 #include "trainer/layers/onnx_builder.h"
 #include "trainer/layers/registry.h"
 

@@ -1,6 +1,6 @@
 #pragma once
 // Keras's MultiHeadAttention on the GPU with the CPU layer's semantics
-// (graph/layers/attention.h): per-head projections of query, key and value (Keras's kernel
+// (layers/attention/attention.h): per-head projections of query, key and value (Keras's kernel
 // layouts), scaled dot-product scores softmaxed over the keys (with the causal mask as Keras's
 // additive -1e9), dropout on the probabilities in training, and the heads projected back to
 // the query's width. Attention runs over every axis between the batch and the features

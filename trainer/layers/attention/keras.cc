@@ -1,12 +1,16 @@
-// The attention layers' factories (trainer/graph/layers/attention.h): MultiHeadAttention from
-// the configs Keras 2 (2.4 ... 2.15) and Keras 3 write.
-#include "trainer/graph/layers/attention.h"
+// The attention layers' Keras factories: MultiHeadAttention from the configs Keras 2 (2.4 ...
+// 2.15) and Keras 3 write.
 #include "trainer/keras/layer_factory.h"
+#include "trainer/layers/attention/attention.h"
+#include "trainer/layers/registry.h"
 
-namespace lockstep::trainer::keras {
+namespace lockstep::trainer::layers::attention {
 namespace {
 
 using graph::Layer;
+using keras::LayerConfig;
+using keras::LayerFactories;
+using keras::Regularizer;
 using LayerOr = absl::StatusOr<std::unique_ptr<Layer>>;
 
 LayerOr MultiHeadAttention(LayerConfig& c, const LayerFactories&) {
@@ -48,6 +52,6 @@ LayerOr MultiHeadAttention(LayerConfig& c, const LayerFactories&) {
 
 }  // namespace
 
-void AddAttentionLayers(LayerFactories* f) { f->Add("MultiHeadAttention", MultiHeadAttention); }
+void RegisterKeras(Registry& r) { r.keras().Add("MultiHeadAttention", MultiHeadAttention); }
 
-}  // namespace lockstep::trainer::keras
+}  // namespace lockstep::trainer::layers::attention

@@ -1,4 +1,4 @@
-#include "trainer/kernels/cuda/attention.h"
+#include "trainer/layers/attention/attention_kernels.h"
 
 #include <cmath>
 

@@ -1,6 +1,6 @@
 // MultiHeadAttention against finite differences, hand-computed cases, the corpus config and
 // PyTorch (trainer/graph/oracle/).
-#include "trainer/graph/layers/attention.h"
+#include "trainer/layers/attention/attention.h"
 
 #include <gtest/gtest.h>
 

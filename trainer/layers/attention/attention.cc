@@ -1,4 +1,4 @@
-#include "trainer/graph/layers/attention.h"
+#include "trainer/layers/attention/attention.h"
 
 #include <algorithm>
 #include <cmath>
