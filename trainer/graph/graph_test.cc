@@ -7,9 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "trainer/graph/layers/core.h"
 #include "trainer/graph/memory.h"
 #include "trainer/graph/testing/gradcheck.h"
+#include "trainer/layers/core/core.h"
+#include "trainer/layers/merging/merging.h"
 #include "trainer/testing/temp_dir.h"
 
 namespace lockstep::trainer::graph {

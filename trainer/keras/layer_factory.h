@@ -43,7 +43,6 @@ class LayerFactories {
 // InvalidArgument when the dtype is not float32 or a mixed policy.
 void ReadCommonOptions(LayerConfig& c);
 
-void AddCoreLayers(LayerFactories* f);           // layers_core.cc
 void AddConvolutionLayers(LayerFactories* f);    // layers_conv.cc
 void AddNormalizationLayers(LayerFactories* f);  // layers_norm.cc
 void AddRecurrentLayers(LayerFactories* f);      // layers_recurrent.cc

@@ -11,9 +11,9 @@
 
 #include "common/json_text.h"
 #include "trainer/data/zip_archive.h"
-#include "trainer/graph/layers/core.h"
 #include "trainer/keras/layer_factory.h"
 #include "trainer/layers/attention/attention.h"
+#include "trainer/layers/masking/masking.h"
 
 namespace lockstep::trainer::keras {
 namespace {

@@ -7,10 +7,11 @@
 #include <cmath>
 
 #include "trainer/graph/graph.h"
-#include "trainer/graph/layers/core.h"
 #include "trainer/graph/testing/gradcheck.h"
 #include "trainer/graph/testing/torch_oracle.h"
 #include "trainer/keras/layer_factory.h"
+#include "trainer/layers/core/core.h"
+#include "trainer/layers/merging/merging.h"
 
 namespace lockstep::trainer::graph {
 namespace {

@@ -25,7 +25,6 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 
 #include "trainer/graph/activation.h"
 #include "trainer/graph/layers/conv.h"
-#include "trainer/graph/layers/core.h"
 #include "trainer/graph/layers/normalization.h"
 #include "trainer/graph/layers/pooling.h"
 #include "trainer/graph/layers/recurrent.h"
@@ -45,6 +44,9 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 #include "trainer/kernels/cuda/spatial.h"
 #include "trainer/layers/attention/attention.h"
 #include "trainer/layers/attention/attention_kernels.h"
+#include "trainer/layers/core/core.h"
+#include "trainer/layers/masking/masking.h"
+#include "trainer/layers/merging/merging.h"
 
 namespace lockstep::trainer::cuda {
 namespace {

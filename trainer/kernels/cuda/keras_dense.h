@@ -1,6 +1,6 @@
 #pragma once
 // The graph's Dense layer on the GPU (the linear part; the activation is activation.h's): the
-// counterpart of the CPU layer (trainer/graph/layers/core.h), on Keras's kernel layout
+// counterpart of the CPU layer (trainer/layers/core/core.h), on Keras's kernel layout
 // [in, units] over the last axis of an input of any rank, through cuBLAS (cuda::Gemm: fp32,
 // TF32 where the context allows, or 16-bit inputs with fp32 sums).
 // Thread-safety: reentrant per context.

@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/core.h"
 #include "trainer/graph/layers/recurrent.h"
 #include "trainer/kernels/cuda/keras_dense.h"
 #include "trainer/kernels/cuda/masking.h"
 #include "trainer/kernels/cuda/merge.h"
+#include "trainer/layers/core/core.h"
 #include "trainer/layers/gpu_op.h"
 #include "trainer/layers/registry.h"
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/core.h"
 #include "trainer/graph/layers/recurrent.h"
+#include "trainer/layers/core/core.h"
 #include "trainer/layers/onnx_builder.h"
 #include "trainer/layers/registry.h"
 

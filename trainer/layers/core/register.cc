@@ -1,15 +1,16 @@
 // The registrations of Dense, the activation layers and Embedding: their Keras classes, which of
 // them run on the GPU, and their ONNX exporters.
-#include "trainer/graph/layers/core.h"
 #include "trainer/graph/layers/recurrent.h"
+#include "trainer/layers/core/core.h"
 #include "trainer/layers/registry.h"
 
 namespace lockstep::trainer::layers::core {
 
-void RegisterOnnx(Registry& r);  // onnx.cc
+void RegisterKeras(Registry& r);  // keras.cc
+void RegisterOnnx(Registry& r);   // onnx.cc
 
 void Register(Registry& r) {
-  keras::AddCoreLayers(&r.keras());
+  RegisterKeras(r);
   r.SupportsGpu<graph::DenseOptions>();
   r.SupportsGpu<Activation>();
   r.SupportsGpu<graph::ReluOptions>([](const graph::Layer& l, const GpuNode&) {

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/core.h"
 #include "trainer/kernels/cuda/merge.h"
 #include "trainer/layers/gpu_op.h"
+#include "trainer/layers/merging/merging.h"
 #include "trainer/layers/registry.h"
 
 namespace lockstep::trainer::layers::merging {

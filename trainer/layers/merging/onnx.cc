@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/core.h"
+#include "trainer/layers/merging/merging.h"
 #include "trainer/layers/onnx_builder.h"
 #include "trainer/layers/registry.h"
 

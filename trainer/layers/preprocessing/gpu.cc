@@ -4,10 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/core.h"
 #include "trainer/graph/layers/normalization.h"
 #include "trainer/kernels/cuda/merge.h"
 #include "trainer/layers/gpu_op.h"
+#include "trainer/layers/preprocessing/preprocessing.h"
 #include "trainer/layers/registry.h"
 
 namespace lockstep::trainer::layers::preprocessing {

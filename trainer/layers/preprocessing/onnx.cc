@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "trainer/graph/layers/augment.h"
-#include "trainer/graph/layers/core.h"
 #include "trainer/graph/layers/normalization.h"
 #include "trainer/layers/onnx_builder.h"
+#include "trainer/layers/preprocessing/preprocessing.h"
 #include "trainer/layers/registry.h"
 
 namespace lockstep::trainer::layers::preprocessing {

@@ -1,14 +1,16 @@
 // The registrations of Rescaling, Normalization, RandomFlip and RandomRotation: their Keras
 // classes, which of them run on the GPU, and their ONNX exporters.
-#include "trainer/graph/layers/core.h"
 #include "trainer/graph/layers/normalization.h"
+#include "trainer/layers/preprocessing/preprocessing.h"
 #include "trainer/layers/registry.h"
 
 namespace lockstep::trainer::layers::preprocessing {
 
-void RegisterOnnx(Registry& r);  // onnx.cc
+void RegisterKeras(Registry& r);  // keras.cc
+void RegisterOnnx(Registry& r);   // onnx.cc
 
 void Register(Registry& r) {
+  RegisterKeras(r);
   keras::AddAugmentationLayers(&r.keras());
   r.SupportsGpu<graph::RescalingOptions>();
   r.SupportsGpu<graph::NormalizationOptions>();

@@ -4,10 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/core.h"
 #include "trainer/kernels/cuda/dropout.h"
 #include "trainer/layers/gpu_op.h"
 #include "trainer/layers/registry.h"
+#include "trainer/layers/regularization/regularization.h"
 
 namespace lockstep::trainer::layers::regularization {
 namespace {

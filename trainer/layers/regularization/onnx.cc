@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/core.h"
 #include "trainer/layers/onnx_builder.h"
 #include "trainer/layers/registry.h"
+#include "trainer/layers/regularization/regularization.h"
 
 namespace lockstep::trainer::layers::regularization {
 namespace {

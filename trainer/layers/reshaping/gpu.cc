@@ -5,12 +5,12 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/core.h"
 #include "trainer/graph/layers/pooling.h"
 #include "trainer/kernels/cuda/merge.h"
 #include "trainer/kernels/cuda/spatial.h"
 #include "trainer/layers/gpu_op.h"
 #include "trainer/layers/registry.h"
+#include "trainer/layers/reshaping/reshaping.h"
 
 namespace lockstep::trainer::layers::reshaping {
 namespace {

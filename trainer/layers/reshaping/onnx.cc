@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/core.h"
 #include "trainer/graph/layers/pooling.h"
 #include "trainer/layers/onnx_builder.h"
 #include "trainer/layers/registry.h"
+#include "trainer/layers/reshaping/reshaping.h"
 
 namespace lockstep::trainer::layers::reshaping {
 namespace {

@@ -1,5 +1,10 @@
 // The core layers against finite differences and their defining formulas.
-#include "trainer/graph/layers/core.h"
+#include "trainer/layers/core/core.h"
+#include "trainer/layers/masking/masking.h"
+#include "trainer/layers/merging/merging.h"
+#include "trainer/layers/preprocessing/preprocessing.h"
+#include "trainer/layers/regularization/regularization.h"
+#include "trainer/layers/reshaping/reshaping.h"
 
 #include <gtest/gtest.h>
 
