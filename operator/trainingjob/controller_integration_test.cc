@@ -492,7 +492,12 @@ TEST_F(ControllerIntegrationTest, ALostWorkerIsReplacedAloneAndItsRecoveryRecord
                       "the recovery in the status"));
   EXPECT_EQ(Job("t")["status"]["recoveries"][0]["replaced"], "worker 2");
   EXPECT_FALSE(Job("t")["status"]["progress"].contains("recoveries"));
-  EXPECT_THAT(metrics_.Render(), HasSubstr("lockstep_job_recovery_seconds_count 1"));
+  // The histogram is observed after the status write lands: waited for, not read at once.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return metrics_.Render().find("lockstep_job_recovery_seconds_count 1") != std::string::npos;
+      },
+      "the recovery in the recovery-seconds histogram"));
 }
 
 TEST_F(ControllerIntegrationTest, PermanentFailureFailsNamingTheCulprit) {
