@@ -326,4 +326,14 @@ absl::Status LayerConfig::Finish() {
   return Prefix(error_);
 }
 
+int64_t ReadLastAxis(LayerConfig& c, const std::string& key) {
+  const json shown = c.raw().contains(key) ? c.raw()[key] : json();
+  const std::vector<int64_t> axes = c.Axes(key, {-1});
+  if (axes.size() != 1 || (axes[0] != -1 && axes[0] < 1)) {
+    c.Refuse("option " + key + "=" + Show(shown) + " (only the last axis, channels-last)");
+    return -1;
+  }
+  return axes[0];
+}
+
 }  // namespace lockstep::trainer::keras

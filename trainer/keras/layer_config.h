@@ -84,4 +84,8 @@ class LayerConfig {
 // A config value printed for a message (strings quoted, long values cut).
 std::string Show(const nlohmann::json& v);
 
+// An option naming one axis that must be the last (channels-last): -1 or a positive axis,
+// which the layer's build checks; anything else is refused by name (then -1).
+int64_t ReadLastAxis(LayerConfig& c, const std::string& key);
+
 }  // namespace lockstep::trainer::keras

@@ -43,9 +43,8 @@ class LayerFactories {
 // InvalidArgument when the dtype is not float32 or a mixed policy.
 void ReadCommonOptions(LayerConfig& c);
 
-void AddConvolutionLayers(LayerFactories* f);    // layers_conv.cc
-void AddNormalizationLayers(LayerFactories* f);  // layers_norm.cc
-void AddRecurrentLayers(LayerFactories* f);      // layers_recurrent.cc
-void AddAugmentationLayers(LayerFactories* f);   // layers_augment.cc
+void AddConvolutionLayers(LayerFactories* f);   // layers_conv.cc
+void AddRecurrentLayers(LayerFactories* f);     // layers_recurrent.cc
+void AddAugmentationLayers(LayerFactories* f);  // layers_augment.cc
 
 }  // namespace lockstep::trainer::keras

@@ -25,7 +25,6 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 
 #include "trainer/graph/activation.h"
 #include "trainer/graph/layers/conv.h"
-#include "trainer/graph/layers/normalization.h"
 #include "trainer/graph/layers/pooling.h"
 #include "trainer/graph/layers/recurrent.h"
 #include "trainer/graph/loss.h"
@@ -37,7 +36,6 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 #include "trainer/kernels/cuda/loss.h"
 #include "trainer/kernels/cuda/masking.h"
 #include "trainer/kernels/cuda/merge.h"
-#include "trainer/kernels/cuda/normalization.h"
 #include "trainer/kernels/cuda/op_test_util.h"
 #include "trainer/kernels/cuda/pooling.h"
 #include "trainer/kernels/cuda/recurrent.h"
@@ -47,6 +45,9 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 #include "trainer/layers/core/core.h"
 #include "trainer/layers/masking/masking.h"
 #include "trainer/layers/merging/merging.h"
+#include "trainer/layers/normalization/normalization.h"
+#include "trainer/layers/normalization/normalization_kernels.h"
+#include "trainer/layers/preprocessing/preprocessing.h"
 
 namespace lockstep::trainer::cuda {
 namespace {

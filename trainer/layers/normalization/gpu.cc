@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/normalization.h"
-#include "trainer/kernels/cuda/normalization.h"
 #include "trainer/layers/gpu_op.h"
+#include "trainer/layers/normalization/normalization.h"
+#include "trainer/layers/normalization/normalization_kernels.h"
 #include "trainer/layers/registry.h"
 
 namespace lockstep::trainer::layers::normalization {

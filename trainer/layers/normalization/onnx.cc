@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/normalization.h"
+#include "trainer/layers/normalization/normalization.h"
 #include "trainer/layers/onnx_builder.h"
 #include "trainer/layers/registry.h"
 

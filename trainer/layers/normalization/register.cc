@@ -1,14 +1,15 @@
 // The registrations of BatchNormalization and LayerNormalization: their Keras classes, which of
 // them run on the GPU, and their ONNX exporters.
-#include "trainer/graph/layers/normalization.h"
+#include "trainer/layers/normalization/normalization.h"
 #include "trainer/layers/registry.h"
 
 namespace lockstep::trainer::layers::normalization {
 
-void RegisterOnnx(Registry& r);  // onnx.cc
+void RegisterKeras(Registry& r);  // keras.cc
+void RegisterOnnx(Registry& r);   // onnx.cc
 
 void Register(Registry& r) {
-  keras::AddNormalizationLayers(&r.keras());
+  RegisterKeras(r);
   r.SupportsGpu<graph::BatchNormOptions>([](const graph::Layer& l, const GpuNode& n) {
     return n.input_masked ? GpuRefusal(l, "it receives a mask (masked batch statistics)")
                           : absl::OkStatus();

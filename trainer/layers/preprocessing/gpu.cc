@@ -4,7 +4,6 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/normalization.h"
 #include "trainer/kernels/cuda/merge.h"
 #include "trainer/layers/gpu_op.h"
 #include "trainer/layers/preprocessing/preprocessing.h"

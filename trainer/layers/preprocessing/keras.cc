@@ -1,4 +1,4 @@
-// The preprocessing layers' Keras factories.
+// The preprocessing layers' Keras factories: Rescaling, Normalization.
 #include <string>
 #include <vector>
 
@@ -14,6 +14,8 @@ using keras::LayerConfig;
 using keras::LayerFactories;
 using keras::Regularizer;
 using LayerOr = absl::StatusOr<std::unique_ptr<Layer>>;
+using keras::Show;
+using nlohmann::json;
 
 // A number or a list of numbers (one per channel).
 std::vector<float> Numbers(LayerConfig& c, const std::string& key, float def) {
@@ -38,8 +40,51 @@ LayerOr Rescaling(LayerConfig& c, const LayerFactories&) {
   return graph::MakeRescaling(c.name(), scale, offset);
 }
 
+// A number or a nested list of numbers, flattened; false when it is neither.
+bool Flatten(const json& v, std::vector<float>* out) {
+  if (v.is_number()) {
+    out->push_back(v.get<float>());
+    return true;
+  }
+  if (!v.is_array()) return false;
+  for (const json& e : v) {
+    if (!Flatten(e, out)) return false;
+  }
+  return true;
+}
+
+LayerOr Normalization(LayerConfig& c, const LayerFactories&) {
+  graph::NormalizationOptions o;
+  const bool none = c.raw().contains("axis") && c.raw()["axis"].is_null();
+  if (none) {
+    c.Ignore("axis");
+    o.axis.reset();
+  } else {
+    o.axis = keras::ReadLastAxis(c, "axis");
+  }
+  const json mean = c.Object("mean");
+  const json variance = c.Object("variance");
+  if (mean.is_null() != variance.is_null()) {
+    c.Error("options mean and variance must be given together");
+  } else if (!mean.is_null()) {
+    std::vector<float> m, v;
+    if (!Flatten(mean, &m) || !Flatten(variance, &v) || m.empty() || m.size() != v.size()) {
+      c.Error("options mean=" + Show(mean) + " and variance=" + Show(variance) +
+              " are not numbers or lists of one length");
+    } else {
+      o.mean = std::move(m);
+      o.variance = std::move(v);
+    }
+  }
+  o.invert = c.Bool("invert", false);
+  return graph::MakeNormalization(c.name(), o);
+}
+
 }  // namespace
 
-void RegisterKeras(Registry& r) { r.keras().Add("Rescaling", Rescaling); }
+void RegisterKeras(Registry& r) {
+  r.keras().Add("Rescaling", Rescaling);
+  r.keras().Add("Normalization", Normalization);
+}
 
 }  // namespace lockstep::trainer::layers::preprocessing

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "trainer/graph/layers/augment.h"
-#include "trainer/graph/layers/normalization.h"
 #include "trainer/layers/onnx_builder.h"
 #include "trainer/layers/preprocessing/preprocessing.h"
 #include "trainer/layers/registry.h"

@@ -1,6 +1,5 @@
 // The registrations of Rescaling, Normalization, RandomFlip and RandomRotation: their Keras
 // classes, which of them run on the GPU, and their ONNX exporters.
-#include "trainer/graph/layers/normalization.h"
 #include "trainer/layers/preprocessing/preprocessing.h"
 #include "trainer/layers/registry.h"
 

@@ -1,6 +1,6 @@
 #pragma once
 // The graph's normalization layers on the GPU, with the CPU layers' semantics
-// (trainer/graph/layers/normalization.h), on channels-last data flattened to rows:
+// (trainer/layers/normalization/normalization.h), on channels-last data flattened to rows:
 //
 // Without masks: the CPU BatchNormalization excludes masked steps from its statistics, so a
 // masked call stays on the CPU path until these take a mask.

@@ -1,4 +1,4 @@
-#include "trainer/kernels/cuda/normalization.h"
+#include "trainer/layers/normalization/normalization_kernels.h"
 
 #include <algorithm>
 #include <string>

@@ -1,28 +1,25 @@
-// The normalization layers' factories (trainer/graph/layers/normalization.h).
-#include "trainer/graph/layers/normalization.h"
-#include "trainer/keras/layer_factory.h"
+// The normalization layers' Keras factories: BatchNormalization, LayerNormalization.
+#include <string>
+#include <vector>
 
-namespace lockstep::trainer::keras {
+#include "trainer/keras/layer_factory.h"
+#include "trainer/layers/normalization/normalization.h"
+#include "trainer/layers/registry.h"
+
+namespace lockstep::trainer::layers::normalization {
 namespace {
 
 using graph::Layer;
+using keras::LayerConfig;
+using keras::LayerFactories;
+using keras::Regularizer;
+using keras::Show;
 using LayerOr = absl::StatusOr<std::unique_ptr<Layer>>;
 using nlohmann::json;
 
-// One axis: -1 or a positive axis (the build checks it is the last).
-int64_t ReadAxis(LayerConfig& c, const std::string& key) {
-  const json shown = c.raw().contains(key) ? c.raw()[key] : json();
-  const std::vector<int64_t> axes = c.Axes(key, {-1});
-  if (axes.size() != 1 || (axes[0] != -1 && axes[0] < 1)) {
-    c.Refuse("option " + key + "=" + Show(shown) + " (only the last axis, channels-last)");
-    return -1;
-  }
-  return axes[0];
-}
-
 LayerOr BatchNormalization(LayerConfig& c, const LayerFactories&) {
   graph::BatchNormOptions o;
-  o.axis = ReadAxis(c, "axis");
+  o.axis = keras::ReadLastAxis(c, "axis");
   o.momentum = c.Float("momentum", 0.99f);
   o.epsilon = c.Float("epsilon", 1e-3f);
   if (o.epsilon <= 0) c.Error("option epsilon must be positive");
@@ -70,52 +67,11 @@ LayerOr LayerNormalization(LayerConfig& c, const LayerFactories&) {
   return graph::MakeLayerNormalization(c.name(), o);
 }
 
-// A number or a nested list of numbers, flattened; false when it is neither.
-bool Flatten(const json& v, std::vector<float>* out) {
-  if (v.is_number()) {
-    out->push_back(v.get<float>());
-    return true;
-  }
-  if (!v.is_array()) return false;
-  for (const json& e : v) {
-    if (!Flatten(e, out)) return false;
-  }
-  return true;
-}
-
-LayerOr Normalization(LayerConfig& c, const LayerFactories&) {
-  graph::NormalizationOptions o;
-  const bool none = c.raw().contains("axis") && c.raw()["axis"].is_null();
-  if (none) {
-    c.Ignore("axis");
-    o.axis.reset();
-  } else {
-    o.axis = ReadAxis(c, "axis");
-  }
-  const json mean = c.Object("mean");
-  const json variance = c.Object("variance");
-  if (mean.is_null() != variance.is_null()) {
-    c.Error("options mean and variance must be given together");
-  } else if (!mean.is_null()) {
-    std::vector<float> m, v;
-    if (!Flatten(mean, &m) || !Flatten(variance, &v) || m.empty() || m.size() != v.size()) {
-      c.Error("options mean=" + Show(mean) + " and variance=" + Show(variance) +
-              " are not numbers or lists of one length");
-    } else {
-      o.mean = std::move(m);
-      o.variance = std::move(v);
-    }
-  }
-  o.invert = c.Bool("invert", false);
-  return graph::MakeNormalization(c.name(), o);
-}
-
 }  // namespace
 
-void AddNormalizationLayers(LayerFactories* f) {
-  f->Add("BatchNormalization", BatchNormalization);
-  f->Add("LayerNormalization", LayerNormalization);
-  f->Add("Normalization", Normalization);
+void RegisterKeras(Registry& r) {
+  r.keras().Add("BatchNormalization", BatchNormalization);
+  r.keras().Add("LayerNormalization", LayerNormalization);
 }
 
-}  // namespace lockstep::trainer::keras
+}  // namespace lockstep::trainer::layers::normalization

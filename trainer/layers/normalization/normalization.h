@@ -15,13 +15,8 @@
 // LayerNormalization: per example over the trailing axes given (the last by default),
 // y = gamma (x - mean) / sqrt(var + epsilon) + beta with gamma and beta shaped as those axes.
 //
-// Normalization (the preprocessing layer): y = (x - mean) / max(sqrt(var), 1e-7) (invert:
-// x * max(sqrt(var), 1e-7) + mean), per channel of the last axis or over everything (axis
-// None). Its statistics come from the config, or from the non-trainable weights "mean",
-// "variance" and "count" (an adapted layer's, loaded with its weights; zeros, ones and 0
-// until then).
-//
-// Masks pass through all three, as Keras's do.
+// Masks pass through both, as Keras's do. (Normalization, the preprocessing layer, is in
+// layers/preprocessing/.)
 // Thread-safety: one thread per layer object (layer.h).
 
 #include <cstdint>
@@ -60,15 +55,5 @@ struct LayerNormOptions {
   float gamma_l1 = 0, gamma_l2 = 0, beta_l1 = 0, beta_l2 = 0;
 };
 std::unique_ptr<Layer> MakeLayerNormalization(std::string name, LayerNormOptions o);
-
-struct NormalizationOptions {
-  // The axis with its own statistics, as Keras counts it (-1 or the last axis); absent: one
-  // mean and variance for every element (Keras's axis=None).
-  std::optional<int64_t> axis = -1;
-  // From the config: one value (broadcast) or one per channel. Absent: the weights.
-  std::optional<std::vector<float>> mean, variance;
-  bool invert = false;
-};
-std::unique_ptr<Layer> MakeNormalization(std::string name, NormalizationOptions o);
 
 }  // namespace lockstep::trainer::graph

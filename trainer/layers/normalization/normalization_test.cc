@@ -1,7 +1,8 @@
 // BatchNormalization, LayerNormalization and Normalization against finite differences, their
 // defining formulas and their Keras configs (PyTorch checks them in conv_test.cc's oracle
 // cases).
-#include "trainer/graph/layers/normalization.h"
+#include "trainer/layers/normalization/normalization.h"
+#include "trainer/layers/preprocessing/preprocessing.h"
 
 #include <gtest/gtest.h>
 
@@ -21,7 +22,7 @@ using testing::FromJson;
 using testing::PerExample;
 using testing::RandomTensor;
 
-const Weight* Find(const Layer& l, const std::string& name) {
+const Weight* FindWeight(const Layer& l, const std::string& name) {
   for (const Weight& w : l.weights()) {
     if (w.name == name) return &w;
   }
@@ -262,7 +263,7 @@ TEST(NormalizationFactoryTest, RealConfigsBuild) {
   ASSERT_TRUE(frozen.ok()) << frozen.status();
   EXPECT_FALSE((*frozen)->trainable());
   ASSERT_TRUE((*frozen)->Build({{16, 16, 64}}, BuildContext{&rng}).ok());
-  EXPECT_FALSE(Find(**frozen, "gamma")->trainable);
+  EXPECT_FALSE(FindWeight(**frozen, "gamma")->trainable);
   // 009-gru-batchnorm-weather.json: axis [2] on [time, features].
   auto listed = FromJson(R"({"class_name": "BatchNormalization", "config": {
     "name": "batch_normalization", "trainable": true, "dtype": "float32", "axis": [2],
@@ -274,7 +275,7 @@ TEST(NormalizationFactoryTest, RealConfigsBuild) {
     "beta_constraint": null, "gamma_constraint": null}})");
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_TRUE((*listed)->Build({{24, 7}}, BuildContext{&rng}).ok());
-  EXPECT_FLOAT_EQ(Find(**listed, "gamma")->l2, 0.1f);
+  EXPECT_FLOAT_EQ(FindWeight(**listed, "gamma")->l2, 0.1f);
   // 019-cnn-transformer-mha.json: LayerNormalization axis [2]; Normalization axis [3] adapted.
   auto ln = FromJson(R"({"module": "keras.layers", "class_name": "LayerNormalization",
     "config": {"name": "layer_normalization_6", "trainable": true, "dtype": "float32",
