@@ -299,6 +299,12 @@ class OnnxBuilder {
   int counter_ = 0;
 };
 
+// An exporter's one output value name, or its error.
+inline absl::StatusOr<std::vector<std::string>> OneOutput(absl::StatusOr<std::string> s) {
+  if (!s.ok()) return s.status();
+  return std::vector<std::string>{*s};
+}
+
 // What a family's exporter gets for one call of `layer`.
 struct OnnxArgs {
   const graph::Layer& layer;

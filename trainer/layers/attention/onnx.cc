@@ -16,12 +16,6 @@ using graph::Layer;
 using graph::OptionsOf;
 using Names = absl::StatusOr<std::vector<std::string>>;
 
-// One output's name, or the error.
-[[maybe_unused]] Names One(absl::StatusOr<std::string> s) {
-  if (!s.ok()) return s.status();
-  return std::vector<std::string>{*s};
-}
-
 // x [batch, ..., d] flattened to [batch, seq, d] (the axes between known), or as is.
 absl::StatusOr<std::string> Sequence(OnnxBuilder& ox, const Layer& l, const std::string& x,
                                      const Shape& s) {
@@ -97,8 +91,8 @@ absl::StatusOr<std::string> Attention(OnnxBuilder& ox, const Layer& l, const Onn
 
 void RegisterOnnx(Registry& r) {
   r.Onnx<graph::MultiHeadAttentionOptions>([](OnnxBuilder& ox, const OnnxArgs& a) -> Names {
-    return One(Attention(ox, a.layer, a.weights, a.in, a.in_t,
-                         *OptionsOf<graph::MultiHeadAttentionOptions>(a.layer)));
+    return OneOutput(Attention(ox, a.layer, a.weights, a.in, a.in_t,
+                               *OptionsOf<graph::MultiHeadAttentionOptions>(a.layer)));
   });
 }
 

@@ -17,12 +17,6 @@ using graph::OptionsOf;
 using graph::Padding;
 using Names = absl::StatusOr<std::vector<std::string>>;
 
-// One output's name, or the error.
-[[maybe_unused]] Names One(absl::StatusOr<std::string> s) {
-  if (!s.ok()) return s.status();
-  return std::vector<std::string>{*s};
-}
-
 absl::StatusOr<std::string> Conv(OnnxBuilder& ox, const Layer& l, const OnnxWeights& w,
                                  const std::string& x, const std::vector<int>& in_t,
                                  const graph::ConvOptions& o) {
@@ -124,20 +118,20 @@ absl::StatusOr<std::string> ConvTranspose(OnnxBuilder& ox, const Layer& l, const
 
 void RegisterOnnx(Registry& r) {
   r.Onnx<graph::ConvOptions>([](OnnxBuilder& ox, const OnnxArgs& a) -> Names {
-    return One(
+    return OneOutput(
         Conv(ox, a.layer, a.weights, a.in[0], a.in_t, *OptionsOf<graph::ConvOptions>(a.layer)));
   });
   r.Onnx<graph::DepthwiseOptions>([](OnnxBuilder& ox, const OnnxArgs& a) -> Names {
-    return One(Depthwise(ox, a.layer, a.weights, a.in[0], a.in_t,
-                         *OptionsOf<graph::DepthwiseOptions>(a.layer)));
+    return OneOutput(Depthwise(ox, a.layer, a.weights, a.in[0], a.in_t,
+                               *OptionsOf<graph::DepthwiseOptions>(a.layer)));
   });
   r.Onnx<graph::SeparableOptions>([](OnnxBuilder& ox, const OnnxArgs& a) -> Names {
-    return One(Separable(ox, a.layer, a.weights, a.in[0], a.in_t,
-                         *OptionsOf<graph::SeparableOptions>(a.layer)));
+    return OneOutput(Separable(ox, a.layer, a.weights, a.in[0], a.in_t,
+                               *OptionsOf<graph::SeparableOptions>(a.layer)));
   });
   r.Onnx<graph::ConvTransposeOptions>([](OnnxBuilder& ox, const OnnxArgs& a) -> Names {
-    return One(ConvTranspose(ox, a.layer, a.weights, a.in[0], a.in_t,
-                             *OptionsOf<graph::ConvTransposeOptions>(a.layer)));
+    return OneOutput(ConvTranspose(ox, a.layer, a.weights, a.in[0], a.in_t,
+                                   *OptionsOf<graph::ConvTransposeOptions>(a.layer)));
   });
 }
 

@@ -17,12 +17,6 @@ using graph::Layer;
 using graph::OptionsOf;
 using Names = absl::StatusOr<std::vector<std::string>>;
 
-// One output's name, or the error.
-[[maybe_unused]] Names One(absl::StatusOr<std::string> s) {
-  if (!s.ok()) return s.status();
-  return std::vector<std::string>{*s};
-}
-
 // Keras's ReLU layer: x above threshold (capped at max_value), slope * (x - threshold) below.
 std::string Relu(OnnxBuilder& ox, const std::string& x, const graph::ReluOptions& r) {
   std::string y;
@@ -44,10 +38,10 @@ void RegisterOnnx(Registry& r) {
     const graph::DenseOptions d = *OptionsOf<graph::DenseOptions>(a.layer);
     std::string y = ox.Op("MatMul", {a.in[0], ox.Const("kernel", *a.weights.Get("kernel"))});
     if (d.use_bias) y = ox.Op("Add", {y, ox.Const("bias", *a.weights.Get("bias"))});
-    return One(ox.Act(a.layer, y, d.activation));
+    return OneOutput(ox.Act(a.layer, y, d.activation));
   });
   r.Onnx<Activation>([](OnnxBuilder& ox, const OnnxArgs& a) -> Names {
-    return One(ox.Act(a.layer, a.in[0], *OptionsOf<Activation>(a.layer)));
+    return OneOutput(ox.Act(a.layer, a.in[0], *OptionsOf<Activation>(a.layer)));
   });
   r.Onnx<graph::ReluOptions>([](OnnxBuilder& ox, const OnnxArgs& a) -> Names {
     return Names{{Relu(ox, a.in[0], *OptionsOf<graph::ReluOptions>(a.layer))}};

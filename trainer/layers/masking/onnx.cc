@@ -16,12 +16,6 @@ using graph::Layer;
 using graph::OptionsOf;
 using Names = absl::StatusOr<std::vector<std::string>>;
 
-// One output's name, or the error.
-[[maybe_unused]] Names One(absl::StatusOr<std::string> s) {
-  if (!s.ok()) return s.status();
-  return std::vector<std::string>{*s};
-}
-
 }  // namespace
 
 void RegisterOnnx(Registry& r) {

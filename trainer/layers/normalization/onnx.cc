@@ -16,12 +16,6 @@ using graph::Layer;
 using graph::OptionsOf;
 using Names = absl::StatusOr<std::vector<std::string>>;
 
-// One output's name, or the error.
-[[maybe_unused]] Names One(absl::StatusOr<std::string> s) {
-  if (!s.ok()) return s.status();
-  return std::vector<std::string>{*s};
-}
-
 std::string BatchNorm(OnnxBuilder& ox, const OnnxWeights& w, const std::string& x,
                       const graph::BatchNormOptions& o) {
   const Tensor& mean = *w.Get("moving_mean");
@@ -67,8 +61,8 @@ void RegisterOnnx(Registry& r) {
     return Names{{BatchNorm(ox, a.weights, a.in[0], *OptionsOf<graph::BatchNormOptions>(a.layer))}};
   });
   r.Onnx<graph::LayerNormOptions>([](OnnxBuilder& ox, const OnnxArgs& a) -> Names {
-    return One(LayerNorm(ox, a.layer, a.weights, a.in[0], a.in_t,
-                         *OptionsOf<graph::LayerNormOptions>(a.layer)));
+    return OneOutput(LayerNorm(ox, a.layer, a.weights, a.in[0], a.in_t,
+                               *OptionsOf<graph::LayerNormOptions>(a.layer)));
   });
 }
 

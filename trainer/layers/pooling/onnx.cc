@@ -16,12 +16,6 @@ using graph::Layer;
 using graph::OptionsOf;
 using Names = absl::StatusOr<std::vector<std::string>>;
 
-// One output's name, or the error.
-[[maybe_unused]] Names One(absl::StatusOr<std::string> s) {
-  if (!s.ok()) return s.status();
-  return std::vector<std::string>{*s};
-}
-
 absl::StatusOr<std::string> Pool(OnnxBuilder& ox, const std::string& x,
                                  const std::vector<int>& in_t, const graph::PoolOptions& o) {
   absl::StatusOr<std::vector<OnnxAttr>> attrs =
@@ -38,7 +32,7 @@ absl::StatusOr<std::string> Pool(OnnxBuilder& ox, const std::string& x,
 
 void RegisterOnnx(Registry& r) {
   r.Onnx<graph::PoolOptions>([](OnnxBuilder& ox, const OnnxArgs& a) -> Names {
-    return One(Pool(ox, a.in[0], a.in_t, *OptionsOf<graph::PoolOptions>(a.layer)));
+    return OneOutput(Pool(ox, a.in[0], a.in_t, *OptionsOf<graph::PoolOptions>(a.layer)));
   });
   r.Onnx<graph::GlobalPoolOptions>([](OnnxBuilder& ox, const OnnxArgs& a) -> Names {
     const graph::GlobalPoolOptions p = *OptionsOf<graph::GlobalPoolOptions>(a.layer);

@@ -17,12 +17,6 @@ using graph::Layer;
 using graph::OptionsOf;
 using Names = absl::StatusOr<std::vector<std::string>>;
 
-// One output's name, or the error.
-[[maybe_unused]] Names One(absl::StatusOr<std::string> s) {
-  if (!s.ok()) return s.status();
-  return std::vector<std::string>{*s};
-}
-
 absl::StatusOr<std::string> Normalization(OnnxBuilder& ox, const Layer& l, const OnnxWeights& w,
                                           const std::string& x,
                                           const graph::NormalizationOptions& o) {
@@ -65,8 +59,8 @@ void RegisterOnnx(Registry& r) {
     return Names{{ox.Affine(a.in[0], o.scale, o.offset)}};
   });
   r.Onnx<graph::NormalizationOptions>([](OnnxBuilder& ox, const OnnxArgs& a) -> Names {
-    return One(Normalization(ox, a.layer, a.weights, a.in[0],
-                             *OptionsOf<graph::NormalizationOptions>(a.layer)));
+    return OneOutput(Normalization(ox, a.layer, a.weights, a.in[0],
+                                   *OptionsOf<graph::NormalizationOptions>(a.layer)));
   });
   // The augmentations are identities in inference.
   const OnnxExporter identity = [](OnnxBuilder&, const OnnxArgs& a) -> Names {

@@ -17,12 +17,6 @@ using graph::Layer;
 using graph::OptionsOf;
 using Names = absl::StatusOr<std::vector<std::string>>;
 
-// One output's name, or the error.
-[[maybe_unused]] Names One(absl::StatusOr<std::string> s) {
-  if (!s.ok()) return s.status();
-  return std::vector<std::string>{*s};
-}
-
 std::string PadCrop(OnnxBuilder& ox, const std::string& x, const graph::PadCropOptions& o) {
   if (o.pad) {
     std::vector<int64_t> pads(static_cast<size_t>(2 * (o.rank + 2)), 0);
