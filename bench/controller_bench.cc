@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
   (void)client.Create(
       res::kNamespaces, "",
       {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "bench"}}}});
-  std::unique_ptr<lk::kube::Clock> clock = lk::kube::NewRealClock();
+  std::unique_ptr<lk::common::Clock> clock = lk::common::NewRealClock();
   lk::common::MetricsRegistry metrics;
   lk::trainingjob::TrainingJobController controller(&operator_client, clock.get(), &metrics,
                                                     nullptr, {.workers = 4});

@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/testing/fake_clock.h"
 #include "operator/kube/pod.h"
-#include "operator/kube/testing/fake_clock.h"
 #include "operator/kube/testing/fake_transport.h"
 #include "operator/runtime/informer.h"
 #include "operator/runtime/work_queue.h"
@@ -163,7 +163,7 @@ void BM_InformerIngest(benchmark::State& state) {
   const std::string body = WatchBody();
   auto transport = std::make_shared<kube::FakeTransport>();
   kube::RestClient client(transport);
-  kube::FakeClock clock;
+  common::FakeClock clock;
   int64_t events = 0;
   for (auto _ : state) {
     state.PauseTiming();

@@ -9,7 +9,7 @@
 namespace lockstep::kube {
 
 BearerTokenTransport::BearerTokenTransport(std::shared_ptr<Transport> inner, std::string token,
-                                           std::string token_file, Clock* clock)
+                                           std::string token_file, common::Clock* clock)
     : inner_(std::move(inner)),
       token_file_(std::move(token_file)),
       clock_(clock),
@@ -43,7 +43,7 @@ absl::StatusOr<StreamedResponse> BearerTokenTransport::Open(const HttpRequest& r
   return inner_->Open(Authorize(request));
 }
 
-absl::StatusOr<std::shared_ptr<Transport>> Connect(const RestConfig& config, Clock* clock) {
+absl::StatusOr<std::shared_ptr<Transport>> Connect(const RestConfig& config, common::Clock* clock) {
   absl::StatusOr<std::unique_ptr<Transport>> http = NewHttpTransport({
       .server = config.server,
       .ca_pem = config.ca_pem,

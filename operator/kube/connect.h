@@ -9,7 +9,7 @@
 #include <mutex>
 
 #include "absl/status/statusor.h"
-#include "operator/kube/clock.h"
+#include "common/clock.h"
 #include "operator/kube/kube_config.h"
 #include "operator/kube/transport.h"
 
@@ -21,7 +21,7 @@ class BearerTokenTransport final : public Transport {
 
   // Either a fixed `token` or a `token_file`. `clock` must outlive this.
   BearerTokenTransport(std::shared_ptr<Transport> inner, std::string token, std::string token_file,
-                       Clock* clock);
+                       common::Clock* clock);
 
   absl::StatusOr<HttpResponse> Send(const HttpRequest& request) override;
   absl::StatusOr<StreamedResponse> Open(const HttpRequest& request) override;
@@ -31,12 +31,12 @@ class BearerTokenTransport final : public Transport {
 
   std::shared_ptr<Transport> inner_;
   std::string token_file_;
-  Clock* clock_;
+  common::Clock* clock_;
   std::mutex mu_;
   std::string token_;
   absl::Time next_read_ = absl::InfinitePast();
 };
 
-absl::StatusOr<std::shared_ptr<Transport>> Connect(const RestConfig& config, Clock* clock);
+absl::StatusOr<std::shared_ptr<Transport>> Connect(const RestConfig& config, common::Clock* clock);
 
 }  // namespace lockstep::kube

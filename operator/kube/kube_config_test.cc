@@ -7,8 +7,8 @@
 #include <fstream>
 
 #include "absl/strings/escaping.h"
+#include "common/testing/fake_clock.h"
 #include "operator/kube/connect.h"
-#include "operator/kube/testing/fake_clock.h"
 #include "operator/kube/testing/fake_transport.h"
 
 namespace lockstep::kube {
@@ -168,7 +168,7 @@ TEST_F(KubeconfigTest, InClusterReadsTheServiceAccount) {
 TEST_F(KubeconfigTest, BearerTokenFileIsReReadAfterItRotates) {
   std::string token = Write("token", "first\n");
   auto inner = std::make_shared<FakeTransport>();
-  FakeClock clock;
+  common::FakeClock clock;
   BearerTokenTransport auth(inner, "", token, &clock);
   auto send = [&] {
     inner->QueueResponse(200, "{}");
@@ -188,7 +188,7 @@ TEST_F(KubeconfigTest, BearerTokenFileIsReReadAfterItRotates) {
 }
 
 TEST_F(KubeconfigTest, ConnectRejectsBadServersAndCredentials) {
-  FakeClock clock;
+  common::FakeClock clock;
   EXPECT_EQ(Connect({.server = "ftp://x"}, &clock).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Connect({.server = "not a url"}, &clock).status().code(),

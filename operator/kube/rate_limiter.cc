@@ -9,7 +9,7 @@ thread_local absl::Duration waited_on_this_thread;
 
 }  // namespace
 
-TokenBucket::TokenBucket(double qps, int burst, Clock* clock)
+TokenBucket::TokenBucket(double qps, int burst, common::Clock* clock)
     : qps_(qps),
       burst_(std::max(1, burst)),
       clock_(clock),

@@ -8,14 +8,14 @@
 #include <stop_token>
 
 #include "absl/time/time.h"
-#include "operator/kube/clock.h"
+#include "common/clock.h"
 
 namespace lockstep::kube {
 
 class TokenBucket {
  public:
   // qps <= 0 disables throttling. `clock` must outlive the bucket.
-  TokenBucket(double qps, int burst, Clock* clock);
+  TokenBucket(double qps, int burst, common::Clock* clock);
 
   // Takes a token and returns how long to wait before using it (zero when one was ready).
   absl::Duration Reserve();
@@ -33,7 +33,7 @@ class TokenBucket {
 
   const double qps_;
   const double burst_;
-  Clock* clock_;
+  common::Clock* clock_;
   std::mutex mu_;
   double tokens_;
   absl::Time last_;

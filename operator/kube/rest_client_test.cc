@@ -3,8 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/testing/fake_clock.h"
 #include "operator/kube/api_error.h"
-#include "operator/kube/testing/fake_clock.h"
 #include "operator/kube/testing/fake_transport.h"
 
 namespace lockstep::kube {
@@ -149,7 +149,7 @@ TEST_F(RestClientTest, TransportFailuresKeepTheirCodeAndNameTheRequest) {
 }
 
 TEST_F(RestClientTest, ThrottleDelaysRequestsBeyondTheBurst) {
-  FakeClock clock;
+  common::FakeClock clock;
   auto bucket = std::make_shared<TokenBucket>(/*qps=*/10, /*burst=*/2, &clock);
   RestClient throttled(transport_, {.throttle = bucket});
   for (int i = 0; i < 2; ++i) {
@@ -169,7 +169,7 @@ TEST_F(RestClientTest, ThrottleDelaysRequestsBeyondTheBurst) {
 
 // A stopping process: a request waiting for the throttle goes at once, and so do the next.
 TEST_F(RestClientTest, AStopEndsTheWaitsForTheThrottle) {
-  FakeClock clock;
+  common::FakeClock clock;
   auto bucket = std::make_shared<TokenBucket>(/*qps=*/1, /*burst=*/1, &clock);
   std::stop_source stop;
   RestClient throttled(transport_, {.throttle = bucket, .stop = stop.get_token()});
@@ -182,7 +182,7 @@ TEST_F(RestClientTest, AStopEndsTheWaitsForTheThrottle) {
   EXPECT_TRUE(throttled.Get(resources::kPods, "ns", "p").ok());
   EXPECT_TRUE(throttled.Get(resources::kPods, "ns", "p").ok());
   EXPECT_EQ(transport_->requests().size(), 4u);
-  EXPECT_EQ(clock.Monotonic(), FakeClock().Monotonic());  // no time had to pass
+  EXPECT_EQ(clock.Monotonic(), common::FakeClock().Monotonic());  // no time had to pass
 }
 
 TEST_F(RestClientTest, WatchDecodesEventsSplitAcrossChunks) {

@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "common/testing/fake_clock.h"
 #include "operator/kube/api_error.h"
-#include "operator/kube/testing/fake_clock.h"
 
 namespace lockstep::runtime {
 namespace {
@@ -24,7 +24,7 @@ class ControllerTest : public ::testing::Test {
     queue_.Done("k");
   }
 
-  kube::FakeClock clock_;
+  common::FakeClock clock_;
   WorkQueue queue_{&clock_};
 };
 
@@ -105,7 +105,7 @@ TEST_F(ControllerTest, AnExceptionFromTheReconcilerIsRetriedNotPropagated) {
 }
 
 TEST_F(ControllerTest, WorkersProcessKeysConcurrentlyButNeverTheSameKeyTwice) {
-  std::unique_ptr<kube::Clock> real = kube::NewRealClock();
+  std::unique_ptr<common::Clock> real = common::NewRealClock();
   WorkQueue queue(real.get());
   std::mutex mu;
   std::set<std::string> active;

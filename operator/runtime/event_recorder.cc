@@ -36,7 +36,7 @@ void Bound(Map& m, size_t limit, Stale stale) {
 
 }  // namespace
 
-EventRecorder::EventRecorder(kube::RestClient* client, kube::Clock* clock,
+EventRecorder::EventRecorder(kube::RestClient* client, common::Clock* clock,
                              EventRecorderOptions options)
     : client_(client->WithThrottle(nullptr)),
       clock_(clock),

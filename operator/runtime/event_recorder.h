@@ -33,8 +33,8 @@
 #include <tuple>
 
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/metrics.h"
-#include "operator/kube/clock.h"
 #include "operator/kube/rate_limiter.h"
 #include "operator/kube/rest_client.h"
 
@@ -69,7 +69,7 @@ class EventRecorder {
  public:
   // Pointers must outlive the recorder. Writes go through a copy of `client` without its
   // throttle: the recorder's own budget replaces it.
-  EventRecorder(kube::RestClient* client, kube::Clock* clock, EventRecorderOptions options = {});
+  EventRecorder(kube::RestClient* client, common::Clock* clock, EventRecorderOptions options = {});
   ~EventRecorder();
   EventRecorder(const EventRecorder&) = delete;
   EventRecorder& operator=(const EventRecorder&) = delete;
@@ -122,7 +122,7 @@ class EventRecorder {
   void Forget(const Key& key, const std::string& event_name);
 
   kube::RestClient client_;  // unthrottled
-  kube::Clock* clock_;
+  common::Clock* clock_;
   EventRecorderOptions options_;
   kube::TokenBucket budget_;
 

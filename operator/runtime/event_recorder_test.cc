@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "common/metrics.h"
-#include "operator/kube/testing/fake_clock.h"
+#include "common/testing/fake_clock.h"
 #include "operator/runtime/testing/fake_object_server.h"
 
 namespace lockstep::runtime {
@@ -18,7 +18,7 @@ class EventRecorderTest : public ::testing::Test {
   std::shared_ptr<kube::FakeTransport> transport_ = std::make_shared<kube::FakeTransport>();
   testing::FakeObjectServer server_{transport_.get()};
   kube::RestClient client_{transport_};
-  kube::FakeClock clock_;
+  common::FakeClock clock_;
   EventRecorder recorder_{
       &client_, &clock_, {.window = absl::Minutes(10), .max_tracked = 2, .qps = 0}};
   // Records, then waits until the writer has written it.

@@ -39,7 +39,7 @@ class Informer final : public WatchSink {
   using Decoder = std::function<absl::StatusOr<T>(const nlohmann::json&)>;
 
   Informer(kube::RestClient* client, kube::Resource resource, Decoder decode,
-           WatcherOptions options, kube::Clock* clock)
+           WatcherOptions options, common::Clock* clock)
       : decode_(std::move(decode)),
         component_("informer/" + resource.plural),
         watcher_(client, std::move(resource), std::move(options), clock, this) {}

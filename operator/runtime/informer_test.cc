@@ -6,8 +6,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "common/testing/fake_clock.h"
 #include "operator/kube/pod.h"
-#include "operator/kube/testing/fake_clock.h"
 #include "operator/kube/testing/fake_transport.h"
 
 namespace lockstep::runtime {
@@ -55,7 +55,7 @@ class InformerTest : public ::testing::Test {
 
   std::shared_ptr<kube::FakeTransport> transport_ = std::make_shared<kube::FakeTransport>();
   kube::RestClient client_{transport_};
-  kube::FakeClock clock_;
+  common::FakeClock clock_;
   Informer<Pod> informer_{&client_, kube::resources::kPods, kube::DecodePod, {}, &clock_};
   std::vector<std::string> log_;
 };

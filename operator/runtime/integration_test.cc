@@ -116,7 +116,7 @@ class InformerIntegrationTest : public ::testing::Test {
 
   TestApiServer server_;
   kube::RestClient client_{Plain(server_)};
-  std::unique_ptr<kube::Clock> clock_ = kube::NewRealClock();
+  std::unique_ptr<common::Clock> clock_ = common::NewRealClock();
   Informer<kube::Pod> informer_{
       &client_,
       kube::resources::kPods,
@@ -305,7 +305,7 @@ class TlsTest : public ::testing::Test {
     return s.str();
   }
   static absl::Status Probe(const kube::RestConfig& config) {
-    std::unique_ptr<kube::Clock> clock = kube::NewRealClock();
+    std::unique_ptr<common::Clock> clock = common::NewRealClock();
     absl::StatusOr<std::shared_ptr<kube::Transport>> t = kube::Connect(config, clock.get());
     if (!t.ok()) return t.status();
     kube::RestClient client(*t, {.timeout = absl::Seconds(20)});

@@ -25,7 +25,7 @@ int64_t Int(const nlohmann::json& spec, const char* key) {
 }  // namespace
 
 LeaderElector::LeaderElector(kube::RestClient* client, LeaderElectionConfig config,
-                             kube::Clock* clock)
+                             common::Clock* clock)
     : client_(client), config_(std::move(config)), clock_(clock) {}
 
 nlohmann::json LeaderElector::LeaseObject(const std::string& holder, int64_t transitions,

@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
-#include "operator/kube/clock.h"
+#include "common/clock.h"
 #include "operator/kube/rest_client.h"
 
 namespace lockstep::runtime {
@@ -34,7 +34,7 @@ struct LeaderElectionConfig {
 class LeaderElector {
  public:
   // Pointers must outlive the elector.
-  LeaderElector(kube::RestClient* client, LeaderElectionConfig config, kube::Clock* clock);
+  LeaderElector(kube::RestClient* client, LeaderElectionConfig config, common::Clock* clock);
 
   // One attempt: true when this process holds the lease afterwards.
   absl::StatusOr<bool> TryAcquireOrRenew();
@@ -57,7 +57,7 @@ class LeaderElector {
 
   kube::RestClient* client_;
   LeaderElectionConfig config_;
-  kube::Clock* clock_;
+  common::Clock* clock_;
   bool leading_ = false;
   std::string observed_holder_;
   std::string observed_record_;  // holder + renewTime + transitions, to detect change

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "operator/kube/testing/fake_clock.h"
+#include "common/testing/fake_clock.h"
 #include "operator/runtime/testing/fake_object_server.h"
 
 namespace lockstep::runtime {
@@ -24,7 +24,7 @@ class LeaderElectionTest : public ::testing::Test {
   std::shared_ptr<kube::FakeTransport> transport_ = std::make_shared<kube::FakeTransport>();
   testing::FakeObjectServer server_{transport_.get()};
   kube::RestClient client_{transport_};
-  kube::FakeClock clock_;
+  common::FakeClock clock_;
   LeaderElector a_{&client_, Config("a"), &clock_};
   LeaderElector b_{&client_, Config("b"), &clock_};
 };

@@ -109,7 +109,7 @@ WatcherAction WatcherMachine::OnWaitOver() {
 }
 
 Watcher::Watcher(kube::RestClient* client, kube::Resource resource, WatcherOptions options,
-                 kube::Clock* clock, WatchSink* sink)
+                 common::Clock* clock, WatchSink* sink)
     : client_(client),
       resource_(std::move(resource)),
       options_(std::move(options)),
@@ -185,7 +185,7 @@ WatcherAction Watcher::Watch(const std::string& resource_version, std::stop_toke
   }
   std::shared_ptr<kube::WatchStream> stream = std::move(*opened);
   auto rotated = std::make_shared<std::atomic<bool>>(false);
-  kube::Clock::TimerId rotation = clock_->Schedule(
+  common::Clock::TimerId rotation = clock_->Schedule(
       clock_->Monotonic() + absl::Seconds(timeout) + absl::Seconds(30), [stream, rotated] {
         rotated->store(true);
         stream->Cancel();

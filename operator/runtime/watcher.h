@@ -26,7 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
-#include "operator/kube/clock.h"
+#include "common/clock.h"
 #include "operator/kube/rest_client.h"
 #include "operator/runtime/backoff.h"
 
@@ -94,7 +94,7 @@ class Watcher {
  public:
   // Pointers must outlive the watcher.
   Watcher(kube::RestClient* client, kube::Resource resource, WatcherOptions options,
-          kube::Clock* clock, WatchSink* sink);
+          common::Clock* clock, WatchSink* sink);
 
   // Lists and watches until `stop` is requested. Never throws; errors are retried.
   void Run(std::stop_token stop);
@@ -105,7 +105,7 @@ class Watcher {
   kube::RestClient* client_;
   kube::Resource resource_;
   WatcherOptions options_;
-  kube::Clock* clock_;
+  common::Clock* clock_;
   WatchSink* sink_;
   WatcherMachine machine_;
   std::mt19937_64 rng_;

@@ -5,8 +5,8 @@
 
 #include <thread>
 
+#include "common/testing/fake_clock.h"
 #include "operator/kube/api_error.h"
-#include "operator/kube/testing/fake_clock.h"
 #include "operator/kube/testing/fake_transport.h"
 
 namespace lockstep::runtime {
@@ -186,7 +186,7 @@ class WatcherTest : public ::testing::Test {
 
   std::shared_ptr<kube::FakeTransport> transport_ = std::make_shared<kube::FakeTransport>();
   kube::RestClient client_{transport_};
-  kube::FakeClock clock_;
+  common::FakeClock clock_;
   RecordingSink sink_;
   Watcher watcher_{&client_,
                    kube::resources::kPods,

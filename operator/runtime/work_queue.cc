@@ -11,7 +11,7 @@ struct WorkQueue::State {
   std::deque<std::string> queue;
   std::set<std::string, std::less<>> dirty;       // queued or to be re-queued after Done
   std::set<std::string, std::less<>> processing;  // handed to a worker
-  std::map<std::string, std::pair<absl::Time, kube::Clock::TimerId>, std::less<>> waiting;
+  std::map<std::string, std::pair<absl::Time, common::Clock::TimerId>, std::less<>> waiting;
   std::map<std::string, int, std::less<>> failures;
   bool shutting_down = false;
 
@@ -25,7 +25,7 @@ struct WorkQueue::State {
   }
 };
 
-WorkQueue::WorkQueue(kube::Clock* clock, WorkQueueOptions options)
+WorkQueue::WorkQueue(common::Clock* clock, WorkQueueOptions options)
     : state_(std::make_shared<State>()), clock_(clock), options_(options) {}
 
 WorkQueue::~WorkQueue() { ShutDown(); }
@@ -52,7 +52,7 @@ void WorkQueue::AddAfter(const std::string& key, absl::Duration delay) {
   // The timer may fire at once, on this thread: schedule it without holding the lock.
   lock.unlock();
   std::weak_ptr<State> weak = state_;
-  kube::Clock::TimerId id = clock_->Schedule(deadline, [weak, key, deadline] {
+  common::Clock::TimerId id = clock_->Schedule(deadline, [weak, key, deadline] {
     std::shared_ptr<State> state = weak.lock();
     if (!state) return;
     std::lock_guard l(state->mu);

@@ -23,7 +23,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "operator/kube/clock.h"
+#include "common/clock.h"
 
 namespace lockstep::runtime {
 
@@ -35,7 +35,7 @@ struct WorkQueueOptions {
 class WorkQueue {
  public:
   // `clock` must outlive the queue.
-  explicit WorkQueue(kube::Clock* clock, WorkQueueOptions options = {});
+  explicit WorkQueue(common::Clock* clock, WorkQueueOptions options = {});
   ~WorkQueue();
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;
@@ -61,7 +61,7 @@ class WorkQueue {
 
   struct State;
   std::shared_ptr<State> state_;  // shared with pending timers, which may outlive a call
-  kube::Clock* clock_;
+  common::Clock* clock_;
   WorkQueueOptions options_;
 };
 

@@ -5,14 +5,14 @@
 #include <atomic>
 #include <thread>
 
-#include "operator/kube/testing/fake_clock.h"
+#include "common/testing/fake_clock.h"
 
 namespace lockstep::runtime {
 namespace {
 
 class WorkQueueTest : public ::testing::Test {
  protected:
-  kube::FakeClock clock_;
+  common::FakeClock clock_;
   WorkQueue queue_{&clock_};
 };
 

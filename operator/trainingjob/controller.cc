@@ -15,7 +15,7 @@
 namespace lockstep::trainingjob {
 
 struct TrainingJobController::Impl {
-  Impl(kube::RestClient* c, kube::Clock* clk, common::MetricsRegistry* m, ProgressSource* p,
+  Impl(kube::RestClient* c, common::Clock* clk, common::MetricsRegistry* m, ProgressSource* p,
        ControllerOptions o)
       : client(c),
         clock(clk),
@@ -120,7 +120,7 @@ struct TrainingJobController::Impl {
   }
 
   kube::RestClient* client;
-  kube::Clock* clock;
+  common::Clock* clock;
   common::MetricsRegistry* metrics;
   ControllerOptions options;
   runtime::Informer<JobObject> jobs;
@@ -136,7 +136,7 @@ struct TrainingJobController::Impl {
   Reconciler reconciler;
 };
 
-TrainingJobController::TrainingJobController(kube::RestClient* client, kube::Clock* clock,
+TrainingJobController::TrainingJobController(kube::RestClient* client, common::Clock* clock,
                                              common::MetricsRegistry* metrics,
                                              ProgressSource* progress, ControllerOptions options)
     : impl_(std::make_unique<Impl>(client, clock, metrics, progress, std::move(options))) {

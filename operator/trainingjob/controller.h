@@ -14,8 +14,8 @@
 #include <stop_token>
 #include <string>
 
+#include "common/clock.h"
 #include "common/metrics.h"
-#include "operator/kube/clock.h"
 #include "operator/kube/rest_client.h"
 #include "operator/runtime/event_recorder.h"
 #include "operator/runtime/watcher.h"
@@ -39,7 +39,7 @@ struct ControllerOptions {
 class TrainingJobController {
  public:
   // Pointers must outlive the controller. `progress` may be null (no polling).
-  TrainingJobController(kube::RestClient* client, kube::Clock* clock,
+  TrainingJobController(kube::RestClient* client, common::Clock* clock,
                         common::MetricsRegistry* metrics, ProgressSource* progress,
                         ControllerOptions options);
   ~TrainingJobController();

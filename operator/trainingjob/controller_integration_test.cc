@@ -10,10 +10,10 @@
 #include <future>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/str_util.h"
 #include "operator/api/manifest.h"
 #include "operator/kube/api_error.h"
-#include "operator/kube/clock.h"
 #include "operator/local/apiserver/api_server.h"
 #include "operator/local/apiserver/builtin_crds.h"
 #include "operator/local/apiserver/local_transport.h"
@@ -198,7 +198,7 @@ class ControllerIntegrationTest : public ::testing::Test {
     faults_ = std::make_shared<FaultyTransport>(local);
     operator_client_ = std::make_unique<kube::RestClient>(faults_);
     client_ = std::make_unique<kube::RestClient>(local);
-    clock_ = kube::NewRealClock();
+    clock_ = common::NewRealClock();
     json ns = {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "ns"}}}};
     ASSERT_TRUE(client_->Create(res::kNamespaces, "", ns).ok());
   }
@@ -313,7 +313,7 @@ class ControllerIntegrationTest : public ::testing::Test {
   std::shared_ptr<FaultyTransport> faults_;
   std::unique_ptr<kube::RestClient> operator_client_;
   std::unique_ptr<kube::RestClient> client_;
-  std::unique_ptr<kube::Clock> clock_;
+  std::unique_ptr<common::Clock> clock_;
   common::MetricsRegistry metrics_;
   FixedProgress progress_;
   std::unique_ptr<TrainingJobController> controller_;

@@ -14,13 +14,13 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "operator/kube/clock.h"
+#include "common/clock.h"
 
 namespace lockstep::trainingjob {
 
 class Expectations {
  public:
-  Expectations(kube::Clock* clock, absl::Duration timeout = absl::Minutes(5))
+  Expectations(common::Clock* clock, absl::Duration timeout = absl::Minutes(5))
       : clock_(clock), timeout_(timeout) {}
 
   void Expect(const std::string& job_key, const std::string& item);
@@ -36,7 +36,7 @@ class Expectations {
     std::set<std::string> items;
     absl::Time since;
   };
-  kube::Clock* clock_;
+  common::Clock* clock_;
   absl::Duration timeout_;
   mutable std::mutex mu_;
   std::map<std::string, Entry> entries_;

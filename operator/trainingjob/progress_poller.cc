@@ -8,7 +8,7 @@
 
 namespace lockstep::trainingjob {
 
-ProgressPoller::ProgressPoller(ProgressSource* source, kube::Clock* clock,
+ProgressPoller::ProgressPoller(ProgressSource* source, common::Clock* clock,
                                ProgressPollerOptions options, Lister lister, OnChange on_change)
     : source_(source),
       clock_(clock),

@@ -28,8 +28,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "operator/api/trainingjob_types.h"
-#include "operator/kube/clock.h"
 #include "operator/trainingjob/progress.h"
 #include "operator/trainingjob/progress_target.h"
 
@@ -53,7 +53,7 @@ class ProgressPoller {
   using OnChange = std::function<void(const std::string& job_key)>;
 
   // Pointers must outlive the poller.
-  ProgressPoller(ProgressSource* source, kube::Clock* clock, ProgressPollerOptions options,
+  ProgressPoller(ProgressSource* source, common::Clock* clock, ProgressPollerOptions options,
                  Lister lister, OnChange on_change);
 
   // The latest progress polled for a job, or nullopt when none has been read.
@@ -88,7 +88,7 @@ class ProgressPoller {
   void Loop(std::stop_token stop);
 
   ProgressSource* source_;
-  kube::Clock* clock_;
+  common::Clock* clock_;
   ProgressPollerOptions options_;
   Lister lister_;
   OnChange on_change_;

@@ -7,8 +7,8 @@
 #include <set>
 #include <thread>
 
+#include "common/testing/fake_clock.h"
 #include "operator/api/job_state.h"
-#include "operator/kube/testing/fake_clock.h"
 #include "operator/trainingjob/observe.h"
 #include "operator/trainingjob/progress_target.h"
 #include "operator/trainingjob/testing.h"
@@ -91,7 +91,7 @@ class ProgressPollerTest : public ::testing::Test {
     return std::exchange(changed_, {});
   }
 
-  kube::FakeClock clock_;
+  common::FakeClock clock_;
   FakeSource source_;
   std::mutex mu_;
   std::vector<ProgressTarget> targets_;

@@ -25,10 +25,10 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "operator/api/field_errors.h"
 #include "operator/api/trainingjob_types.h"
-#include "operator/kube/clock.h"
 #include "operator/kube/rest_client.h"
 #include "operator/runtime/cache.h"
 #include "operator/runtime/controller.h"
@@ -99,7 +99,7 @@ struct ReconcilerDeps {
   runtime::EventRecorder* events = nullptr;
   const ProgressPoller* progress = nullptr;  // null: no progress is read
   common::MetricsRegistry* metrics = nullptr;
-  kube::Clock* clock = nullptr;
+  common::Clock* clock = nullptr;
 };
 
 class Reconciler {

@@ -9,6 +9,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "trainer/comm/peer_lost.h"
 #include "trainer/comm/token.h"
 #include "trainer/proto/coordination.grpc.pb.h"
 
@@ -19,7 +20,7 @@ namespace pb = lockstep::trainer::proto;
 
 class Service final : public pb::Coordination::Service {
  public:
-  explicit Service(CoordinationServer::Options o) : o_(std::move(o)) {
+  explicit Service(CoordinationServer::Options o) : o_(WithClock(std::move(o))) {
     for (int t = 0; t < o_.world_size; ++t) expected_.insert(t);
   }
 
@@ -65,7 +66,7 @@ class Service final : public pb::Coordination::Service {
         }
       }
       joining_[t] = me;
-      last_seen_[t] = absl::Now();
+      last_seen_[t] = o_.clock->Monotonic();
     } else {
       // A task new to the group (an elastic group grew): it waits to be admitted, answering
       // before the caller's deadline so that it hears why.
@@ -163,7 +164,7 @@ class Service final : public pb::Coordination::Service {
                          pb::HeartbeatResponse* resp) override {
     if (grpc::Status s = CheckToken(ctx, o_.token); !s.ok()) return s;
     std::lock_guard<std::mutex> lock(mu_);
-    const absl::Time now = absl::Now();
+    const absl::Time now = o_.clock->Monotonic();
     const int t = req->task_id();
     if (Superseded(t, req->incarnation())) {
       resp->set_lost(absl::StrCat("task ", t, " was taken over by a newer process"));
@@ -198,6 +199,11 @@ class Service final : public pb::Coordination::Service {
   }
 
  private:
+  static CoordinationServer::Options WithClock(CoordinationServer::Options o) {
+    if (o.clock == nullptr) o.clock = &common::SystemClock();
+    return o;
+  }
+
   struct Member {
     uint64_t incarnation = 0;
     std::string task;
@@ -296,7 +302,7 @@ class Service final : public pb::Coordination::Service {
     for (const auto& [t, m] : lobby_) {
       expected_.insert(t);
       joining_[t] = m;
-      last_seen_[t] = absl::Now();
+      last_seen_[t] = o_.clock->Monotonic();
     }
     lobby_.clear();
   }
@@ -318,7 +324,7 @@ class Service final : public pb::Coordination::Service {
     members_ = joining_;
     forming_ = false;
     planned_ = false;
-    const absl::Time now = absl::Now();
+    const absl::Time now = o_.clock->Monotonic();
     last_seen_.clear();
     for (const auto& [t, m] : members_) last_seen_[t] = now;
   }
@@ -420,8 +426,9 @@ struct CoordinationClient::Impl {
 };
 
 CoordinationClient::CoordinationClient(const std::string& address, std::string token, int rank,
-                                       int world_size, std::string task)
+                                       int world_size, std::string task, common::Clock* clock)
     : impl_(std::make_unique<Impl>()),
+      clock_(clock != nullptr ? clock : &common::SystemClock()),
       incarnation_(std::random_device{}() * 0x100000001ull ^
                    static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()))) {
   impl_->address = address;
@@ -434,8 +441,10 @@ CoordinationClient::CoordinationClient(const std::string& address, std::string t
 }
 
 CoordinationClient::~CoordinationClient() {
-  quit_ = true;
-  if (heartbeat_.joinable()) heartbeat_.join();
+  if (heartbeat_.joinable()) {
+    heartbeat_.request_stop();
+    heartbeat_.join();
+  }
 }
 
 absl::StatusOr<Membership> CoordinationClient::Join(absl::Duration timeout, bool planned) {
@@ -465,8 +474,10 @@ absl::StatusOr<Membership> CoordinationClient::Join(absl::Duration timeout, bool
 }
 
 absl::Status CoordinationClient::Leave() {
-  quit_ = true;
-  if (heartbeat_.joinable()) heartbeat_.join();
+  if (heartbeat_.joinable()) {
+    heartbeat_.request_stop();
+    heartbeat_.join();
+  }
   grpc::ClientContext ctx;
   AttachToken(&ctx, impl_->token);
   ctx.set_deadline(GrpcDeadline(absl::Seconds(10)));
@@ -518,11 +529,11 @@ absl::StatusOr<std::string> CoordinationClient::Get(const std::string& key,
 void CoordinationClient::StartHeartbeats(
     absl::Duration interval, absl::Duration peer_timeout, std::function<void(absl::Status)> on_lost,
     std::function<void(int64_t, const std::string&, bool)> on_new_epoch) {
-  heartbeat_ = std::thread([this, interval, peer_timeout, on_lost = std::move(on_lost),
-                            on_new_epoch = std::move(on_new_epoch)] {
+  heartbeat_ = std::jthread([this, interval, peer_timeout, on_lost = std::move(on_lost),
+                             on_new_epoch = std::move(on_new_epoch)](std::stop_token quit) {
     int64_t told = -1;  // the newest epoch on_new_epoch heard of
-    absl::Time last_answer = absl::Now();
-    while (!quit_) {
+    absl::Time last_answer = clock_->Monotonic();
+    while (!quit.stop_requested()) {
       grpc::ClientContext ctx;
       AttachToken(&ctx, impl_->token);
       ctx.set_deadline(GrpcDeadline(std::min(interval * 2, peer_timeout)));
@@ -532,7 +543,7 @@ void CoordinationClient::StartHeartbeats(
       req.set_incarnation(incarnation_);
       pb::HeartbeatResponse resp;
       grpc::Status s = impl_->stub->Heartbeat(&ctx, req, &resp);
-      const absl::Time now = absl::Now();
+      const absl::Time now = clock_->Monotonic();
       std::string lost;
       if (s.ok()) {
         last_answer = now;
@@ -549,12 +560,10 @@ void CoordinationClient::StartHeartbeats(
                             absl::FormatDuration(now - last_answer), " (", s.error_message(), ")");
       }
       if (!lost.empty()) {
-        on_lost(absl::UnavailableError("peer lost: " + lost));
+        on_lost(PeerLostError(lost));
         return;
       }
-      for (absl::Time until = absl::Now() + interval; !quit_ && absl::Now() < until;) {
-        absl::SleepFor(std::min(interval, absl::Milliseconds(50)));
-      }
+      clock_->SleepFor(interval, quit);
     }
   });
 }

@@ -7,9 +7,9 @@
 //   Set/Get   a key-value store for bootstrap data (each rank's ring address);
 //   heartbeats every interval. The server declares a rank lost when it has not heard from it
 //             for the peer timeout; a client that hears it, or cannot reach the server for the
-//             peer timeout, reports PeerLost through its callback (the strategy then aborts its
-//             collectives and the trainer exits with a retryable code). A stop request
-//             (SIGTERM) travels the same way.
+//             peer timeout, reports a peer-lost status (peer_lost.h) through its callback (the
+//             strategy then aborts its collectives and the trainer exits with a retryable code). A
+//             stop request (SIGTERM) travels the same way.
 //
 // Membership epochs (in-place recovery). The group forms epoch 0 when every rank has joined.
 // A Join while the group is formed begins the next epoch: a survivor whose collective failed
@@ -42,6 +42,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace lockstep::trainer::comm {
 
@@ -59,6 +60,8 @@ class CoordinationServer {
     int max_world_size = 0;
     // Elastic: every epoch's size divides it (0: any size).
     int64_t global_batch = 0;
+    // What heartbeat silence is measured by (null: common::SystemClock()).
+    common::Clock* clock = nullptr;
   };
   // Listens on host:port (port 0 picks one).
   static absl::StatusOr<std::unique_ptr<CoordinationServer>> Start(const std::string& host,
@@ -83,13 +86,30 @@ struct Membership {
   int size() const { return static_cast<int>(tasks.size()); }
 };
 
-class CoordinationClient {
+// A task's membership calls, which the training group (strategy/training_group.h) makes;
+// CoordinationClient serves them, a test's fake may.
+class Coordinator {
+ public:
+  virtual ~Coordinator() = default;
+  // See CoordinationClient.
+  virtual absl::StatusOr<Membership> Join(absl::Duration timeout, bool planned = false) = 0;
+  virtual absl::Status Leave() = 0;
+  virtual void StartHeartbeats(
+      absl::Duration interval, absl::Duration peer_timeout,
+      std::function<void(absl::Status)> on_lost,
+      std::function<void(int64_t, const std::string&, bool planned)> on_new_epoch = nullptr) = 0;
+  virtual void RequestStop() = 0;
+  virtual bool StopSeen() const = 0;
+};
+
+class CoordinationClient final : public Coordinator {
  public:
   // `task_id`: this task's TF_CONFIG position (the chiefs, then the workers); `world_size`:
-  // the tasks its TF_CONFIG lists.
+  // the tasks its TF_CONFIG lists. `clock` (null: common::SystemClock()) paces the heartbeats
+  // and measures the coordinator's silence.
   CoordinationClient(const std::string& address, std::string token, int task_id, int world_size,
-                     std::string task);
-  ~CoordinationClient();
+                     std::string task, common::Clock* clock = nullptr);
+  ~CoordinationClient() override;
 
   // Waits for the server to come up and every rank to join, up to `timeout`. The first call
   // joins as a new process; a later one (after a collective failed) begins or joins the next
@@ -97,37 +117,37 @@ class CoordinationClient {
   // group that is still waiting for admission at the deadline gets ResourceExhausted, naming
   // why, when the size it would make does not divide the global batch.
   // `planned`: a member rejoining at the step boundary of a planned change.
-  absl::StatusOr<Membership> Join(absl::Duration timeout, bool planned = false);
+  absl::StatusOr<Membership> Join(absl::Duration timeout, bool planned = false) override;
   // Leaves an elastic group (scaled down); heartbeats then end.
-  absl::Status Leave();
+  absl::Status Leave() override;
   int64_t epoch() const { return epoch_; }
   absl::Status Barrier(const std::string& name, absl::Duration timeout);
   absl::Status Set(const std::string& key, const std::string& value);
   absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout);
 
-  // Starts heartbeats; `on_lost` is called once, from the heartbeat thread, with an
-  // Unavailable status naming the lost peer (heartbeats then end). `on_new_epoch`, when set,
+  // Starts heartbeats; `on_lost` is called once, from the heartbeat thread, with a peer-lost
+  // status (peer_lost.h) naming the lost peer (heartbeats then end). `on_new_epoch`, when set,
   // is called from that thread whenever the group has begun an epoch newer than this task's,
   // with what began it and whether it is planned (finish the step, then rejoin) rather than
   // a lost peer's (abort the step).
-  void StartHeartbeats(
-      absl::Duration interval, absl::Duration peer_timeout,
-      std::function<void(absl::Status)> on_lost,
-      std::function<void(int64_t, const std::string&, bool planned)> on_new_epoch = nullptr);
+  void StartHeartbeats(absl::Duration interval, absl::Duration peer_timeout,
+                       std::function<void(absl::Status)> on_lost,
+                       std::function<void(int64_t, const std::string&, bool planned)> on_new_epoch =
+                           nullptr) override;
   // The next heartbeats tell the group this task was asked to stop.
-  void RequestStop() { stop_requested_ = true; }
+  void RequestStop() override { stop_requested_ = true; }
   // Some task of the group was asked to stop.
-  bool StopSeen() const { return stop_seen_; }
+  bool StopSeen() const override { return stop_seen_; }
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  common::Clock* const clock_;
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> stop_seen_{false};
-  std::atomic<bool> quit_{false};
   std::atomic<int64_t> epoch_{-1};
   const uint64_t incarnation_;
-  std::thread heartbeat_;
+  std::jthread heartbeat_;
 };
 
 }  // namespace lockstep::trainer::comm

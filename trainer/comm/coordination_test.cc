@@ -6,7 +6,9 @@
 #include <future>
 #include <latch>
 
+#include "common/testing/fake_clock.h"
 #include "gtest/gtest.h"
+#include "trainer/comm/peer_lost.h"
 
 namespace lockstep::trainer::comm {
 namespace {
@@ -17,8 +19,9 @@ struct Group {
   std::string address;
 };
 
+// `clock`: the server's and the clients' (the wall clock when null).
 Group MakeGroup(int n, absl::Duration peer_timeout = absl::Seconds(30), bool in_place = false,
-                int max_world_size = 0, int64_t global_batch = 0) {
+                int max_world_size = 0, int64_t global_batch = 0, common::Clock* clock = nullptr) {
   Group g;
   auto s = CoordinationServer::Start("127.0.0.1", 0,
                                      {.world_size = n,
@@ -26,13 +29,14 @@ Group MakeGroup(int n, absl::Duration peer_timeout = absl::Seconds(30), bool in_
                                       .peer_timeout = peer_timeout,
                                       .recover_in_place = in_place,
                                       .max_world_size = max_world_size,
-                                      .global_batch = global_batch});
+                                      .global_batch = global_batch,
+                                      .clock = clock});
   EXPECT_TRUE(s.ok()) << s.status();
   g.server = std::move(*s);
   g.address = "127.0.0.1:" + std::to_string(g.server->port());
   for (int r = 0; r < n; ++r) {
     g.clients.push_back(std::make_unique<CoordinationClient>(g.address, "tok", r, n,
-                                                             "worker " + std::to_string(r)));
+                                                             "worker " + std::to_string(r), clock));
   }
   return g;
 }
@@ -96,32 +100,50 @@ TEST(CoordinationTest, ASilentPeerIsReportedLostToTheOthers) {
   // checks, until the group's destructor joins them.
   std::promise<absl::Status> lost;
   std::atomic<bool> reported{false};
-  Group g = MakeGroup(3, absl::Milliseconds(800));
+  common::FakeClock clock;
+  const absl::Time formed = clock.Monotonic();
+  Group g = MakeGroup(3, absl::Seconds(10), false, 0, 0, &clock);
   ASSERT_TRUE(JoinAll(g).ok());
-  // Ranks 0 and 1 heartbeat; rank 2 never does.
+  // Ranks 0 and 1 heartbeat every (fake) second; rank 2 never does.
   for (int r : {0, 1}) {
-    g.clients[r]->StartHeartbeats(absl::Milliseconds(50), absl::Milliseconds(800),
-                                  [&](absl::Status s) {
-                                    if (!reported.exchange(true)) lost.set_value(s);
-                                  });
+    g.clients[r]->StartHeartbeats(absl::Seconds(1), absl::Seconds(10), [&](absl::Status s) {
+      if (!reported.exchange(true)) lost.set_value(s);
+    });
   }
   auto f = lost.get_future();
+  // Within the peer timeout nobody is lost: both heartbeat at 9 s and sleep again (a pending
+  // timer each) with no news.
+  clock.WaitForTimers(2);
+  clock.Advance(absl::Seconds(9));
+  clock.WaitForTimers(2);
+  EXPECT_NE(f.wait_for(std::chrono::milliseconds(0)), std::future_status::ready);
+  // At 11 s the next heartbeat hears that rank 2 is lost.
+  clock.Advance(absl::Seconds(2));
   ASSERT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   absl::Status s = f.get();
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(s.message().find("worker 2 sent no heartbeat"), std::string::npos) << s;
+  EXPECT_TRUE(IsPeerLost(s)) << s;
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_NE(s.message().find("worker 2 sent no heartbeat for 11s"), std::string::npos) << s;
+  EXPECT_EQ(clock.Monotonic() - formed, absl::Seconds(11));
 }
 
 TEST(CoordinationTest, AnUnreachableCoordinatorIsAPeerLost) {
   std::promise<absl::Status> lost;  // outlives the heartbeat thread, which the group joins
-  Group g = MakeGroup(2, absl::Seconds(30));
+  common::FakeClock clock;
+  Group g = MakeGroup(2, absl::Seconds(30), false, 0, 0, &clock);
   ASSERT_TRUE(JoinAll(g).ok());
-  g.clients[1]->StartHeartbeats(absl::Milliseconds(50), absl::Milliseconds(500),
+  g.clients[1]->StartHeartbeats(absl::Seconds(1), absl::Seconds(20),
                                 [&](absl::Status s) { lost.set_value(s); });
   g.server.reset();
   auto f = lost.get_future();
+  // However its last heartbeat went, the client is asleep for the next; 25 s later the
+  // coordinator has not answered for longer than the peer timeout.
+  clock.WaitForTimers(1);
+  clock.Advance(absl::Seconds(25));
   ASSERT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready);
-  EXPECT_NE(f.get().message().find("did not answer"), std::string::npos);
+  absl::Status s = f.get();
+  EXPECT_TRUE(IsPeerLost(s)) << s;
+  EXPECT_NE(s.message().find("did not answer for"), std::string::npos) << s;
 }
 
 TEST(CoordinationTest, AStopRequestReachesEveryTask) {
@@ -223,21 +245,28 @@ TEST(CoordinationTest, InPlaceASilentRankBeginsANewEpochAndItsOldProcessIsLost) 
   std::promise<std::pair<int64_t, std::string>> announced;
   std::atomic<bool> told{false}, lost{false};
   std::promise<absl::Status> old_lost;
-  Group g = MakeGroup(3, absl::Milliseconds(800), /*in_place=*/true);
+  common::FakeClock clock;
+  Group g = MakeGroup(3, absl::Seconds(10), /*in_place=*/true, 0, 0, &clock);
   ASSERT_TRUE(JoinAll(g).ok());
   for (int r : {0, 1}) {
     g.clients[r]->StartHeartbeats(
-        absl::Milliseconds(50), absl::Seconds(30), [&](absl::Status) { lost = true; },
+        absl::Seconds(1), absl::Seconds(30), [&](absl::Status) { lost = true; },
         [&](int64_t epoch, const std::string& why, bool planned) {
           EXPECT_FALSE(planned);
           if (!told.exchange(true)) announced.set_value({epoch, why});
         });
   }
   auto f = announced.get_future();
+  // Second by second, ranks 0 and 1 heartbeat (each then sleeps: a pending timer) and rank 2
+  // stays silent; past the 10 s peer timeout its silence begins epoch 1.
+  for (int second = 0; second < 11; ++second) {
+    clock.WaitForTimers(2);
+    clock.Advance(absl::Seconds(1));
+  }
   ASSERT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   auto [epoch, why] = f.get();
   EXPECT_EQ(epoch, 1);
-  EXPECT_NE(why.find("worker 2 sent no heartbeat"), std::string::npos) << why;
+  EXPECT_NE(why.find("worker 2 sent no heartbeat for 11s"), std::string::npos) << why;
   EXPECT_FALSE(lost);
   // The survivors and a replacement form epoch 1.
   CoordinationClient replacement(g.address, "tok", 2, 3, "worker 2");

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "trainer/comm/nccl.h"
+#include "trainer/comm/peer_lost.h"
 #include "trainer/comm/ring.h"
 #include "trainer/kernels/cuda/gpu_available.h"
 #include "trainer/strategy/session.h"
@@ -21,12 +22,12 @@ absl::StatusOr<std::unique_ptr<comm::Collective>> ConnectNcclRank(const Collecti
   // cannot serve, found at once rather than as a failed (and retried) communicator.
   if (absl::Status st = s.coord->Set(absl::StrCat("nccl/gpu/", s.rank), cuda::GpuUuid(0));
       !st.ok()) {
-    return PeerLost(st);
+    return comm::AsPeerLost(st);
   }
   std::vector<std::string> gpus;
   for (int r = 0; r < s.world_size; ++r) {
     absl::StatusOr<std::string> g = s.coord->Get(absl::StrCat("nccl/gpu/", r), s.setup_timeout);
-    if (!g.ok()) return PeerLost(g.status());
+    if (!g.ok()) return comm::AsPeerLost(g.status());
     gpus.push_back(*g);
   }
   if (absl::Status st = OneGpuPerRank(gpus); !st.ok()) return st;
@@ -34,7 +35,7 @@ absl::StatusOr<std::unique_ptr<comm::Collective>> ConnectNcclRank(const Collecti
   absl::StatusOr<std::unique_ptr<comm::Collective>> c = comm::ConnectNccl(
       s.rank, s.world_size, 0, [&](const std::string& id) { return s.coord->Set("nccl/id", id); },
       [&] { return s.coord->Get("nccl/id", s.setup_timeout); }, s.setup_timeout);
-  if (!c.ok()) return PeerLost(c.status());
+  if (!c.ok()) return comm::AsPeerLost(c.status());
   return c;
 }
 
@@ -46,7 +47,7 @@ absl::StatusOr<std::unique_ptr<comm::Collective>> ConnectRingRank(const Collecti
   if (absl::Status st = s.coord->Set(absl::StrCat("ring/", s.rank),
                                      absl::StrCat(s.self_host, ":", (*listener)->port()));
       !st.ok()) {
-    return PeerLost(st);
+    return comm::AsPeerLost(st);
   }
   comm::RingOptions ro;
   ro.rank = s.rank;
@@ -56,11 +57,11 @@ absl::StatusOr<std::unique_ptr<comm::Collective>> ConnectRingRank(const Collecti
   ro.timeout = s.collective_timeout;
   for (int r = 0; r < s.world_size; ++r) {
     absl::StatusOr<std::string> a = s.coord->Get(absl::StrCat("ring/", r), s.setup_timeout);
-    if (!a.ok()) return PeerLost(a.status());
+    if (!a.ok()) return comm::AsPeerLost(a.status());
     ro.addresses.push_back(*a);
   }
   absl::StatusOr<std::unique_ptr<comm::Collective>> ring = comm::ConnectRing(std::move(ro));
-  if (!ring.ok()) return PeerLost(ring.status());
+  if (!ring.ok()) return comm::AsPeerLost(ring.status());
   return ring;
 }
 

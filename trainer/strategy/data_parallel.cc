@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "trainer/comm/in_process.h"
 #include "trainer/comm/nccl.h"
+#include "trainer/comm/peer_lost.h"
 #include "trainer/data/batcher.h"
 #include "trainer/kernels/cpu/threads.h"
 #include "trainer/strategy/initial_state.h"
@@ -110,7 +111,7 @@ absl::Status RunSteps(Run& run, Batcher& batches, int64_t total, int64_t every, 
       comm::WorkPtr tw = run.comm->AllReduce(trailer.data(), kTrailerSlots);
       absl::Status s = run.engine.FinishGradients(r.collective_timeout);
       if (s.ok()) s = tw->Wait(r.collective_timeout);
-      if (!s.ok()) return PeerLost(s);
+      if (!s.ok()) return comm::AsPeerLost(s);
     }
     if (trailer[kStop] > 0) {
       // Every replica saw the same trailer: all stop here, before this step's update.
@@ -184,7 +185,7 @@ absl::StatusOr<BatcherOptions> BatchingFor(const Run& run, const Datasets& data)
   std::vector<float> steps(static_cast<size_t>(run.size), 0.0f);
   steps[static_cast<size_t>(run.rank)] = static_cast<float>(data.train.size() / local);
   comm::WorkPtr w = run.comm->AllReduce(steps.data(), run.size);
-  if (absl::Status s = w->Wait(run.r.collective_timeout); !s.ok()) return PeerLost(s);
+  if (absl::Status s = w->Wait(run.r.collective_timeout); !s.ok()) return comm::AsPeerLost(s);
   const auto fewest = static_cast<int64_t>(*std::min_element(steps.begin(), steps.end()));
   if (fewest == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -196,10 +197,6 @@ absl::StatusOr<BatcherOptions> BatchingFor(const Run& run, const Datasets& data)
                         .shard_count = 1,
                         .seed = c.seed + static_cast<uint64_t>(run.rank),
                         .steps_per_epoch = fewest};
-}
-
-bool IsPeerLost(const absl::Status& s) {
-  return absl::IsAborted(s) && absl::StartsWith(s.message(), "peer lost");
 }
 
 // In-place recovery after `failed` (an OK status: a planned membership change at a step
@@ -229,7 +226,7 @@ absl::Status Recover(Run& run, const absl::Status& failed, Position& pos) {
     if (absl::Status s = run.engine.Rebind(g->comm); !s.ok()) return s;
     absl::StatusOr<RecoveredState> st =
         SyncRecoveredState(run.engine, g->comm, pos, run.r.collective_timeout);
-    if (!st.ok() && IsPeerLost(st.status())) {
+    if (!st.ok() && comm::IsPeerLost(st.status())) {
       last = st.status();  // lost again while taking the state over: regroup again
       common::LogInfo("recovery", "the group failed while taking the state over: ", last.message());
       continue;
@@ -342,7 +339,7 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   // an elastic group's members change at a step boundary, likewise.
   for (;;) {
     const bool planned = trained.ok() && run.membership_change;
-    const bool lost = !trained.ok() && r.regroup && IsPeerLost(trained);
+    const bool lost = !trained.ok() && r.regroup && comm::IsPeerLost(trained);
     if (!planned && !lost) break;
     run.membership_change = false;
     if (absl::Status s = Recover(run, trained, pos); !s.ok()) {

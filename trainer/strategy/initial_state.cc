@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "trainer/comm/peer_lost.h"
+
 namespace lockstep::trainer {
 namespace {
 
@@ -87,8 +89,8 @@ absl::StatusOr<InitialState> SyncInitialState(const TrainerConfig& c, Engine& en
   }
 
   EncodedHeader wire = EncodeHeader(header);
-  if (absl::Status s =
-          PeerLost(comm->Broadcast(wire.data(), kInitialStateHeaderSlots, 0)->Wait(timeout));
+  if (absl::Status s = comm::AsPeerLost(
+          comm->Broadcast(wire.data(), kInitialStateHeaderSlots, 0)->Wait(timeout));
       !s.ok()) {
     return s;
   }
@@ -101,7 +103,7 @@ absl::StatusOr<InitialState> SyncInitialState(const TrainerConfig& c, Engine& en
   std::vector<Tensor*> all = engine.model().Params();
   for (Tensor* t : engine.optimizer().State()) all.push_back(t);
   std::vector<float> flat = PackTensors(all);
-  if (absl::Status s = PeerLost(
+  if (absl::Status s = comm::AsPeerLost(
           comm->Broadcast(flat.data(), static_cast<int64_t>(flat.size()), 0)->Wait(timeout));
       !s.ok()) {
     return s;
@@ -120,7 +122,7 @@ absl::StatusOr<RecoveredState> SyncRecoveredState(Engine& engine, comm::Collecti
                                 .at = held.value_or(Position{})};
   const EncodedHeader wire = EncodeHeader(mine);
   std::vector<float> all(static_cast<size_t>(kInitialStateHeaderSlots * n));
-  if (absl::Status s = PeerLost(
+  if (absl::Status s = comm::AsPeerLost(
           comm->AllGather(wire.data(), kInitialStateHeaderSlots, all.data())->Wait(timeout));
       !s.ok()) {
     return s;
@@ -159,9 +161,9 @@ absl::StatusOr<RecoveredState> SyncRecoveredState(Engine& engine, comm::Collecti
                           .streak = held_scaler.streak,
                           .skipped = held_scaler.skipped};
   std::memcpy(flat.data() + state_at, &scaler, sizeof(scaler));
-  if (absl::Status s =
-          PeerLost(comm->Broadcast(flat.data(), static_cast<int64_t>(flat.size()), out.source)
-                       ->Wait(timeout));
+  if (absl::Status s = comm::AsPeerLost(
+          comm->Broadcast(flat.data(), static_cast<int64_t>(flat.size()), out.source)
+              ->Wait(timeout));
       !s.ok()) {
     return s;
   }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "trainer/comm/peer_lost.h"
 #include "trainer/comm/ring.h"
 #include "trainer/data/batcher.h"
 #include "trainer/kernels/cpu/threads.h"
@@ -120,7 +121,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
     ShardValues values, state;
     int64_t v = 0;
     for (int t = 0; t < nps; ++t) {
-      if (absl::Status s = client.Save(t, &values, &state, &v); !s.ok()) return PeerLost(s);
+      if (absl::Status s = client.Save(t, &values, &state, &v); !s.ok()) return comm::AsPeerLost(s);
     }
     std::vector<Tensor> copy;
     for (Tensor* p : params) copy.push_back(*p);
@@ -178,7 +179,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
       for (int id : ids_of[t]) mine[id] = state.count(id) ? state[id] : std::vector<float>{};
       std::erase_if(mine, [](const auto& kv) { return kv.second.empty(); });
       auto r = client.Init(t, Slice(specs, params, t), mine, sc, version);
-      if (!r.ok()) return PeerLost(r.status());
+      if (!r.ok()) return comm::AsPeerLost(r.status());
       if (r->first) {
         common::LogInfo("ps", "ps ", t, " already holds the variables (step ", r->second, ")");
       }
@@ -202,7 +203,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
         if (!absl::IsFailedPrecondition(got.status()) || absl::Now() > until) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
       }
-      if (!got.ok()) return PeerLost(got.status());
+      if (!got.ok()) return comm::AsPeerLost(got.status());
       Scatter(specs, *got, params);
       lowest = std::min(lowest, v);
     }
@@ -261,7 +262,7 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
     int64_t step = version;
     for (int t = 0; t < nps; ++t) {
       absl::StatusOr<PushResult> r = client.Push(t, Slice(specs, grads, t), version, rank);
-      if (!r.ok()) return PeerLost(r.status());
+      if (!r.ok()) return comm::AsPeerLost(r.status());
       step = std::max(step, r->version);
     }
     ++local_steps;
@@ -291,7 +292,8 @@ absl::StatusOr<TrainResult> RunPsTrainer(const TrainerConfig& c, ProgressTracker
       ShardValues values, state;
       int64_t v = 0;
       for (int t = 0; t < nps; ++t) {
-        if (absl::Status s = client.Save(t, &values, &state, &v); !s.ok()) return PeerLost(s);
+        if (absl::Status s = client.Save(t, &values, &state, &v); !s.ok())
+          return comm::AsPeerLost(s);
       }
       Scatter(specs, values, params);
     }

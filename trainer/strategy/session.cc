@@ -6,12 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
-#include "trainer/data/csv.h"
-#include "trainer/data/images.h"
-#include "trainer/data/numpy.h"
-#include "trainer/data/tfrecord_dataset.h"
 #include "trainer/graph/memory.h"
-#include "trainer/model/fit_data.h"
 #include "trainer/model/graph_model.h"
 #include "trainer/model/keras_io.h"
 
@@ -37,159 +32,6 @@ void UnpackTensors(const std::vector<float>& flat, const std::vector<Tensor*>& t
     src += t->size();
   }
 }
-
-absl::Status PeerLost(const absl::Status& s) {
-  if (s.ok()) return s;
-  return absl::AbortedError("peer lost: " + std::string(s.message()));
-}
-
-namespace {
-
-// The data spec's examples: the training data, and the validation data or the last fraction
-// of the training examples held out; each fitted to the model's inputs and outputs (FitToModel).
-absl::StatusOr<Datasets> LoadSpecDatasets(const TrainerConfig& c,
-                                          const std::vector<ModelInput>& model_inputs,
-                                          const std::vector<ModelOutput>& model_outputs,
-                                          FileShard shard) {
-  absl::StatusOr<DataSpec> spec = LoadDataSpec(c.data_spec);
-  if (!spec.ok()) return spec.status();
-  const Shape example = model_inputs[0].shape;
-  int64_t skipped = 0;   // corrupt TFRecord records (skip_corrupt)
-  bool sharded = false;  // the training files split by file (FileShard)
-  DataSources sources{.target_is_input = spec->target_is_input, .input_scale = spec->input_scale};
-  auto feeds_of = [](const auto& feeds, std::vector<std::string>* out) {
-    out->clear();
-    for (const auto& f : feeds) out->push_back(f.feeds);
-  };
-  // Fits the examples to the model; `what` names the source.
-  auto fit = [&](Dataset& d, const std::string& what) -> absl::Status {
-    sources.what = what;
-    if (absl::Status s = FitToModel(model_inputs, model_outputs, sources, &d); !s.ok()) {
-      return absl::Status(s.code(), "--data-spec " + c.data_spec + ": " + std::string(s.message()));
-    }
-    return absl::OkStatus();
-  };
-  if (spec->format == DataFormat::kTfRecord) {
-    feeds_of(spec->input_features, &sources.input_names);
-    feeds_of(spec->label_features, &sources.target_names);
-  } else if (spec->format == DataFormat::kCsv) {
-    feeds_of(spec->input_columns, &sources.input_names);
-    feeds_of(spec->label_columns, &sources.target_names);
-  } else if (spec->format == DataFormat::kNumpy) {
-    feeds_of(spec->x, &sources.input_names);
-    feeds_of(spec->y, &sources.target_names);
-  }
-  auto records = [&](const std::string& glob, Dataset* out, FileShard part) -> absl::Status {
-    TfRecordReport report;
-    absl::StatusOr<Dataset> loaded = LoadTfRecords(glob, *spec, &report, 0, part);
-    if (!loaded.ok()) return loaded.status();
-    skipped += report.skipped;
-    sharded = sharded || report.sharded;
-    common::LogInfo(
-        "data", report.records, " records from ", report.files.size(), " file(s) of ", glob,
-        report.sharded ? absl::StrCat(" (worker ", part.index, " of ", part.count, "'s ",
-                                      report.files.size(), " of ", report.matched, " files)")
-                       : "",
-        report.skipped > 0 ? ", " + std::to_string(report.skipped) + " corrupt record(s) skipped"
-                           : "");
-    *out = std::move(*loaded);
-    return fit(*out, glob);
-  };
-  auto arrays = [&](const std::vector<Feeds<std::string>>& x,
-                    const std::vector<Feeds<std::string>>& y, const std::string& w,
-                    Dataset* out) -> absl::Status {
-    std::vector<std::string> xs, ys;
-    for (const auto& f : x) xs.push_back(f.what);
-    for (const auto& f : y) ys.push_back(f.what);
-    absl::StatusOr<Dataset> loaded = LoadNumpyDataset(xs, ys, w);
-    if (!loaded.ok()) return loaded.status();
-    common::LogInfo("data", loaded->size(), " examples from ", absl::StrJoin(xs, ", "),
-                    ys.empty() ? "" : " and " + absl::StrJoin(ys, ", "));
-    *out = std::move(*loaded);
-    return fit(*out, xs[0]);
-  };
-  auto rows = [&](const std::string& glob, Dataset* out, FileShard part) -> absl::Status {
-    FileSet files;
-    absl::StatusOr<Dataset> loaded = LoadCsv(glob, *spec, &files, part);
-    if (!loaded.ok()) return loaded.status();
-    sharded = sharded || files.sharded;
-    common::LogInfo("data", loaded->size(), " rows from ", files.files.size(), " file(s) of ", glob,
-                    files.sharded
-                        ? absl::StrCat(" (worker ", part.index, " of ", part.count, "'s ",
-                                       files.files.size(), " of ", files.matched, " files)")
-                        : "");
-    *out = std::move(*loaded);
-    return fit(*out, glob);
-  };
-  auto images = [&](const std::string& dir, Dataset* out,
-                    std::vector<std::string>* names) -> absl::Status {
-    // [height, width, channels], or a built-in model's [1, height, width].
-    const bool hwc = example.size() == 3 && (example[2] == 1 || example[2] == 3);
-    const bool chw = example.size() == 3 && example[0] == 1;
-    if (model_inputs.size() != 1 || (!hwc && !chw)) {
-      return absl::InvalidArgumentError("--model " + c.model + " takes " + ShapeString(example) +
-                                        (model_inputs.size() != 1 ? " and more inputs" : "") +
-                                        "; images need one input [height, width, 1 or 3 channels]");
-    }
-    const int64_t h = hwc ? example[0] : example[1], w = hwc ? example[1] : example[2];
-    absl::StatusOr<Dataset> loaded = LoadImageFolder(dir, h, w, hwc ? example[2] : 1, names);
-    if (!loaded.ok()) return loaded.status();
-    common::LogInfo("data", loaded->size(), " images of ", names->size(), " classes (",
-                    absl::StrJoin(*names, ", "), ") from ", dir);
-    *out = std::move(*loaded);
-    if (spec->target_is_input) out->targets.clear();
-    return fit(*out, dir);
-  };
-  Datasets d;
-  if (spec->format == DataFormat::kImages) {
-    std::vector<std::string> class_names, validation_names;
-    if (absl::Status s = images(spec->directory, &d.train, &class_names); !s.ok()) return s;
-    if (!spec->validation_directory.empty()) {
-      if (absl::Status s = images(spec->validation_directory, &d.test, &validation_names);
-          !s.ok()) {
-        return s;
-      }
-      if (validation_names != class_names) {
-        return absl::DataLossError(spec->validation_directory + " has the classes " +
-                                   absl::StrJoin(validation_names, ", ") + "; " + spec->directory +
-                                   " has " + absl::StrJoin(class_names, ", "));
-      }
-    }
-  } else if (spec->format == DataFormat::kCsv) {
-    const FileShard part = spec->validation_split > 0 ? FileShard{} : shard;
-    if (absl::Status s = rows(spec->files, &d.train, part); !s.ok()) return s;
-    if (!spec->validation_files.empty()) {
-      if (absl::Status s = rows(spec->validation_files, &d.test, {}); !s.ok()) return s;
-    }
-  } else if (spec->format == DataFormat::kTfRecord) {
-    const FileShard part = spec->validation_split > 0 ? FileShard{} : shard;
-    if (absl::Status s = records(spec->files, &d.train, part); !s.ok()) return s;
-    if (!spec->validation_files.empty()) {
-      if (absl::Status s = records(spec->validation_files, &d.test, {}); !s.ok()) return s;
-    }
-  } else {
-    if (absl::Status s = arrays(spec->x, spec->y, spec->sample_weight, &d.train); !s.ok()) return s;
-    if (!spec->validation_x.empty()) {
-      if (absl::Status s = arrays(spec->validation_x, spec->validation_y,
-                                  spec->validation_sample_weight, &d.test);
-          !s.ok()) {
-        return s;
-      }
-    }
-  }
-  if (spec->validation_split > 0) {
-    // The last fraction of the examples, as Keras's validation_split takes it.
-    const int64_t n = d.train.size();
-    const auto held = static_cast<int64_t>(static_cast<double>(n) * spec->validation_split);
-    d.test = Rows(d.train, n - held, held);
-    d.train = Rows(d.train, 0, n - held);
-  }
-  d.corrupt_records_skipped = skipped;
-  d.train_sharded = sharded;
-  return d;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> BuildConfiguredModel(const TrainerConfig& c) {
   // Synthetic data can take any length: an open axis gets 32 unless told.
@@ -272,50 +114,10 @@ absl::Status ModelSignature(const TrainerConfig& c, std::vector<ModelInput>* inp
 }  // namespace
 
 absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c, FileShard shard) {
-  Datasets d;
   std::vector<ModelInput> inputs;
   std::vector<ModelOutput> outputs;
   if (absl::Status s = ModelSignature(c, &inputs, &outputs); !s.ok()) return s;
-  if (c.dataset == "spec") {
-    absl::StatusOr<Datasets> loaded = LoadSpecDatasets(c, inputs, outputs, shard);
-    if (!loaded.ok()) return loaded.status();
-    d = std::move(*loaded);
-  } else if (c.dataset == "synthetic") {
-    const SyntheticSignature sig = SyntheticFor(inputs, outputs);
-    const int64_t test_size = std::max<int64_t>(c.synthetic_size / 5, 1);
-    d.train = SyntheticDataset(c.synthetic_size, c.seed, 0, sig);
-    d.test = SyntheticDataset(test_size, c.seed, 1, sig);
-  } else {
-    const Shape example = inputs[0].shape;
-    const int64_t classes = Classes(outputs[0]);
-    if (inputs.size() != 1 || outputs.size() != 1 || NumElements(example) != 28 * 28 ||
-        classes < 10 || outputs[0].shape.size() != 1) {
-      return absl::InvalidArgumentError(
-          "--model " + c.model + " takes " + std::to_string(inputs.size()) +
-          " input(s), the first of shape " + ShapeString(example) + ", and gives " +
-          std::to_string(outputs.size()) + " output(s), the first of shape " +
-          ShapeString(outputs[0].shape) +
-          "; Fashion-MNIST has 28x28 images of 10 classes (use --dataset synthetic to "
-          "train it on data of its own shape, or --data-spec for your data)");
-    }
-    absl::StatusOr<Dataset> tr = LoadFashionMnist(c.data_dir, "train");
-    if (!tr.ok()) return tr.status();
-    absl::StatusOr<Dataset> te = LoadFashionMnist(c.data_dir, "t10k");
-    if (!te.ok()) return te.status();
-    d.train = std::move(*tr);
-    d.test = std::move(*te);
-    for (Dataset* s : {&d.train, &d.test}) {
-      if (absl::Status st = FitToModel(inputs, outputs, {.what = c.data_dir}, s); !st.ok()) {
-        return st;
-      }
-    }
-  }
-  if (c.batch_size > d.train.size()) {
-    return absl::InvalidArgumentError("--batch-size " + std::to_string(c.batch_size) +
-                                      " is larger than the " + std::to_string(d.train.size()) +
-                                      " training examples");
-  }
-  return d;
+  return LoadTrainingData(c, inputs, outputs, shard);
 }
 
 absl::Status RestoreCheckpoint(const CheckpointState& s, const TrainerConfig& c, Model* model,

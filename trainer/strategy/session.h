@@ -1,6 +1,6 @@
 #pragma once
-// What every strategy's training loop shares: the data sets, checkpoint save/restore against a
-// model and optimizer, and the test-set evaluation.
+// What every strategy's training loop shares: the data sets (loaded by data/training_data.h),
+// checkpoint save/restore against a model and optimizer, and the test-set evaluation.
 // Thread-safety: plain functions; one model per thread.
 
 #include <memory>
@@ -11,24 +11,14 @@
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/config/trainer_config.h"
 #include "trainer/data/dataset.h"
-#include "trainer/data/tfrecord_dataset.h"
+#include "trainer/data/training_data.h"
 #include "trainer/model/model.h"
 #include "trainer/optim/optimizer.h"
 
 namespace lockstep::trainer {
 
-struct Datasets {
-  Dataset train;
-  Dataset test;
-  int64_t corrupt_records_skipped = 0;  // TFRecord records skipped under skip_corrupt
-  // `train` is this worker's files only (FileShard): its batches are all its own, and the
-  // workers agree on the steps of an epoch.
-  bool train_sharded = false;
-};
-// Fashion-MNIST from --data-dir, the synthetic set, or the data spec's; checks --batch-size
-// against it. `shard`: this worker of a multi-worker group, whose TFRecord training files are
-// split by file when there are at least as many as workers and no validation_split (the
-// validation files are read whole: the chief evaluates them).
+// The model's data (data/training_data.h), fitted to --model's signature, whose training step
+// is checked against this machine's memory first.
 absl::StatusOr<Datasets> LoadDatasets(const TrainerConfig& c, FileShard shard = {});
 
 // --model built as the config says (--loss, --open-axis-size), with the seed's weights.
@@ -83,8 +73,5 @@ double MonotonicSeconds();
 // The tensors' values end to end, for a broadcast, and back into the same tensors.
 std::vector<float> PackTensors(const std::vector<Tensor*>& ts);
 void UnpackTensors(const std::vector<float>& flat, const std::vector<Tensor*>& ts);
-
-// A failed collective means a peer is gone: Aborted ("peer lost: ..."), retryable. OK stays OK.
-absl::Status PeerLost(const absl::Status& s);
 
 }  // namespace lockstep::trainer

@@ -1,5 +1,7 @@
 #include "trainer/strategy/updater.h"
 
+#include "trainer/comm/peer_lost.h"
+
 namespace lockstep::trainer {
 namespace {
 
@@ -29,7 +31,7 @@ class CentralUpdater final : public Updater {
       engine_->optimizer().Step(params, model.Grads());
     }
     std::vector<float> flat = PackTensors(params);
-    if (absl::Status s = PeerLost(
+    if (absl::Status s = comm::AsPeerLost(
             comm_->Broadcast(flat.data(), static_cast<int64_t>(flat.size()), 0)->Wait(timeout_));
         !s.ok()) {
       return s;

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
     common::LogError("operator", "cannot configure the API client: ", config.status().message());
     return 1;
   }
-  std::unique_ptr<kube::Clock> clock = kube::NewRealClock();
+  std::unique_ptr<common::Clock> clock = common::NewRealClock();
   absl::StatusOr<std::shared_ptr<kube::Transport>> transport = kube::Connect(*config, clock.get());
   if (!transport.ok()) {
     common::LogError("operator", "cannot connect: ", transport.status().message());

@@ -234,7 +234,7 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
   ::signal(SIGTERM, OnSignal);
   ::signal(SIGINT, OnSignal);
   // The kubelet: pods run as processes, talking to the API server in-process.
-  std::unique_ptr<kube::Clock> clock = kube::NewRealClock();
+  std::unique_ptr<common::Clock> clock = common::NewRealClock();
   kube::RestClient client(std::make_shared<local::LocalTransport>(api->get()));
   std::string trainer =
       (fs::path(self).parent_path().parent_path() / "trainer" / "lockstep-trainer").string();

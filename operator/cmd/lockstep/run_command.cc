@@ -174,7 +174,7 @@ int RunRun(const std::vector<std::string>& args, const std::string& self, std::o
     return 1;
   }
   if (ns.empty()) ns = config->namespace_;
-  std::unique_ptr<kube::Clock> clock = kube::NewRealClock();
+  std::unique_ptr<common::Clock> clock = common::NewRealClock();
   absl::StatusOr<std::shared_ptr<kube::Transport>> transport = kube::Connect(*config, clock.get());
   if (!transport.ok()) {
     err << "lockstep run: " << transport.status().message() << "\n";

@@ -65,7 +65,7 @@ TEST_F(HttpServerTest, ClientRoundTrips) {
 }
 
 TEST_F(HttpServerTest, InformerFollowsTheServer) {
-  std::unique_ptr<kube::Clock> clock = kube::NewRealClock();
+  std::unique_ptr<common::Clock> clock = common::NewRealClock();
   runtime::Informer<kube::Pod> informer(client_.get(), kube::resources::kPods, kube::DecodePod,
                                         {.namespace_ = "default"}, clock.get());
   std::mutex mu;

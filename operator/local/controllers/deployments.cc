@@ -63,7 +63,7 @@ std::string PodTemplateHash(const json& pod_template) {
   return absl::StrFormat("%010x", h & 0xffffffffffull);
 }
 
-DeploymentController::DeploymentController(kube::RestClient* client, kube::Clock* clock,
+DeploymentController::DeploymentController(kube::RestClient* client, common::Clock* clock,
                                            absl::Duration interval)
     : client_(client), clock_(clock), interval_(interval) {}
 

@@ -18,14 +18,14 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/time/time.h"
-#include "operator/kube/clock.h"
+#include "common/clock.h"
 #include "operator/kube/rest_client.h"
 
 namespace lockstep::local {
 
 class DeploymentController {
  public:
-  DeploymentController(kube::RestClient* client, kube::Clock* clock,
+  DeploymentController(kube::RestClient* client, common::Clock* clock,
                        absl::Duration interval = absl::Milliseconds(500));
 
   void Run(std::stop_token stop);
@@ -36,7 +36,7 @@ class DeploymentController {
   void SyncOne(const nlohmann::json& deployment, const nlohmann::json& pods);
 
   kube::RestClient* client_;
-  kube::Clock* clock_;
+  common::Clock* clock_;
   absl::Duration interval_;
 };
 

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "operator/kube/testing/fake_clock.h"
+#include "common/testing/fake_clock.h"
 #include "operator/local/apiserver/api_server.h"
 #include "operator/local/apiserver/local_transport.h"
 
@@ -47,7 +47,7 @@ class DeploymentsTest : public ::testing::Test {
                     .ok());
   }
 
-  kube::FakeClock clock_;
+  common::FakeClock clock_;
   std::unique_ptr<ApiServer> api_;
   std::unique_ptr<kube::RestClient> client_;
   std::unique_ptr<DeploymentController> controller_;

@@ -114,7 +114,7 @@ struct Sim {
 struct PodSimulator::Impl {
   kube::RestClient* client;
   PodSimulatorOptions options;
-  kube::Clock* clock;
+  common::Clock* clock;
   runtime::Informer<SimPod> pods;
   std::mt19937_64 random;
   std::map<std::string, Sim> sims;                      // by namespace/name
@@ -125,7 +125,7 @@ struct PodSimulator::Impl {
   std::condition_variable_any cv;
   std::set<std::string> dirty;
 
-  Impl(kube::RestClient* c, PodSimulatorOptions o, kube::Clock* k)
+  Impl(kube::RestClient* c, PodSimulatorOptions o, common::Clock* k)
       : client(c),
         options(std::move(o)),
         clock(k),
@@ -356,7 +356,7 @@ struct PodSimulator::Impl {
 };
 
 PodSimulator::PodSimulator(kube::RestClient* client, PodSimulatorOptions options,
-                           kube::Clock* clock)
+                           common::Clock* clock)
     : impl_(std::make_unique<Impl>(client, std::move(options), clock)) {}
 
 PodSimulator::~PodSimulator() = default;

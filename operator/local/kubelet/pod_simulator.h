@@ -28,7 +28,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "operator/kube/clock.h"
+#include "common/clock.h"
 #include "operator/kube/rest_client.h"
 
 namespace lockstep::local {
@@ -52,7 +52,7 @@ struct PodSimulatorOptions {
 class PodSimulator {
  public:
   // Pointers must outlive the simulator.
-  PodSimulator(kube::RestClient* client, PodSimulatorOptions options, kube::Clock* clock);
+  PodSimulator(kube::RestClient* client, PodSimulatorOptions options, common::Clock* clock);
   ~PodSimulator();
 
   // Simulates pods until `stop`.

@@ -98,7 +98,7 @@ class PodSimulatorTest : public ::testing::Test {
   fs::path dir_;
   std::unique_ptr<ApiServer> api_;
   std::unique_ptr<kube::RestClient> client_;
-  std::unique_ptr<kube::Clock> clock_ = kube::NewRealClock();
+  std::unique_ptr<common::Clock> clock_ = common::NewRealClock();
   std::unique_ptr<PodSimulator> simulator_;
   std::jthread thread_;
 };

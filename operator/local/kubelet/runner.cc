@@ -97,7 +97,7 @@ struct PodRun {
 struct Runner::Impl {
   kube::RestClient* client;
   RunnerOptions options;
-  kube::Clock* clock;
+  common::Clock* clock;
   std::unique_ptr<ProcessLauncher> launcher;
   runtime::Informer<Raw> pods;
   runtime::Informer<Raw> services;
@@ -111,7 +111,7 @@ struct Runner::Impl {
   std::condition_variable_any wake_cv;
   bool woken = false;
 
-  Impl(kube::RestClient* c, RunnerOptions o, kube::Clock* k)
+  Impl(kube::RestClient* c, RunnerOptions o, common::Clock* k)
       : client(c),
         options(std::move(o)),
         clock(k),
@@ -494,7 +494,7 @@ struct Runner::Impl {
   }
 };
 
-Runner::Runner(kube::RestClient* client, RunnerOptions options, kube::Clock* clock)
+Runner::Runner(kube::RestClient* client, RunnerOptions options, common::Clock* clock)
     : impl_(std::make_unique<Impl>(client, std::move(options), clock)) {}
 
 Runner::~Runner() { impl_->StopAll(); }

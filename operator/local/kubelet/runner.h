@@ -36,7 +36,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "operator/kube/clock.h"
+#include "common/clock.h"
 #include "operator/kube/rest_client.h"
 #include "operator/local/kubelet/process_launcher.h"
 
@@ -64,7 +64,7 @@ struct RunnerOptions {
 
 class Runner {
  public:
-  Runner(kube::RestClient* client, RunnerOptions options, kube::Clock* clock);
+  Runner(kube::RestClient* client, RunnerOptions options, common::Clock* clock);
   ~Runner();
 
   // Runs pods until `stop`, then stops every process it started.

@@ -156,7 +156,7 @@ class RunnerTest : public ::testing::Test {
 
   fs::path dir_;
   fs::path trainer_;
-  std::unique_ptr<kube::Clock> clock_ = kube::NewRealClock();
+  std::unique_ptr<common::Clock> clock_ = common::NewRealClock();
   std::unique_ptr<ApiServer> api_;
   std::unique_ptr<kube::RestClient> client_;
   std::unique_ptr<Runner> runner_;

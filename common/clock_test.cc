@@ -2,11 +2,10 @@
 
 #include <thread>
 
-#include "operator/kube/clock.h"
-#include "operator/kube/rate_limiter.h"
-#include "operator/kube/testing/fake_clock.h"
+#include "common/clock.h"
+#include "common/testing/fake_clock.h"
 
-namespace lockstep::kube {
+namespace lockstep::common {
 namespace {
 
 TEST(FakeClockTest, TimersRunInDeadlineOrderWhenTimeReachesThem) {
@@ -53,45 +52,5 @@ TEST(RealClockTest, TimersAndSleepsUseTheSteadyClock) {
   EXPECT_FALSE(clock->SleepFor(absl::Hours(1), stop.get_token()));
 }
 
-TEST(TokenBucketTest, BurstThenSteadyRate) {
-  FakeClock clock;
-  TokenBucket bucket(/*qps=*/5, /*burst=*/3, &clock);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(bucket.Reserve(), absl::ZeroDuration());
-  EXPECT_EQ(bucket.Reserve(), absl::Milliseconds(200));
-  EXPECT_EQ(bucket.Reserve(), absl::Milliseconds(400));  // queued behind the previous one
-  EXPECT_FALSE(bucket.TryAccept());
-  clock.Advance(absl::Seconds(1));  // refills 5 tokens, 2 of them owed
-  EXPECT_TRUE(bucket.TryAccept());
-  EXPECT_TRUE(bucket.TryAccept());
-  EXPECT_TRUE(bucket.TryAccept());
-  EXPECT_FALSE(bucket.TryAccept());
-  clock.Advance(absl::Hours(1));  // never more than the burst
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(bucket.TryAccept());
-  EXPECT_FALSE(bucket.TryAccept());
-}
-
-// The time a thread waits for tokens is its own: a reconcile tells it apart from its work.
-TEST(TokenBucketTest, EachThreadKnowsHowLongItWaited) {
-  FakeClock clock;
-  TokenBucket bucket(/*qps=*/10, /*burst=*/1, &clock);
-  absl::Duration waited;
-  std::thread t([&] {
-    EXPECT_TRUE(bucket.Wait());  // the burst
-    EXPECT_TRUE(bucket.Wait());  // 100 ms
-    waited = TokenBucket::WaitedOnThisThread();
-  });
-  clock.WaitForTimers(1);
-  clock.Advance(absl::Milliseconds(100));
-  t.join();
-  EXPECT_EQ(waited, absl::Milliseconds(100));
-  EXPECT_EQ(TokenBucket::WaitedOnThisThread(), absl::ZeroDuration());
-}
-
-TEST(TokenBucketTest, ZeroQpsNeverThrottles) {
-  FakeClock clock;
-  TokenBucket bucket(0, 1, &clock);
-  for (int i = 0; i < 100; ++i) EXPECT_TRUE(bucket.TryAccept());
-}
-
 }  // namespace
-}  // namespace lockstep::kube
+}  // namespace lockstep::common

@@ -1,6 +1,7 @@
 #pragma once
-// Clock: the one source of time for the operator runtime, so that backoff, leases, timers and
-// token refresh can be tested with FakeClock instead of sleeps.
+// Clock: the one source of time for the operator runtime and the trainer's group membership,
+// so that backoff, leases, timers, token refresh, heartbeats, peer timeouts and rejoin
+// deadlines are tested with FakeClock (testing/fake_clock.h) instead of sleeps.
 //
 // Two time lines: Now() is wall time, used only for timestamps written to the API (event
 // times, lease renewTime). Monotonic() never jumps and has an arbitrary epoch; every duration
@@ -15,7 +16,7 @@
 
 #include "absl/time/time.h"
 
-namespace lockstep::kube {
+namespace lockstep::common {
 
 class Clock {
  public:
@@ -40,5 +41,8 @@ class Clock {
 
 // The process clock: system_clock for Now(), steady_clock for Monotonic(), one timer thread.
 std::unique_ptr<Clock> NewRealClock();
+// One process clock shared by the components not handed one (made on first use, never
+// destroyed: threads may read it until the process exits).
+Clock& SystemClock();
 
-}  // namespace lockstep::kube
+}  // namespace lockstep::common

@@ -1,8 +1,8 @@
-#include "operator/kube/testing/fake_clock.h"
+#include "common/testing/fake_clock.h"
 
 #include <utility>
 
-namespace lockstep::kube {
+namespace lockstep::common {
 
 FakeClock::FakeClock(absl::Time start) : wall_(start), mono_(absl::FromUnixSeconds(1000)) {}
 
@@ -80,4 +80,4 @@ absl::Time FakeClock::NextDeadline() const {
   return timers_.empty() ? absl::InfiniteFuture() : timers_.begin()->first.first;
 }
 
-}  // namespace lockstep::kube
+}  // namespace lockstep::common

@@ -8,9 +8,9 @@
 #include <map>
 #include <mutex>
 
-#include "operator/kube/clock.h"
+#include "common/clock.h"
 
-namespace lockstep::kube {
+namespace lockstep::common {
 
 class FakeClock final : public Clock {
  public:
@@ -40,4 +40,4 @@ class FakeClock final : public Clock {
   TimerId next_id_ = 0;
 };
 
-}  // namespace lockstep::kube
+}  // namespace lockstep::common

@@ -1,4 +1,4 @@
-#include "operator/kube/clock.h"
+#include "common/clock.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -9,7 +9,7 @@
 
 #include "absl/time/clock.h"
 
-namespace lockstep::kube {
+namespace lockstep::common {
 
 bool Clock::SleepUntil(absl::Time deadline, std::stop_token stop) {
   struct Wake {
@@ -108,4 +108,9 @@ class RealClock final : public Clock {
 
 std::unique_ptr<Clock> NewRealClock() { return std::make_unique<RealClock>(); }
 
-}  // namespace lockstep::kube
+Clock& SystemClock() {
+  static Clock* const clock = NewRealClock().release();
+  return *clock;
+}
+
+}  // namespace lockstep::common

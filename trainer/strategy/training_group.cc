@@ -1,0 +1,251 @@
+#include "trainer/strategy/training_group.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "trainer/comm/peer_lost.h"
+
+namespace lockstep::trainer {
+
+std::string_view GroupStateName(GroupState s) {
+  switch (s) {
+    case GroupState::kForming:
+      return "Forming";
+    case GroupState::kTraining:
+      return "Training";
+    case GroupState::kChangeDue:
+      return "ChangeDue";
+    case GroupState::kLeaving:
+      return "Leaving";
+    case GroupState::kRegrouping:
+      return "Regrouping";
+    case GroupState::kLeft:
+      return "Left";
+    case GroupState::kStopped:
+      return "Stopped";
+    case GroupState::kLost:
+      return "Lost";
+  }
+  return "?";
+}
+
+std::string_view GroupEventName(GroupEvent e) {
+  switch (e) {
+    case GroupEvent::kFormed:
+      return "Formed";
+    case GroupEvent::kPlannedChange:
+      return "PlannedChange";
+    case GroupEvent::kMemberLost:
+      return "MemberLost";
+    case GroupEvent::kGroupLost:
+      return "GroupLost";
+    case GroupEvent::kStopAsked:
+      return "StopAsked";
+    case GroupEvent::kRegroup:
+      return "Regroup";
+    case GroupEvent::kLeft:
+      return "Left";
+    case GroupEvent::kStopSeen:
+      return "StopSeen";
+    case GroupEvent::kRejoinTimedOut:
+      return "RejoinTimedOut";
+    case GroupEvent::kTakenOver:
+      return "TakenOver";
+  }
+  return "?";
+}
+
+std::optional<GroupState> NextGroupState(GroupState from, GroupEvent on) {
+  for (const GroupTransition& t : kGroupTransitions) {
+    if (t.from == from && t.on == on) return t.to;
+  }
+  return std::nullopt;
+}
+
+TrainingGroup::TrainingGroup(Options o, comm::Coordinator* coord, Connect connect,
+                             const std::atomic<bool>* stop)
+    : o_(std::move(o)),
+      clock_(o_.clock != nullptr ? *o_.clock : common::SystemClock()),
+      coord_(coord),
+      connect_(std::move(connect)),
+      stop_(stop) {}
+
+// The heartbeat thread belongs to the coordinator, which outlives the group and ends it first
+// (CoordinationClient's destructor or Leave); the collective goes with the group.
+TrainingGroup::~TrainingGroup() = default;
+
+bool TrainingGroup::Apply(GroupEvent on) {
+  std::optional<GroupState> to = NextGroupState(state_, on);
+  if (!to) return false;
+  state_ = *to;
+  return true;
+}
+
+GroupState TrainingGroup::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+comm::Collective* TrainingGroup::collective() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return comm_.get();
+}
+
+absl::StatusOr<comm::Membership> TrainingGroup::Form(const Connect& first) {
+  absl::StatusOr<comm::Membership> joined = coord_->Join(o_.setup_timeout);
+  // A worker added to an elastic group waits while its admission would make a size that does
+  // not divide the global batch.
+  while (!joined.ok() && absl::IsResourceExhausted(joined.status()) && !stop_->load()) {
+    common::LogWarning("collective", o_.task,
+                       " waits to join the group: ", joined.status().message());
+    joined = coord_->Join(o_.setup_timeout);
+  }
+  if (!joined.ok()) {
+    if (absl::IsPermissionDenied(joined.status())) {
+      return absl::PermissionDeniedError(joined.status().message());
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    lost_ = comm::AsPeerLost(joined.status());
+    Apply(GroupEvent::kGroupLost);
+    return lost_;
+  }
+  absl::StatusOr<std::unique_ptr<comm::Collective>> c =
+      first(joined->rank, joined->size(), o_.setup_timeout);
+  if (!c.ok()) return c.status();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    comm_ = std::move(*c);
+    epoch_ = joined->epoch;
+    Apply(GroupEvent::kFormed);
+  }
+  coord_->StartHeartbeats(
+      std::clamp(o_.peer_timeout / 10, absl::Milliseconds(100), absl::Seconds(2)), o_.peer_timeout,
+      [this](absl::Status s) { OnGroupLost(std::move(s)); },
+      [this](int64_t epoch, const std::string& why, bool planned) {
+        OnNewEpoch(epoch, why, planned);
+      });
+  return joined;
+}
+
+void TrainingGroup::OnGroupLost(absl::Status s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!Apply(GroupEvent::kGroupLost)) return;
+  lost_ = comm::AsPeerLost(s);
+  if (comm_) comm_->Abort(lost_);
+}
+
+void TrainingGroup::OnNewEpoch(int64_t epoch, const std::string& why, bool planned) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (epoch_ >= epoch) return;
+  if (planned) {
+    Apply(GroupEvent::kPlannedChange);
+  } else if (Apply(GroupEvent::kMemberLost) && comm_) {
+    comm_->Abort(absl::UnavailableError("the group is re-forming: " + why));
+  }
+}
+
+bool TrainingGroup::StopRequested() {
+  const bool stop = stop_->load();
+  // A member of an elastic group that does not host the coordinator leaves on its own; the
+  // others go on. Elsewhere a stop is the whole group's.
+  if (stop && o_.elastic && !o_.hosts_coordinator) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Apply(GroupEvent::kStopAsked);
+    return coord_->StopSeen();
+  }
+  if (stop) coord_->RequestStop();
+  return stop || coord_->StopSeen();
+}
+
+bool TrainingGroup::RegroupDue() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_ == GroupState::kChangeDue || state_ == GroupState::kLeaving;
+}
+
+absl::StatusOr<Regrouped> TrainingGroup::Regroup(const absl::Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Apply(GroupEvent::kRegroup);
+    if (regroup_deadline_ == absl::InfiniteFuture()) {
+      regroup_deadline_ = clock_.Monotonic() + o_.rejoin_timeout;
+    }
+  }
+  absl::Status last = why;
+  for (;;) {
+    if (state() == GroupState::kLost) {
+      std::lock_guard<std::mutex> lock(mu_);
+      return lost_;
+    }
+    if (StopRequested()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      Apply(GroupEvent::kStopSeen);
+      return absl::CancelledError("stopped by SIGTERM while the group was re-forming");
+    }
+    if (state() == GroupState::kLeaving) {
+      if (absl::Status s = coord_->Leave(); !s.ok()) {
+        common::LogWarning("collective", o_.task,
+                           " could not tell the group it leaves: ", s.message());
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      Apply(GroupEvent::kLeft);
+      return absl::CancelledError(absl::StrCat(o_.task,
+                                               " left the group at a step boundary (stopped by "
+                                               "SIGTERM; the other members go on without it)"));
+    }
+    const absl::Duration left = regroup_deadline_ - clock_.Monotonic();
+    if (left <= absl::ZeroDuration()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      lost_ = comm::PeerLostError(absl::StrCat("the group did not re-form within --rejoin-timeout=",
+                                               absl::ToInt64Seconds(o_.rejoin_timeout),
+                                               "s; last: ", last.message()));
+      Apply(GroupEvent::kRejoinTimedOut);
+      return lost_;
+    }
+    // An OK `why`: a planned change at a step boundary (elastic), not a failure.
+    absl::StatusOr<comm::Membership> m =
+        coord_->Join(std::min(left, absl::Seconds(5)), /*planned=*/why.ok());
+    if (!m.ok()) {
+      if (absl::IsPermissionDenied(m.status()) || absl::IsFailedPrecondition(m.status())) {
+        std::lock_guard<std::mutex> lock(mu_);
+        lost_ = absl::AbortedError(m.status().message());  // taken over: this process ends
+        Apply(GroupEvent::kTakenOver);
+        return lost_;
+      }
+      last = m.status();
+      common::LogInfo("collective", "joining the group again: ", last.message());
+      continue;
+    }
+    if (state() == GroupState::kLeaving) continue;  // asked to go while joining: leave (above)
+    absl::StatusOr<std::unique_ptr<comm::Collective>> next =
+        connect_(m->rank, m->size(), std::min(left, o_.peer_timeout));
+    if (!next.ok()) {
+      last = next.status();
+      common::LogInfo("collective", "connecting the group of epoch ", m->epoch,
+                      " failed; joining again: ", last.message());
+      continue;
+    }
+    std::string replaced;
+    for (int t : m->replaced) {
+      absl::StrAppend(&replaced, replaced.empty() ? "" : ", ", o_.task_name(t));
+    }
+    std::unique_ptr<comm::Collective> old;
+    std::lock_guard<std::mutex> lock(mu_);
+    old = std::move(comm_);
+    comm_ = std::move(*next);
+    epoch_ = m->epoch;
+    Apply(GroupEvent::kFormed);
+    regroup_deadline_ = absl::InfiniteFuture();
+    return Regrouped{.comm = comm_.get(), .epoch = m->epoch, .replaced = replaced, .cause = m->why};
+  }
+}
+
+absl::StatusOr<TrainResult> TrainingGroup::Finish(absl::StatusOr<TrainResult> result) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!result.ok() && absl::IsAborted(result.status()) && state_ == GroupState::kLost) {
+    return lost_;
+  }
+  return result;
+}
+
+}  // namespace lockstep::trainer

@@ -1,0 +1,300 @@
+// The training group's membership state machine: the table itself, and the group driven by a
+// scripted coordinator and a fake clock (no gRPC, no sleeps): heartbeat news, regrouping, the
+// rejoin deadline, leaving, and a lost group.
+#include "trainer/strategy/training_group.h"
+
+#include <deque>
+#include <set>
+
+#include "common/testing/fake_clock.h"
+#include "gtest/gtest.h"
+#include "trainer/comm/peer_lost.h"
+
+namespace lockstep::trainer {
+namespace {
+
+bool Terminal(GroupState s) {
+  return s == GroupState::kLeft || s == GroupState::kStopped || s == GroupState::kLost;
+}
+
+TEST(GroupTransitionsTest, TheTableIsWellFormed) {
+  std::set<std::pair<GroupState, GroupEvent>> seen;
+  std::set<GroupState> reached{GroupState::kForming};
+  for (const GroupTransition& t : kGroupTransitions) {
+    EXPECT_TRUE(seen.insert({t.from, t.on}).second)
+        << "two rows for " << GroupStateName(t.from) << " on " << GroupEventName(t.on);
+    EXPECT_FALSE(Terminal(t.from)) << GroupStateName(t.from) << " is an end: no row leaves it";
+    EXPECT_FALSE(t.when.empty());
+    EXPECT_EQ(NextGroupState(t.from, t.on), t.to);
+  }
+  // Every state is reachable from Forming, and every live state can end (reach Lost).
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (const GroupTransition& t : kGroupTransitions) {
+      if (reached.contains(t.from) && reached.insert(t.to).second) grew = true;
+    }
+  }
+  EXPECT_EQ(reached.size(), 8u);
+  for (GroupState s : reached) {
+    if (!Terminal(s)) {
+      EXPECT_EQ(NextGroupState(s, GroupEvent::kGroupLost), GroupState::kLost) << GroupStateName(s);
+    }
+  }
+  // Unlisted moves are refused: a formed group is not formed again from an end.
+  EXPECT_EQ(NextGroupState(GroupState::kLost, GroupEvent::kFormed), std::nullopt);
+  EXPECT_EQ(NextGroupState(GroupState::kForming, GroupEvent::kPlannedChange), std::nullopt);
+}
+
+// A collective that records its abort.
+class FakeCollective final : public comm::Collective {
+ public:
+  explicit FakeCollective(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return "fake"; }
+  comm::WorkPtr AllReduce(float*, int64_t) override { return nullptr; }
+  comm::WorkPtr Broadcast(float*, int64_t, int) override { return nullptr; }
+  comm::WorkPtr AllGather(const float*, int64_t, float*) override { return nullptr; }
+  comm::WorkPtr ReduceScatter(const float*, int64_t, float*) override { return nullptr; }
+  comm::WorkPtr Barrier() override { return nullptr; }
+  void Abort(absl::Status why) override { aborted = std::move(why); }
+  absl::Status aborted;
+
+ private:
+  int rank_, size_;
+};
+
+// Answers joins from a script; each answer may move the fake clock first (a join that takes
+// its time). The heartbeat callbacks are kept for the test to call, as the heartbeat thread
+// would.
+class ScriptedCoordinator final : public comm::Coordinator {
+ public:
+  struct Answer {
+    absl::StatusOr<comm::Membership> result;
+    absl::Duration takes = absl::ZeroDuration();
+  };
+  explicit ScriptedCoordinator(common::FakeClock* clock) : clock_(clock) {}
+  absl::StatusOr<comm::Membership> Join(absl::Duration timeout, bool planned) override {
+    joins.push_back({timeout, planned});
+    if (answers.empty()) {
+      clock_->Advance(timeout);
+      return absl::DeadlineExceededError("timed out waiting for every rank to join");
+    }
+    Answer a = answers.front();
+    answers.pop_front();
+    clock_->Advance(a.takes);
+    return a.result;
+  }
+  absl::Status Leave() override {
+    ++leaves;
+    return absl::OkStatus();
+  }
+  void StartHeartbeats(absl::Duration, absl::Duration, std::function<void(absl::Status)> lost,
+                       std::function<void(int64_t, const std::string&, bool)> epoch) override {
+    on_lost = std::move(lost);
+    on_new_epoch = std::move(epoch);
+  }
+  void RequestStop() override { stop_requested = true; }
+  bool StopSeen() const override { return stop_seen; }
+
+  std::deque<Answer> answers;
+  std::vector<std::pair<absl::Duration, bool>> joins;  // timeout, planned
+  int leaves = 0;
+  bool stop_requested = false;
+  bool stop_seen = false;
+  std::function<void(absl::Status)> on_lost;
+  std::function<void(int64_t, const std::string&, bool)> on_new_epoch;
+
+ private:
+  common::FakeClock* clock_;
+};
+
+comm::Membership Epoch(int64_t epoch, int rank, int size, std::vector<int> replaced = {},
+                       std::string why = "") {
+  comm::Membership m{.epoch = epoch, .replaced = std::move(replaced), .why = std::move(why)};
+  m.rank = rank;
+  for (int t = 0; t < size; ++t) m.tasks.push_back(t);
+  return m;
+}
+
+struct Fixture {
+  common::FakeClock clock;
+  ScriptedCoordinator coord{&clock};
+  std::atomic<bool> stop{false};
+  std::vector<FakeCollective*> connected;  // owned by the group
+  std::unique_ptr<TrainingGroup> group;
+
+  explicit Fixture(bool elastic = false, bool hosts = false) {
+    group = std::make_unique<TrainingGroup>(
+        TrainingGroup::Options{.task = "worker 1",
+                               .elastic = elastic,
+                               .hosts_coordinator = hosts,
+                               .setup_timeout = absl::Seconds(300),
+                               .peer_timeout = absl::Seconds(30),
+                               .rejoin_timeout = absl::Seconds(30),
+                               .task_name = [](int t) { return "worker " + std::to_string(t); },
+                               .clock = &clock},
+        &coord, [this](int rank, int size, absl::Duration) { return Make(rank, size); }, &stop);
+  }
+  absl::StatusOr<std::unique_ptr<comm::Collective>> Make(int rank, int size) {
+    auto c = std::make_unique<FakeCollective>(rank, size);
+    connected.push_back(c.get());
+    return std::unique_ptr<comm::Collective>(std::move(c));
+  }
+  void Form() {
+    coord.answers.push_back({Epoch(0, 1, 3)});
+    absl::StatusOr<comm::Membership> m =
+        group->Form([this](int rank, int size, absl::Duration) { return Make(rank, size); });
+    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_EQ(group->state(), GroupState::kTraining);
+  }
+};
+
+TEST(TrainingGroupTest, AMemberLostAbortsTheCollectiveAndTheRegroupConnectsTheNextEpoch) {
+  Fixture f;
+  f.Form();
+  ASSERT_EQ(f.connected.size(), 1u);
+  EXPECT_EQ(f.group->collective(), f.connected[0]);
+  // The heartbeat hears of epoch 1, begun around a lost member: the step's collective is
+  // aborted so that no rank waits out the collective timeout.
+  f.coord.on_new_epoch(1, "worker 2 sent no heartbeat for 31s", /*planned=*/false);
+  EXPECT_TRUE(absl::IsUnavailable(f.connected[0]->aborted)) << f.connected[0]->aborted;
+  EXPECT_NE(f.connected[0]->aborted.message().find("worker 2 sent no heartbeat"),
+            std::string::npos);
+  EXPECT_FALSE(f.group->RegroupDue());
+  // The replica's step failed; it regroups. The first join finds the epoch still forming.
+  f.coord.answers.push_back({absl::UnavailableError("connection refused"), absl::Seconds(5)});
+  f.coord.answers.push_back({Epoch(1, 1, 3, {2}, "worker 2 was replaced"), absl::Seconds(3)});
+  absl::StatusOr<Regrouped> g = f.group->Regroup(comm::PeerLostError("rank 2's connection reset"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->epoch, 1);
+  EXPECT_EQ(g->replaced, "worker 2");
+  EXPECT_EQ(g->cause, "worker 2 was replaced");
+  ASSERT_EQ(f.connected.size(), 2u);
+  EXPECT_EQ(g->comm, f.connected[1]);
+  EXPECT_EQ(f.group->collective(), f.connected[1]);
+  EXPECT_EQ(f.group->state(), GroupState::kTraining);
+  // Not planned; each join waits no longer than what is left of the rejoin timeout (at most 5 s).
+  ASSERT_EQ(f.coord.joins.size(), 3u);
+  EXPECT_FALSE(f.coord.joins[1].second);
+  EXPECT_EQ(f.coord.joins[1].first, absl::Seconds(5));
+  // An announcement of the epoch the group is in already is old news.
+  f.coord.on_new_epoch(1, "worker 2 was replaced", false);
+  EXPECT_TRUE(f.connected[1]->aborted.ok());
+}
+
+TEST(TrainingGroupTest, TheRejoinDeadlineIsKeptByTheClock) {
+  Fixture f;
+  f.Form();
+  // Nobody answers: every join times out after the 5 s it is given, on the fake clock.
+  const absl::Time began = f.clock.Monotonic();
+  absl::StatusOr<Regrouped> g = f.group->Regroup(comm::PeerLostError("worker 2 is gone"));
+  ASSERT_FALSE(g.ok());
+  EXPECT_TRUE(comm::IsPeerLost(g.status())) << g.status();
+  EXPECT_NE(g.status().message().find("did not re-form within --rejoin-timeout=30s"),
+            std::string::npos)
+      << g.status();
+  EXPECT_NE(g.status().message().find("timed out waiting for every rank"), std::string::npos);
+  EXPECT_EQ(f.coord.joins.size(), 1u + 6u);  // Form's, then 30 s in joins of 5 s
+  EXPECT_EQ(f.clock.Monotonic() - began, absl::Seconds(30));
+  EXPECT_EQ(f.group->state(), GroupState::kLost);
+  // The replica's error is the loss's.
+  absl::StatusOr<TrainResult> done = f.group->Finish(absl::AbortedError("step failed"));
+  EXPECT_TRUE(comm::IsPeerLost(done.status())) << done.status();
+}
+
+TEST(TrainingGroupTest, TheGroupLostAbortsWithATypedStatusAndEndsTheReplica) {
+  Fixture f;
+  f.Form();
+  f.coord.on_lost(comm::PeerLostError("the coordinator at chief-0:2222 did not answer for 31s"));
+  EXPECT_EQ(f.group->state(), GroupState::kLost);
+  EXPECT_TRUE(comm::IsPeerLost(f.connected[0]->aborted)) << f.connected[0]->aborted;
+  // A regroup cannot help any more; the replica's aborted step reports the loss.
+  absl::StatusOr<Regrouped> g = f.group->Regroup(comm::PeerLostError("step"));
+  EXPECT_TRUE(comm::IsPeerLost(g.status()));
+  EXPECT_NE(g.status().message().find("did not answer for 31s"), std::string::npos);
+  EXPECT_EQ(f.coord.joins.size(), 1u);  // no rejoin was tried
+  absl::StatusOr<TrainResult> done =
+      f.group->Finish(absl::AbortedError("peer lost: the collective was aborted"));
+  EXPECT_NE(done.status().message().find("did not answer"), std::string::npos);
+  // An OK result stays the replica's.
+  EXPECT_TRUE(f.group->Finish(TrainResult{.steps = 7}).ok());
+}
+
+TEST(TrainingGroupTest, APlannedChangeIsDueAtTheBoundaryAndRejoinsAsPlanned) {
+  Fixture f(/*elastic=*/true);
+  f.Form();
+  f.coord.on_new_epoch(1, "worker 3 joined the group", /*planned=*/true);
+  EXPECT_EQ(f.group->state(), GroupState::kChangeDue);
+  EXPECT_TRUE(f.group->RegroupDue());
+  EXPECT_TRUE(f.connected[0]->aborted.ok());  // the step in flight finishes
+  f.coord.answers.push_back({Epoch(1, 1, 4, {}, "worker 3 joined the group")});
+  absl::StatusOr<Regrouped> g = f.group->Regroup(absl::OkStatus());
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(f.coord.joins.back().second);  // planned
+  EXPECT_EQ(g->comm->size(), 4);
+  EXPECT_FALSE(f.group->RegroupDue());
+  EXPECT_EQ(f.group->state(), GroupState::kTraining);
+}
+
+TEST(TrainingGroupTest, AStoppedElasticMemberLeavesAndTheOthersGoOn) {
+  Fixture f(/*elastic=*/true, /*hosts=*/false);
+  f.Form();
+  EXPECT_FALSE(f.group->StopRequested());
+  f.stop = true;
+  // Its own stop does not stop the group: it leaves at the boundary.
+  EXPECT_FALSE(f.group->StopRequested());
+  EXPECT_FALSE(f.coord.stop_requested);
+  EXPECT_EQ(f.group->state(), GroupState::kLeaving);
+  EXPECT_TRUE(f.group->RegroupDue());
+  absl::StatusOr<Regrouped> g = f.group->Regroup(absl::OkStatus());
+  EXPECT_TRUE(absl::IsCancelled(g.status())) << g.status();
+  EXPECT_NE(g.status().message().find("worker 1 left the group"), std::string::npos);
+  EXPECT_EQ(f.coord.leaves, 1);
+  EXPECT_EQ(f.coord.joins.size(), 1u);
+  EXPECT_EQ(f.group->state(), GroupState::kLeft);
+}
+
+TEST(TrainingGroupTest, AStopOutsideAnElasticGroupIsTheWholeGroups) {
+  Fixture f(/*elastic=*/false);
+  f.Form();
+  f.stop = true;
+  EXPECT_TRUE(f.group->StopRequested());
+  EXPECT_TRUE(f.coord.stop_requested);  // the heartbeats tell the others
+  absl::StatusOr<Regrouped> g = f.group->Regroup(comm::PeerLostError("worker 2 is gone"));
+  EXPECT_TRUE(absl::IsCancelled(g.status())) << g.status();
+  EXPECT_EQ(f.group->state(), GroupState::kStopped);
+  // A stop another task asked for reaches this one through the coordinator.
+  Fixture other;
+  other.Form();
+  EXPECT_FALSE(other.group->StopRequested());
+  other.coord.stop_seen = true;
+  EXPECT_TRUE(other.group->StopRequested());
+}
+
+TEST(TrainingGroupTest, ATaskTakenOverEndsAndAnUnformedGroupIsAPeerLoss) {
+  Fixture f;
+  f.Form();
+  f.coord.answers.push_back(
+      {absl::FailedPreconditionError("worker 1 was taken over by a newer process")});
+  absl::StatusOr<Regrouped> g = f.group->Regroup(comm::PeerLostError("reset"));
+  EXPECT_TRUE(absl::IsAborted(g.status())) << g.status();
+  EXPECT_NE(g.status().message().find("taken over"), std::string::npos);
+  EXPECT_EQ(f.group->state(), GroupState::kLost);
+
+  Fixture never;  // the group never forms in the setup time
+  absl::StatusOr<comm::Membership> m =
+      never.group->Form([&](int rank, int size, absl::Duration) { return never.Make(rank, size); });
+  EXPECT_TRUE(comm::IsPeerLost(m.status())) << m.status();
+  EXPECT_EQ(never.group->state(), GroupState::kLost);
+  EXPECT_TRUE(never.connected.empty());
+  // A refused job token is a configuration error, not a loss.
+  Fixture refused;
+  refused.coord.answers.push_back({absl::PermissionDeniedError("the job token was refused")});
+  m = refused.group->Form(
+      [&](int rank, int size, absl::Duration) { return refused.Make(rank, size); });
+  EXPECT_TRUE(absl::IsPermissionDenied(m.status())) << m.status();
+}
+
+}  // namespace
+}  // namespace lockstep::trainer
