@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <initializer_list>
+#include <iterator>
+#include <limits>
 #include <optional>
 
 namespace lockstep::trainer {
@@ -179,169 +182,207 @@ std::string TerminationLogPath(const std::map<std::string, std::string>& env) {
   return it != env.end() && !it->second.empty() ? it->second : "/dev/termination-log";
 }
 
-absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>& args,
-                                                 const std::map<std::string, std::string>& env) {
-  TrainerConfig c;
-  bool lr_set = false, dataset_set = false;
-  std::optional<std::string> strategy;
-  std::optional<std::string> recovery;
-  std::optional<std::string> elastic_max;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string arg = args[i];
-    if (arg.rfind("--", 0) != 0) {
-      return absl::InvalidArgumentError("unexpected argument \"" + arg + "\"");
-    }
-    std::string name = arg.substr(2);
-    std::string value;
-    bool has_value = false;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    if (name == "help" || name == "version") {
-      (name == "help" ? c.help : c.version) = true;
-      continue;
-    }
-    if (!has_value) {
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError("--" + name + " needs a value");
-      value = args[++i];
-    }
+namespace {
+
+// A flag's value being applied: the config it sets, and what is settled only once every flag
+// and the environment are read (the strategy, recovery and elastic bound also come from
+// LOCKSTEP_* variables, which a flag overrides).
+struct FlagValue {
+  const std::string& name;
+  const std::string& value;
+  TrainerConfig& c;
+  bool lr_set = false;
+  bool dataset_set = false;
+  std::optional<std::string> strategy, recovery, elastic_max;
+
+  absl::Status Bad(const std::string& want) const { return trainer::Bad(name, value, want); }
+  template <typename T>
+  absl::Status Positive(T* out, int64_t at_most = std::numeric_limits<int64_t>::max(),
+                        const std::string& want = "a positive integer") const {
     int64_t n = 0;
-    auto positive = [&](int64_t* out) -> absl::Status {
-      if (!ParseNumber(value, &n) || n < 1) return Bad(name, value, "a positive integer");
-      *out = n;
-      return absl::OkStatus();
-    };
-    absl::Status s;
-    if (name == "model") {
-      // A built-in name, or a Keras model file (model.to_json(), a .keras archive's
-      // config.json, a TF.js model.json), which BuildModel reads and checks.
-      if (value.empty()) return Bad(name, value, "mlp, cnn, mlp-large or a Keras model file");
-      c.model = value;
-    } else if (name == "data-spec") {
-      if (value.empty()) return Bad(name, value, "a data-spec file");
-      c.data_spec = value;
-    } else if (name == "dataset") {
-      dataset_set = true;
-      if (value != "fashion-mnist" && value != "synthetic") {
-        return Bad(name, value, "fashion-mnist or synthetic (or give --data-spec)");
-      }
-      c.dataset = value;
-    } else if (name == "data-dir") {
-      c.data_dir = value;
-    } else if (name == "synthetic-size") {
-      s = positive(&c.synthetic_size);
-    } else if (name == "epochs") {
-      s = positive(&c.epochs);
-    } else if (name == "steps") {
-      int64_t v = 0;
-      s = positive(&v);
-      c.steps = v;
-    } else if (name == "batch-size") {
-      s = positive(&c.batch_size);
-    } else if (name == "eval-batch-size") {
-      s = positive(&c.eval_batch_size);
-    } else if (name == "open-axis-size") {
-      s = positive(&c.open_axis_size);
-    } else if (name == "loss") {
-      if (value.empty()) return Bad(name, value, "a Keras loss name or its JSON");
-      c.loss = value;
-    } else if (name == "optimizer") {
-      if (value != "adam" && value != "sgd") return Bad(name, value, "adam or sgd");
-      c.optimizer = value;
-      c.optimizer_from_flag = true;
-    } else if (name == "learning-rate") {
-      if (!ParseFloat(value, &c.learning_rate) || !(c.learning_rate > 0)) {
-        return Bad(name, value, "a positive number");
-      }
-      lr_set = true;
-      c.learning_rate_from_flag = true;
-    } else if (name == "lr-schedule") {
-      if (value != "cosine" && value != "constant") return Bad(name, value, "cosine or constant");
-      c.lr_schedule = value;
-      c.lr_schedule_from_flag = true;
-    } else if (name == "momentum") {
-      if (!ParseFloat(value, &c.momentum) || c.momentum < 0 || c.momentum >= 1) {
-        return Bad(name, value, "a number in [0, 1)");
-      }
-    } else if (name == "seed") {
-      if (!ParseNumber(value, &c.seed)) return Bad(name, value, "a non-negative integer");
-    } else if (name == "checkpoint-dir") {
-      c.checkpoint_dir = value;
-    } else if (name == "checkpoint-every") {
-      int64_t v = 0;
-      s = positive(&v);
-      c.checkpoint_every = v;
-    } else if (name == "tensorboard-dir") {
-      if (value.empty()) return Bad(name, value, "a directory");
-      c.tensorboard_dir = value;
-    } else if (name == "model-dir") {
-      if (value.empty()) return Bad(name, value, "a directory");
-      c.model_dir = value;
-    } else if (name == "initial-weights") {
-      if (value.empty()) return Bad(name, value, "a weights file");
-      c.initial_weights = value;
-    } else if (name == "tensorboard-every") {
-      s = positive(&c.tensorboard_every);
-    } else if (name == "keep-checkpoints") {
-      int64_t v = 0;
-      s = positive(&v);
-      c.keep_checkpoints = static_cast<int>(std::min<int64_t>(v, 1000));
-    } else if (name == "threads") {
-      int64_t v = 0;
-      s = positive(&v);
-      if (s.ok() && v > 256) s = Bad(name, value, "a thread count from 1 to 256");
-      c.threads = static_cast<int>(v);
-    } else if (name == "log-format") {
-      if (value != "text" && value != "json") return Bad(name, value, "text or json");
-      c.json_logs = value == "json";
-    } else if (name == "metrics-port") {
-      if (!ParseNumber(value, &n) || n < 0 || n > 65535) return Bad(name, value, "a port");
-      c.metrics_port = static_cast<int>(n);
-      c.metrics_port_required = true;
-    } else if (name == "strategy") {
-      strategy = value;
-    } else if (name == "replicas") {
-      int64_t v = 0;
-      s = positive(&v);
-      if (s.ok() && v > 64) s = Bad(name, value, "a replica count from 1 to 64");
-      c.replicas = static_cast<int>(v);
-    } else if (name == "cross-device-ops") {
-      s = ParseInto(name, ParseCrossDeviceOps(value), &c.cross_device_ops);
-    } else if (name == "peer-timeout") {
-      s = positive(&c.peer_timeout_seconds);
-    } else if (name == "collective-timeout") {
-      s = positive(&c.collective_timeout_seconds);
-    } else if (name == "recovery") {
-      recovery = value;
-    } else if (name == "rejoin-timeout") {
-      s = positive(&c.rejoin_timeout_seconds);
-    } else if (name == "elastic-max-workers") {
-      elastic_max = value;
-    } else if (name == "device") {
-      s = ParseInto(name, ParseDevice(value), &c.device);
-    } else if (name == "precision") {
-      s = ParseInto(name, ParsePrecision(value), &c.precision);
-      c.precision_from_flag = true;
-    } else if (name == "tf32") {
-      if (value != "true" && value != "false") return Bad(name, value, "true or false");
-      c.tf32 = value == "true";
-    } else if (name == "collective") {
-      s = ParseInto(name, ParseCollectiveBackend(value), &c.collective);
-    } else if (name == "ps-mode") {
-      s = ParseInto(name, ParsePsMode(value), &c.ps_mode);
-    } else if (name == "backup-workers") {
-      if (!ParseNumber(value, &n) || n < 0 || n > 64) return Bad(name, value, "0 to 64");
-      c.backup_workers = static_cast<int>(n);
-    } else {
-      return absl::InvalidArgumentError("unknown flag --" + name + " (see --help)");
-    }
-    if (!s.ok()) return s;
+    if (!ParseNumber(value, &n) || n < 1) return Bad("a positive integer");
+    if (n > at_most) return Bad(want);
+    *out = static_cast<T>(n);
+    return absl::OkStatus();
   }
-  if (!lr_set && c.optimizer == "sgd") c.learning_rate = 0.01f;
+  absl::Status Text(std::string* out, const std::string& want) const {
+    if (value.empty()) return Bad(want);
+    *out = value;
+    return absl::OkStatus();
+  }
+  absl::Status OneOf(std::initializer_list<std::string_view> allowed, const std::string& want,
+                     std::string* out) const {
+    if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) return Bad(want);
+    *out = value;
+    return absl::OkStatus();
+  }
+};
+
+struct Flag {
+  std::string_view name;
+  absl::Status (*apply)(FlagValue& f);
+};
+
+using S = absl::Status;
+// Every flag but --help and --version, in TrainerUsage's order.
+constexpr Flag kFlags[] = {
+    // A built-in name, or a Keras model file (model.to_json(), a .keras archive's config.json,
+    // a TF.js model.json), which BuildModel reads and checks.
+    {"model",
+     [](FlagValue& f) { return f.Text(&f.c.model, "mlp, cnn, mlp-large or a Keras model file"); }},
+    {"data-spec", [](FlagValue& f) { return f.Text(&f.c.data_spec, "a data-spec file"); }},
+    {"dataset",
+     [](FlagValue& f) {
+       f.dataset_set = true;
+       return f.OneOf({"fashion-mnist", "synthetic"},
+                      "fashion-mnist or synthetic (or give --data-spec)", &f.c.dataset);
+     }},
+    {"data-dir",
+     [](FlagValue& f) {
+       f.c.data_dir = f.value;
+       return S();
+     }},
+    {"synthetic-size", [](FlagValue& f) { return f.Positive(&f.c.synthetic_size); }},
+    {"epochs", [](FlagValue& f) { return f.Positive(&f.c.epochs); }},
+    {"steps",
+     [](FlagValue& f) {
+       int64_t v = 0;
+       S s = f.Positive(&v);
+       f.c.steps = v;
+       return s;
+     }},
+    {"batch-size", [](FlagValue& f) { return f.Positive(&f.c.batch_size); }},
+    {"eval-batch-size", [](FlagValue& f) { return f.Positive(&f.c.eval_batch_size); }},
+    {"open-axis-size", [](FlagValue& f) { return f.Positive(&f.c.open_axis_size); }},
+    {"loss", [](FlagValue& f) { return f.Text(&f.c.loss, "a Keras loss name or its JSON"); }},
+    {"optimizer",
+     [](FlagValue& f) {
+       f.c.optimizer_from_flag = true;
+       return f.OneOf({"adam", "sgd"}, "adam or sgd", &f.c.optimizer);
+     }},
+    {"learning-rate",
+     [](FlagValue& f) {
+       if (!ParseFloat(f.value, &f.c.learning_rate) || !(f.c.learning_rate > 0)) {
+         return f.Bad("a positive number");
+       }
+       f.lr_set = f.c.learning_rate_from_flag = true;
+       return S();
+     }},
+    {"lr-schedule",
+     [](FlagValue& f) {
+       f.c.lr_schedule_from_flag = true;
+       return f.OneOf({"cosine", "constant"}, "cosine or constant", &f.c.lr_schedule);
+     }},
+    {"momentum",
+     [](FlagValue& f) {
+       if (!ParseFloat(f.value, &f.c.momentum) || f.c.momentum < 0 || f.c.momentum >= 1) {
+         return f.Bad("a number in [0, 1)");
+       }
+       return S();
+     }},
+    {"seed",
+     [](FlagValue& f) {
+       return ParseNumber(f.value, &f.c.seed) ? S() : f.Bad("a non-negative integer");
+     }},
+    {"checkpoint-dir",
+     [](FlagValue& f) {
+       f.c.checkpoint_dir = f.value;
+       return S();
+     }},
+    {"checkpoint-every",
+     [](FlagValue& f) {
+       int64_t v = 0;
+       S s = f.Positive(&v);
+       f.c.checkpoint_every = v;
+       return s;
+     }},
+    {"keep-checkpoints",
+     [](FlagValue& f) {
+       int64_t v = 0;
+       S s = f.Positive(&v);
+       f.c.keep_checkpoints = static_cast<int>(std::min<int64_t>(v, 1000));
+       return s;
+     }},
+    {"tensorboard-dir", [](FlagValue& f) { return f.Text(&f.c.tensorboard_dir, "a directory"); }},
+    {"tensorboard-every", [](FlagValue& f) { return f.Positive(&f.c.tensorboard_every); }},
+    {"model-dir", [](FlagValue& f) { return f.Text(&f.c.model_dir, "a directory"); }},
+    {"initial-weights",
+     [](FlagValue& f) { return f.Text(&f.c.initial_weights, "a weights file"); }},
+    {"threads",
+     [](FlagValue& f) { return f.Positive(&f.c.threads, 256, "a thread count from 1 to 256"); }},
+    {"log-format",
+     [](FlagValue& f) {
+       std::string v;
+       S s = f.OneOf({"text", "json"}, "text or json", &v);
+       f.c.json_logs = v == "json";
+       return s;
+     }},
+    {"metrics-port",
+     [](FlagValue& f) {
+       int64_t n = 0;
+       if (!ParseNumber(f.value, &n) || n < 0 || n > 65535) return f.Bad("a port");
+       f.c.metrics_port = static_cast<int>(n);
+       f.c.metrics_port_required = true;
+       return S();
+     }},
+    {"strategy",
+     [](FlagValue& f) {
+       f.strategy = f.value;
+       return S();
+     }},
+    {"replicas",
+     [](FlagValue& f) { return f.Positive(&f.c.replicas, 64, "a replica count from 1 to 64"); }},
+    {"cross-device-ops",
+     [](FlagValue& f) {
+       return ParseInto(f.name, ParseCrossDeviceOps(f.value), &f.c.cross_device_ops);
+     }},
+    {"peer-timeout", [](FlagValue& f) { return f.Positive(&f.c.peer_timeout_seconds); }},
+    {"collective-timeout",
+     [](FlagValue& f) { return f.Positive(&f.c.collective_timeout_seconds); }},
+    {"recovery",
+     [](FlagValue& f) {
+       f.recovery = f.value;
+       return S();
+     }},
+    {"rejoin-timeout", [](FlagValue& f) { return f.Positive(&f.c.rejoin_timeout_seconds); }},
+    {"elastic-max-workers",
+     [](FlagValue& f) {
+       f.elastic_max = f.value;
+       return S();
+     }},
+    {"device", [](FlagValue& f) { return ParseInto(f.name, ParseDevice(f.value), &f.c.device); }},
+    {"precision",
+     [](FlagValue& f) {
+       f.c.precision_from_flag = true;
+       return ParseInto(f.name, ParsePrecision(f.value), &f.c.precision);
+     }},
+    {"tf32",
+     [](FlagValue& f) {
+       std::string v;
+       S s = f.OneOf({"true", "false"}, "true or false", &v);
+       if (s.ok()) f.c.tf32 = v == "true";
+       return s;
+     }},
+    {"collective",
+     [](FlagValue& f) {
+       return ParseInto(f.name, ParseCollectiveBackend(f.value), &f.c.collective);
+     }},
+    {"ps-mode", [](FlagValue& f) { return ParseInto(f.name, ParsePsMode(f.value), &f.c.ps_mode); }},
+    {"backup-workers",
+     [](FlagValue& f) {
+       int64_t n = 0;
+       if (!ParseNumber(f.value, &n) || n < 0 || n > 64) return f.Bad("0 to 64");
+       f.c.backup_workers = static_cast<int>(n);
+       return S();
+     }},
+};
+
+// The flags among themselves: defaults that depend on others, and combinations refused.
+absl::Status SettleFlags(FlagValue& f) {
+  TrainerConfig& c = f.c;
+  if (!f.lr_set && c.optimizer == "sgd") c.learning_rate = 0.01f;
   if (!c.data_spec.empty()) {
-    if (dataset_set) {
+    if (f.dataset_set) {
       return absl::InvalidArgumentError(
           "--data-spec and --dataset are alternatives: the spec says where the data is");
     }
@@ -354,7 +395,13 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
   if (c.device == Device::kCpu && c.collective == CollectiveBackend::kNccl) {
     return absl::InvalidArgumentError("--collective nccl needs GPU replicas (--device cpu)");
   }
+  return absl::OkStatus();
+}
 
+// The pod's environment (the operator's injection, Vertex AI's AIP_* directories); a flag wins
+// over its variable.
+absl::Status ApplyEnvironment(const std::map<std::string, std::string>& env, FlagValue& f) {
+  TrainerConfig& c = f.c;
   auto get = [&](const char* k) -> std::string {
     auto it = env.find(k);
     return it == env.end() ? "" : it->second;
@@ -366,33 +413,29 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
     }
     c.tf_config = *parsed;
   }
-  // The flag wins over the environment.
-  if (!strategy) {
-    if (std::string s = get("LOCKSTEP_STRATEGY"); !s.empty()) strategy = s;
-  }
-  if (strategy) {
-    absl::StatusOr<Strategy> parsed = ParseStrategy(*strategy);
+  auto flag_or_env = [&](std::optional<std::string>& flag, const char* var) {
+    if (!flag) {
+      if (std::string v = get(var); !v.empty()) flag = v;
+    }
+    return flag.has_value();
+  };
+  if (flag_or_env(f.strategy, "LOCKSTEP_STRATEGY")) {
+    absl::StatusOr<Strategy> parsed = ParseStrategy(*f.strategy);
     if (!parsed.ok()) {
       return absl::InvalidArgumentError("strategy " + std::string(parsed.status().message()));
     }
     c.strategy = *parsed;
   }
-  if (!recovery) {
-    if (std::string r = get("LOCKSTEP_RECOVERY"); !r.empty()) recovery = r;
-  }
-  if (recovery) {
-    if (*recovery != "InPlace" && *recovery != "RestartGroup") {
-      return Bad("recovery", *recovery, "InPlace or RestartGroup");
+  if (flag_or_env(f.recovery, "LOCKSTEP_RECOVERY")) {
+    if (*f.recovery != "InPlace" && *f.recovery != "RestartGroup") {
+      return Bad("recovery", *f.recovery, "InPlace or RestartGroup");
     }
-    c.recover_in_place = *recovery == "InPlace";
+    c.recover_in_place = *f.recovery == "InPlace";
   }
-  if (!elastic_max) {
-    if (std::string e = get("LOCKSTEP_ELASTIC_MAX_WORKERS"); !e.empty()) elastic_max = e;
-  }
-  if (elastic_max) {
+  if (flag_or_env(f.elastic_max, "LOCKSTEP_ELASTIC_MAX_WORKERS")) {
     int64_t v = 0;
-    if (!ParseNumber(*elastic_max, &v) || v < 1 || v > 1024) {
-      return Bad("elastic-max-workers", *elastic_max, "a worker count from 1 to 1024");
+    if (!ParseNumber(*f.elastic_max, &v) || v < 1 || v > 1024) {
+      return Bad("elastic-max-workers", *f.elastic_max, "a worker count from 1 to 1024");
     }
     c.elastic_max_workers = static_cast<int>(v);
   }
@@ -403,6 +446,44 @@ absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>&
   if (std::string ip = get("LOCKSTEP_POD_IP"); !ip.empty()) c.bind_address = ip;
   if (!get("LOCKSTEP_JOB_NAME").empty()) c.metrics_port_required = true;
   c.termination_log = TerminationLogPath(env);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TrainerConfig> ParseTrainerConfig(const std::vector<std::string>& args,
+                                                 const std::map<std::string, std::string>& env) {
+  TrainerConfig c;
+  std::string name, value;
+  FlagValue f{.name = name, .value = value, .c = c};
+  for (size_t i = 0; i < args.size(); ++i) {
+    // --name=value, or --name value.
+    if (args[i].rfind("--", 0) != 0) {
+      return absl::InvalidArgumentError("unexpected argument \"" + args[i] + "\"");
+    }
+    name = args[i].substr(2);
+    const size_t eq = name.find('=');
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    }
+    if (name == "help" || name == "version") {
+      (name == "help" ? c.help : c.version) = true;
+      continue;
+    }
+    const Flag* flag = std::find_if(std::begin(kFlags), std::end(kFlags),
+                                    [&](const Flag& k) { return k.name == name; });
+    if (flag == std::end(kFlags)) {
+      return absl::InvalidArgumentError("unknown flag --" + name + " (see --help)");
+    }
+    if (eq == std::string::npos) {
+      if (i + 1 >= args.size()) return absl::InvalidArgumentError("--" + name + " needs a value");
+      value = args[++i];
+    }
+    if (absl::Status s = flag->apply(f); !s.ok()) return s;
+  }
+  if (absl::Status s = SettleFlags(f); !s.ok()) return s;
+  if (absl::Status s = ApplyEnvironment(env, f); !s.ok()) return s;
   return c;
 }
 

@@ -254,6 +254,77 @@ absl::Status Recover(Run& run, const absl::Status& failed, Position& pos) {
   }
 }
 
+// Step 1: the chief's state (resumed from the newest checkpoint, or the seed's), or, joining
+// a running group, the group's.
+absl::StatusOr<Position> StartPosition(const TrainerConfig& c, Engine& engine, const Replica& r,
+                                       int rank, TrainResult& result) {
+  if (r.replacement) {
+    absl::StatusOr<RecoveredState> st =
+        SyncRecoveredState(engine, r.comm, std::nullopt, r.collective_timeout);
+    if (!st.ok()) return st.status();
+    common::LogInfo("recovery", "joined the running group: rank ", st->source,
+                    "'s state taken over at step ", st->at.step);
+    return st->at;
+  }
+  absl::StatusOr<InitialState> start = SyncInitialState(c, engine, r.comm, r.collective_timeout);
+  if (!start.ok()) return start.status();
+  if (start->resumed) {
+    result.resumed_from = start->at.step;
+    if (r.progress) r.progress->Checkpointed(start->at.step);
+    if (rank == 0) {
+      common::LogInfo("checkpoint", "resumed from step ", start->at.step, " (epoch ",
+                      start->at.epoch, ")");
+    }
+  }
+  return start->at;
+}
+
+// Step 3: the steps from `pos` to `total`. In place, a lost peer's replacement joins and the
+// group goes on from the same position; an elastic group's members change at a step boundary,
+// likewise, each time with a new batcher. `waited`: the seconds spent waiting for batches.
+absl::Status TrainSteps(Run& run, const Datasets& data, int64_t total, int64_t every,
+                        std::unique_ptr<Batcher> batches, Position& pos, double& waited) {
+  absl::Status trained = RunSteps(run, *batches, total, every, pos);
+  for (;;) {
+    const bool planned = trained.ok() && run.membership_change;
+    const bool lost = !trained.ok() && run.r.regroup && comm::IsPeerLost(trained);
+    if (!planned && !lost) break;
+    run.membership_change = false;
+    if (absl::Status s = Recover(run, trained, pos); !s.ok()) {
+      trained = s;
+      break;
+    }
+    if (run.r.progress) run.r.progress->SetGroup(run.size, run.c.batch_size);
+    absl::StatusOr<BatcherOptions> again = BatchingFor(run, data);
+    if (!again.ok()) {
+      trained = again.status();
+      continue;  // lost again while agreeing on the batching: regroup again
+    }
+    waited += batches->wait_seconds();
+    batches = std::make_unique<Batcher>(&data.train, *again, pos.epoch, pos.epoch_step);
+    trained = RunSteps(run, *batches, total, every, pos);
+  }
+  waited += batches->wait_seconds();
+  return trained;
+}
+
+// Step 4: the chief's export of the trained model, then the test set (where asked).
+absl::Status Conclude(const Run& run, const Datasets& data, TrainResult& result) {
+  if (run.chief() && !run.c.model_dir.empty()) {
+    if (absl::Status s = run.engine.Store(); !s.ok()) return s;
+    if (absl::Status s = ExportTrainedModel(run.c, run.engine.model()); !s.ok()) return s;
+  }
+  result.no_test_data = run.r.evaluate && data.test.size() == 0;
+  if (run.r.evaluate && data.test.size() > 0) {  // no validation data: nothing to evaluate
+    absl::StatusOr<Evaluation> e = run.engine.Evaluate(data.test);
+    if (!e.ok()) return e.status();
+    result.evaluated = true;
+    result.test_accuracy = e->accuracy;
+    result.test_loss = e->loss;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& data,
@@ -266,26 +337,9 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
 
   // 1. Everybody starts from the chief's state, or, joining a running group, from the group's.
   TrainResult result;
-  Position pos;
-  if (r.replacement) {
-    absl::StatusOr<RecoveredState> st =
-        SyncRecoveredState(engine, r.comm, std::nullopt, r.collective_timeout);
-    if (!st.ok()) return st.status();
-    pos = st->at;
-    common::LogInfo("recovery", "joined the running group: rank ", st->source,
-                    "'s state taken over at step ", pos.step);
-  } else {
-    absl::StatusOr<InitialState> start = SyncInitialState(c, engine, r.comm, r.collective_timeout);
-    if (!start.ok()) return start.status();
-    pos = start->at;
-    if (start->resumed) {
-      result.resumed_from = pos.step;
-      if (r.progress) r.progress->Checkpointed(pos.step);
-      if (rank == 0) {
-        common::LogInfo("checkpoint", "resumed from step ", pos.step, " (epoch ", pos.epoch, ")");
-      }
-    }
-  }
+  absl::StatusOr<Position> start = StartPosition(c, engine, r, rank, result);
+  if (!start.ok()) return start.status();
+  Position pos = *start;
 
   // The variables are updated on every replica, or centrally.
   std::unique_ptr<Updater> updater = r.central_variables && r.comm != nullptr
@@ -319,7 +373,6 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
                     c.optimizer, " lr ", c.learning_rate, "; ", engine.Describe(),
                     r.comm != nullptr ? ", collectives over " + r.comm->name() : "");
   }
-
   std::unique_ptr<TrainingSummaries> summaries;
   if (rank == 0 && !c.tensorboard_dir.empty()) {
     absl::StatusOr<std::unique_ptr<TrainingSummaries>> runs =
@@ -333,29 +386,8 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
 
   // 3. The steps.
   const double loop_start = MonotonicSeconds();
-  double waited = 0;  // in batchers replaced by a recovery
-  absl::Status trained = RunSteps(run, *batches, total, every, pos);
-  // In place: a lost peer's replacement joins, and the group goes on from the same position;
-  // an elastic group's members change at a step boundary, likewise.
-  for (;;) {
-    const bool planned = trained.ok() && run.membership_change;
-    const bool lost = !trained.ok() && r.regroup && comm::IsPeerLost(trained);
-    if (!planned && !lost) break;
-    run.membership_change = false;
-    if (absl::Status s = Recover(run, trained, pos); !s.ok()) {
-      trained = s;
-      break;
-    }
-    if (r.progress) r.progress->SetGroup(run.size, c.batch_size);
-    absl::StatusOr<BatcherOptions> again = BatchingFor(run, data);
-    if (!again.ok()) {
-      trained = again.status();
-      continue;  // lost again while agreeing on the batching: regroup again
-    }
-    waited += batches->wait_seconds();
-    batches = std::make_unique<Batcher>(&data.train, *again, pos.epoch, pos.epoch_step);
-    trained = RunSteps(run, *batches, total, every, pos);
-  }
+  double waited = 0;
+  absl::Status trained = TrainSteps(run, data, total, every, std::move(batches), pos, waited);
   const double loop_seconds = MonotonicSeconds() - loop_start;
   if (summaries != nullptr) {
     if (absl::Status s = summaries->Close(); !s.ok()) {
@@ -364,7 +396,7 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   }
   if (!trained.ok()) return trained;
   result.steps = pos.step;
-  if (loop_seconds > 0) result.data_wait_share = (waited + batches->wait_seconds()) / loop_seconds;
+  if (loop_seconds > 0) result.data_wait_share = waited / loop_seconds;
   if (r.progress) result.samples_per_second = r.progress->SteadySamplesPerSecond();
   if (engine.skipped_steps() > 0 && run.rank == 0) {
     common::LogInfo("strategy", engine.skipped_steps(),
@@ -372,18 +404,7 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   }
 
   // 4. The chief's export of the trained model, then the test set.
-  if (run.rank == 0 && !c.model_dir.empty()) {
-    if (absl::Status s = engine.Store(); !s.ok()) return s;
-    if (absl::Status s = ExportTrainedModel(c, engine.model()); !s.ok()) return s;
-  }
-  result.no_test_data = r.evaluate && data.test.size() == 0;
-  if (r.evaluate && data.test.size() > 0) {  // no validation data: nothing to evaluate
-    absl::StatusOr<Evaluation> e = engine.Evaluate(data.test);
-    if (!e.ok()) return e.status();
-    result.evaluated = true;
-    result.test_accuracy = e->accuracy;
-    result.test_loss = e->loss;
-  }
+  if (absl::Status s = Conclude(run, data, result); !s.ok()) return s;
   return result;
 }
 
