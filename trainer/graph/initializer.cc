@@ -82,6 +82,21 @@ Initializer GlorotUniform() {
   return i;
 }
 
+Initializer RandomUniform(float lo, float hi) {
+  Initializer i;
+  i.kind = Initializer::Kind::kRandomUniform;
+  i.minval = lo;
+  i.maxval = hi;
+  return i;
+}
+
+Initializer Orthogonal(float gain) {
+  Initializer i;
+  i.kind = Initializer::Kind::kOrthogonal;
+  i.value = gain;
+  return i;
+}
+
 Tensor Initialize(const Initializer& init, const Shape& shape, std::mt19937_64* rng) {
   // The weight and its gradient, checked before either is allocated (a count that overflows
   // is too large too). Only a large one asks the system: a model's hundreds of small weights

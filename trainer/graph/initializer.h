@@ -43,6 +43,8 @@ struct Initializer {
 Initializer Zeros();
 Initializer Ones();
 Initializer GlorotUniform();
+Initializer RandomUniform(float lo, float hi);
+Initializer Orthogonal(float gain = 1);
 
 // Fills a tensor of `shape` (a weight's) from `init`; `rng` serves when init has no seed.
 Tensor Initialize(const Initializer& init, const Shape& shape, std::mt19937_64* rng);

@@ -44,7 +44,6 @@ class LayerFactories {
 void ReadCommonOptions(LayerConfig& c);
 
 void AddConvolutionLayers(LayerFactories* f);   // layers_conv.cc
-void AddRecurrentLayers(LayerFactories* f);     // layers_recurrent.cc
 void AddAugmentationLayers(LayerFactories* f);  // layers_augment.cc
 
 }  // namespace lockstep::trainer::keras

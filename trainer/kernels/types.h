@@ -56,7 +56,7 @@ struct Loss {
 
 // The elementwise merges (Add, Subtract, Multiply, Average, Maximum, Minimum) and comparisons
 // (Keras 3's Equal, NotEqual, Greater...) of layers/merging/ and layers/masking/, and the
-// recurrent cells of graph/layers/recurrent.h.
+// recurrent cells of layers/rnn/rnn.h.
 enum class MergeOp { kAdd, kSubtract, kMultiply, kAverage, kMaximum, kMinimum };
 enum class CompareOp { kEqual, kNotEqual, kGreater, kGreaterEqual, kLess, kLessEqual };
 enum class RnnCell { kSimpleRnn, kLstm, kGru };

@@ -13,10 +13,10 @@
 #include <set>
 #include <typeindex>
 
-#include "trainer/graph/layers/recurrent.h"
 #include "trainer/layers/core/core.h"
 #include "trainer/layers/masking/masking.h"
 #include "trainer/layers/registry.h"
+#include "trainer/layers/rnn/rnn.h"
 #include "trainer/model/graph_model.h"
 #include "trainer/testing/source_dir.h"
 

@@ -1,5 +1,5 @@
 #pragma once
-// A layer from its Keras config, and one forward pass of a freshly built layer: for the layer
+// A layer from its Keras config, and forward passes of a freshly built layer: for the layer
 // tests.
 // Thread-safety: test code, one thread.
 
@@ -31,6 +31,51 @@ inline Tensor Forward1(Layer& l, const Tensor& x, bool training = false,
   Saved s;
   l.Forward(Args{{&x}, {mask}}, &out, &s, CallContext{training, &rng});
   return out[0];
+}
+
+// One forward call of a layer built for the inputs' per-example shapes (the build must
+// succeed): its outputs, what it saved, and the error it reported through the CallContext.
+struct LayerCall {
+  std::vector<Tensor> out;
+  Saved saved;
+  std::string error;
+};
+inline LayerCall RunLayer(Layer& l, const std::vector<Tensor>& x,
+                          std::vector<const Tensor*> masks = {}, bool training = false,
+                          uint64_t seed = 1) {
+  std::mt19937_64 rng(seed);
+  std::vector<Shape> shapes;
+  for (const Tensor& t : x) shapes.push_back(PerExample(t));
+  absl::StatusOr<std::vector<Shape>> built = l.Build(shapes, BuildContext{&rng});
+  EXPECT_TRUE(built.ok()) << built.status();
+  LayerCall c;
+  if (!built.ok()) return c;
+  c.out.resize(built->size());
+  Args a;
+  for (size_t i = 0; i < x.size(); ++i) {
+    a.x.push_back(&x[i]);
+    a.mask.push_back(i < masks.size() ? masks[i] : nullptr);
+  }
+  l.Forward(a, &c.out, &c.saved, CallContext{training, &rng, &c.error});
+  return c;
+}
+
+// The names of a layer's weights, in order.
+inline std::vector<std::string> WeightNames(const Layer& l) {
+  std::vector<std::string> out;
+  for (const Weight& w : l.weights()) out.push_back(w.name);
+  return out;
+}
+
+inline std::vector<float> Values(const Tensor& t) { return t.values(); }
+
+// A [batch, time] mask from each sequence's list of 0/1.
+inline Tensor MaskOf(std::vector<std::vector<float>> rows) {
+  const auto b = static_cast<int64_t>(rows.size());
+  const auto t = static_cast<int64_t>(rows[0].size());
+  std::vector<float> v;
+  for (const auto& r : rows) v.insert(v.end(), r.begin(), r.end());
+  return Tensor({b, t}, v);
 }
 
 // The layer a Keras layer config (JSON text) builds.

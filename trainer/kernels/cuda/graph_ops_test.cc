@@ -26,7 +26,6 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 #include "trainer/graph/activation.h"
 #include "trainer/graph/layers/conv.h"
 #include "trainer/graph/layers/pooling.h"
-#include "trainer/graph/layers/recurrent.h"
 #include "trainer/graph/loss.h"
 #include "trainer/kernels/cuda/activation.h"
 #include "trainer/kernels/cuda/conv_nd.h"
@@ -38,7 +37,6 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 #include "trainer/kernels/cuda/merge.h"
 #include "trainer/kernels/cuda/op_test_util.h"
 #include "trainer/kernels/cuda/pooling.h"
-#include "trainer/kernels/cuda/recurrent.h"
 #include "trainer/kernels/cuda/spatial.h"
 #include "trainer/layers/attention/attention.h"
 #include "trainer/layers/attention/attention_kernels.h"
@@ -48,6 +46,8 @@ TEST(GraphCudaOps, SkippedWithoutCuda) {
 #include "trainer/layers/normalization/normalization.h"
 #include "trainer/layers/normalization/normalization_kernels.h"
 #include "trainer/layers/preprocessing/preprocessing.h"
+#include "trainer/layers/rnn/rnn.h"
+#include "trainer/layers/rnn/rnn_kernels.h"
 
 namespace lockstep::trainer::cuda {
 namespace {

@@ -1,6 +1,6 @@
 #pragma once
 // The masks of sequence models on the GPU, with the CPU layers' semantics
-// (layers/masking/, graph/layers/recurrent.h): a mask is fp32 [batch, time] of 0/1 and follows a
+// (layers/masking/, layers/rnn/rnn.h): a mask is fp32 [batch, time] of 0/1 and follows a
 // tensor from the layer that makes it (Embedding with mask_zero, Masking, a mask= argument) to the
 // layers that honour it (recurrent layers, GlobalAveragePooling1D, MultiHeadAttention).
 //   CompareForward   y = 1 where `x op constant` holds, else 0, in any output dtype: Keras 3's

@@ -1,6 +1,6 @@
 #pragma once
 // The graph's merge, concatenation and embedding layers on the GPU, with the CPU layers'
-// semantics (trainer/layers/merging/, trainer/graph/layers/recurrent.h):
+// semantics (trainer/layers/merging/, trainer/layers/rnn/rnn.h):
 //   MergeForward/Backward   Add, Subtract, Multiply, Average, Maximum, Minimum of up to
 //                           kMaxMergeInputs inputs of one rank, size-1 axes broadcast (as
 //                           Keras does; squeeze-and-excitation). y = x0, then y op= xk in

@@ -4,7 +4,6 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/recurrent.h"
 #include "trainer/kernels/cuda/keras_dense.h"
 #include "trainer/kernels/cuda/masking.h"
 #include "trainer/kernels/cuda/merge.h"

@@ -1,4 +1,4 @@
-// The core layers' Keras factories.
+// The core layers' Keras factories (Dense, the activation layers, Embedding).
 #include <string>
 #include <vector>
 
@@ -13,6 +13,8 @@ using graph::Layer;
 using keras::LayerConfig;
 using keras::LayerFactories;
 using keras::Regularizer;
+using keras::Show;
+using nlohmann::json;
 using LayerOr = absl::StatusOr<std::unique_ptr<Layer>>;
 
 // Constraints (max_norm...) are not implemented: each must be null.
@@ -71,6 +73,49 @@ LayerOr Softmax(LayerConfig& c, const LayerFactories&) {
   return graph::MakeActivation(c.name(), "Softmax", {Act::kSoftmax, 0});
 }
 
+// Keras 2's input_length (an int, a list for inputs of higher rank, or null) is inert, but the
+// input must match it; Keras 3's LoRA and quantization options must be off.
+LayerOr Embedding(LayerConfig& c, const LayerFactories&) {
+  graph::EmbeddingOptions o;
+  if (!c.Has("input_dim") || !c.Has("output_dim")) {
+    c.Error("options input_dim and output_dim are required");
+  }
+  o.input_dim = c.Int("input_dim", 1);
+  o.output_dim = c.Int("output_dim", 1);
+  if (o.input_dim <= 0 || o.output_dim <= 0) c.Error("input_dim and output_dim must be positive");
+  o.embeddings_initializer =
+      c.Initializer("embeddings_initializer", graph::RandomUniform(-0.05f, 0.05f));
+  const Regularizer r = c.Regularization("embeddings_regularizer");
+  o.l1 = r.l1;
+  o.l2 = r.l2;
+  c.Expect("embeddings_constraint", nullptr);
+  o.mask_zero = c.Bool("mask_zero", false);
+  // Keras 2's input_length (an int, a list for inputs of higher rank, or null): inert, but
+  // the input must match it.
+  const json len = c.Object("input_length");
+  if (len.is_number_integer()) {
+    o.input_length = {len.get<int64_t>()};
+  } else if (len.is_array()) {
+    for (const json& e : len) {
+      if (e.is_null()) {
+        o.input_length.push_back(-1);
+      } else if (e.is_number_integer()) {
+        o.input_length.push_back(e.get<int64_t>());
+      } else {
+        c.Error("option input_length=" + Show(len) + " is not a length or a list of them");
+      }
+    }
+  } else if (!len.is_null()) {
+    c.Error("option input_length=" + Show(len) + " is not a length or a list of them");
+  }
+  // Keras 3.
+  c.Expect("sparse", false);
+  c.Expect("lora_rank", nullptr);
+  c.Expect("lora_alpha", nullptr);
+  c.Expect("quantization_config", nullptr);
+  return graph::MakeEmbedding(c.name(), o);
+}
+
 }  // namespace
 
 void RegisterKeras(Registry& r) {
@@ -80,6 +125,7 @@ void RegisterKeras(Registry& r) {
   r.keras().Add("LeakyReLU", LeakyReLU);
   r.keras().Add("ELU", ELU);
   r.keras().Add("Softmax", Softmax);
+  r.keras().Add("Embedding", Embedding);
 }
 
 }  // namespace lockstep::trainer::layers::core

@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/recurrent.h"
 #include "trainer/layers/core/core.h"
 #include "trainer/layers/onnx_builder.h"
 #include "trainer/layers/registry.h"

@@ -1,6 +1,5 @@
 // The registrations of Dense, the activation layers and Embedding: their Keras classes, which of
 // them run on the GPU, and their ONNX exporters.
-#include "trainer/graph/layers/recurrent.h"
 #include "trainer/layers/core/core.h"
 #include "trainer/layers/registry.h"
 

@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/recurrent.h"
 #include "trainer/kernels/cuda/merge.h"
-#include "trainer/kernels/cuda/recurrent.h"
 #include "trainer/layers/gpu_op.h"
 #include "trainer/layers/registry.h"
+#include "trainer/layers/rnn/rnn.h"
+#include "trainer/layers/rnn/rnn_kernels.h"
 
 namespace lockstep::trainer::layers::rnn {
 namespace {
@@ -17,7 +17,7 @@ using GraphLayer = graph::Layer;
 using graph::OptionsOf;
 using OpOr = absl::StatusOr<std::unique_ptr<DeviceOp>>;
 
-// SimpleRNN, LSTM, GRU over the fp32 master weights (recurrent.h): inputs [x, initial h,
+// SimpleRNN, LSTM, GRU over the fp32 master weights (rnn.h): inputs [x, initial h,
 // initial c] (the states optional), outputs [y, final h, final c] with return_state.
 class RecurrentOp final : public DeviceOp {
  public:

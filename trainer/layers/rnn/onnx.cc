@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/recurrent.h"
 #include "trainer/layers/onnx_builder.h"
 #include "trainer/layers/registry.h"
+#include "trainer/layers/rnn/rnn.h"
 
 namespace lockstep::trainer::layers::rnn {
 namespace {

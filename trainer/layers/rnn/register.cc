@@ -1,7 +1,7 @@
 // The registrations of SimpleRNN, LSTM, GRU, Bidirectional and TimeDistributed: their Keras
 // classes, which of them run on the GPU, and their ONNX exporters.
-#include "trainer/graph/layers/recurrent.h"
 #include "trainer/layers/registry.h"
+#include "trainer/layers/rnn/rnn.h"
 
 namespace lockstep::trainer::layers::rnn {
 
@@ -21,10 +21,11 @@ absl::Status RnnOnGpu(const graph::Layer& l, const GpuNode&) {
 
 }  // namespace
 
-void RegisterOnnx(Registry& r);  // onnx.cc
+void RegisterKeras(Registry& r);  // keras.cc
+void RegisterOnnx(Registry& r);   // onnx.cc
 
 void Register(Registry& r) {
-  keras::AddRecurrentLayers(&r.keras());
+  RegisterKeras(r);
   r.SupportsGpu<graph::RnnOptions>(RnnOnGpu, /*multiple_outputs=*/true);
   r.SupportsGpu<graph::BidirectionalOptions>([](const graph::Layer& l, const GpuNode& n) {
     const graph::BidirectionalOptions b = *graph::OptionsOf<graph::BidirectionalOptions>(l);

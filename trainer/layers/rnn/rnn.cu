@@ -1,4 +1,4 @@
-#include "trainer/kernels/cuda/recurrent.h"
+#include "trainer/layers/rnn/rnn_kernels.h"
 
 #include "trainer/kernels/cuda/activation.cuh"
 #include "trainer/kernels/cuda/check.h"

@@ -1,7 +1,8 @@
 #pragma once
-// The sequence layers: Embedding, the recurrent layers (SimpleRNN, LSTM, GRU) and the wrappers
-// that apply a layer along the time axis (Bidirectional, TimeDistributed), with Keras's
-// semantics, weight names and layouts. Sequences are [batch, time, features].
+// The recurrent layers (SimpleRNN, LSTM, GRU) and the wrappers that apply a layer along the time
+// axis (Bidirectional, TimeDistributed), with Keras's semantics, weight names and layouts.
+// Sequences are [batch, time, features]. (Embedding, which often feeds them, is a core layer:
+// layers/core/core.h.)
 //
 // Recurrent layers, as Keras computes them:
 //   SimpleRNN  h = act(x W + b + h' U)
@@ -24,7 +25,7 @@
 // Wrappers hold their inner layers and expose the inner weights as their own (Bidirectional
 // names them "forward_lstm/kernel", TimeDistributed keeps the inner names); a wrapper's calls
 // keep the inner calls' records inside the wrapper's own Saved.
-// Thread-safety: one thread per layer object (layer.h).
+// Thread-safety: one thread per layer object (graph/layer.h).
 
 #include <cstdint>
 #include <memory>
@@ -37,43 +38,13 @@
 
 namespace lockstep::trainer::graph {
 
-// Keras's defaults for these layers: RandomUniform(lo, hi) and Orthogonal(gain 1).
-inline Initializer RandomUniformInit(float lo, float hi) {
-  Initializer i;
-  i.kind = Initializer::Kind::kRandomUniform;
-  i.minval = lo;
-  i.maxval = hi;
-  return i;
-}
-inline Initializer OrthogonalInit() {
-  Initializer i;
-  i.kind = Initializer::Kind::kOrthogonal;
-  i.value = 1;
-  return i;
-}
-
-struct EmbeddingOptions {
-  int64_t input_dim = 1;
-  int64_t output_dim = 1;
-  Initializer embeddings_initializer = RandomUniformInit(-0.05f, 0.05f);
-  float l1 = 0, l2 = 0;
-  bool mask_zero = false;
-  // Keras 2's input_length: the per-example input shape it declares (empty: none). Inert,
-  // but checked against the input.
-  Shape input_length;
-};
-// ids (floats holding integers in [0, input_dim)) of any shape -> [..., output_dim]; weight
-// "embeddings" [input_dim, output_dim]. An id that is not such an integer is reported through
-// the CallContext and reads a zero vector. With mask_zero the output mask is id != 0.
-std::unique_ptr<Layer> MakeEmbedding(std::string name, EmbeddingOptions o);
-
 struct RnnOptions {
   int64_t units = 1;
   Activation activation{Act::kTanh, 0};
   Activation recurrent_activation{Act::kSigmoid, 0};  // LSTM and GRU
   bool use_bias = true;
   Initializer kernel_initializer = GlorotUniform();
-  Initializer recurrent_initializer = OrthogonalInit();
+  Initializer recurrent_initializer = Orthogonal();
   Initializer bias_initializer = Zeros();
   bool unit_forget_bias = true;  // LSTM: the forget gate's bias starts at 1
   float kernel_l1 = 0, kernel_l2 = 0, recurrent_l1 = 0, recurrent_l2 = 0, bias_l1 = 0, bias_l2 = 0;

@@ -1,88 +1,24 @@
-// The sequence layers' factories (trainer/graph/layers/recurrent.h): Embedding, SimpleRNN, LSTM,
-// GRU, the generic RNN around one of their cells, Bidirectional and TimeDistributed, from the
-// configs Keras 2 (2.0 ... 2.15) and Keras 3 write.
+// The recurrent layers' Keras factories: SimpleRNN, LSTM, GRU, the generic RNN around one of
+// their cells, Bidirectional and TimeDistributed, from the configs Keras 2 (2.0 ... 2.15) and
+// Keras 3 write.
 #include <map>
 
-#include "trainer/graph/layers/recurrent.h"
 #include "trainer/keras/layer_factory.h"
 #include "trainer/keras/model_loader.h"
+#include "trainer/layers/registry.h"
+#include "trainer/layers/rnn/rnn.h"
 
-namespace lockstep::trainer::keras {
+namespace lockstep::trainer::layers::rnn {
 namespace {
 
 using graph::Layer;
+using keras::ClassOf;
+using keras::LayerConfig;
+using keras::LayerFactories;
+using keras::Regularizer;
+using keras::Show;
 using nlohmann::json;
 using LayerOr = absl::StatusOr<std::unique_ptr<Layer>>;
-
-// Keras 3 serializes two initializers under other class names than Keras 2 does
-// ("OrthogonalInitializer", "IdentityInitializer"; both take gain and seed); the rest go to
-// LayerConfig::Initializer.
-graph::Initializer ReadInitializer(LayerConfig& c, const std::string& key,
-                                   const graph::Initializer& def) {
-  const json& raw = c.raw();
-  const auto it = raw.find(key);
-  if (it != raw.end() && it->is_object() && it->contains("class_name") &&
-      (*it)["class_name"].is_string()) {
-    const std::string cls = (*it)["class_name"].get<std::string>();
-    if (cls == "OrthogonalInitializer" || cls == "IdentityInitializer") {
-      c.Ignore(key);
-      graph::Initializer out;
-      out.kind = cls == "OrthogonalInitializer" ? graph::Initializer::Kind::kOrthogonal
-                                                : graph::Initializer::Kind::kIdentity;
-      out.value = 1;
-      const json cfg = it->contains("config") ? (*it)["config"] : json::object();
-      if (cfg.is_object()) {
-        if (cfg.contains("gain") && cfg["gain"].is_number()) out.value = cfg["gain"].get<float>();
-        if (cfg.contains("seed") && cfg["seed"].is_number_integer()) {
-          out.seed = cfg["seed"].get<int64_t>();
-        }
-      }
-      return out;
-    }
-  }
-  return c.Initializer(key, def);
-}
-
-LayerOr Embedding(LayerConfig& c, const LayerFactories&) {
-  graph::EmbeddingOptions o;
-  if (!c.Has("input_dim") || !c.Has("output_dim")) {
-    c.Error("options input_dim and output_dim are required");
-  }
-  o.input_dim = c.Int("input_dim", 1);
-  o.output_dim = c.Int("output_dim", 1);
-  if (o.input_dim <= 0 || o.output_dim <= 0) c.Error("input_dim and output_dim must be positive");
-  o.embeddings_initializer =
-      ReadInitializer(c, "embeddings_initializer", graph::RandomUniformInit(-0.05f, 0.05f));
-  const Regularizer r = c.Regularization("embeddings_regularizer");
-  o.l1 = r.l1;
-  o.l2 = r.l2;
-  c.Expect("embeddings_constraint", nullptr);
-  o.mask_zero = c.Bool("mask_zero", false);
-  // Keras 2's input_length (an int, a list for inputs of higher rank, or null): inert, but
-  // the input must match it.
-  const json len = c.Object("input_length");
-  if (len.is_number_integer()) {
-    o.input_length = {len.get<int64_t>()};
-  } else if (len.is_array()) {
-    for (const json& e : len) {
-      if (e.is_null()) {
-        o.input_length.push_back(-1);
-      } else if (e.is_number_integer()) {
-        o.input_length.push_back(e.get<int64_t>());
-      } else {
-        c.Error("option input_length=" + Show(len) + " is not a length or a list of them");
-      }
-    }
-  } else if (!len.is_null()) {
-    c.Error("option input_length=" + Show(len) + " is not a length or a list of them");
-  }
-  // Keras 3.
-  c.Expect("sparse", false);
-  c.Expect("lora_rank", nullptr);
-  c.Expect("lora_alpha", nullptr);
-  c.Expect("quantization_config", nullptr);
-  return graph::MakeEmbedding(c.name(), o);
-}
 
 LayerOr Recurrent(LayerConfig& c, RnnCell cell) {
   graph::RnnOptions o;
@@ -97,9 +33,9 @@ LayerOr Recurrent(LayerConfig& c, RnnCell cell) {
         c.Activation("recurrent_activation", c.keras3() ? "sigmoid" : "hard_sigmoid");
   }
   o.use_bias = c.Bool("use_bias", true);
-  o.kernel_initializer = ReadInitializer(c, "kernel_initializer", graph::GlorotUniform());
-  o.recurrent_initializer = ReadInitializer(c, "recurrent_initializer", graph::OrthogonalInit());
-  o.bias_initializer = ReadInitializer(c, "bias_initializer", graph::Zeros());
+  o.kernel_initializer = c.Initializer("kernel_initializer", graph::GlorotUniform());
+  o.recurrent_initializer = c.Initializer("recurrent_initializer", graph::Orthogonal());
+  o.bias_initializer = c.Initializer("bias_initializer", graph::Zeros());
   if (cell == RnnCell::kLstm) o.unit_forget_bias = c.Bool("unit_forget_bias", true);
   const Regularizer kr = c.Regularization("kernel_regularizer");
   const Regularizer rr = c.Regularization("recurrent_regularizer");
@@ -273,16 +209,17 @@ LayerOr TimeDistributed(LayerConfig& c, const LayerFactories& all) {
 
 }  // namespace
 
-void AddRecurrentLayers(LayerFactories* f) {
-  f->Add("Embedding", Embedding);
-  f->Add("SimpleRNN",
-         [](LayerConfig& c, const LayerFactories&) { return Recurrent(c, RnnCell::kSimpleRnn); });
-  f->Add("LSTM",
-         [](LayerConfig& c, const LayerFactories&) { return Recurrent(c, RnnCell::kLstm); });
-  f->Add("GRU", [](LayerConfig& c, const LayerFactories&) { return Recurrent(c, RnnCell::kGru); });
-  f->Add("RNN", GenericRnn);
-  f->Add("Bidirectional", Bidirectional);
-  f->Add("TimeDistributed", TimeDistributed);
+void RegisterKeras(Registry& r) {
+  r.keras().Add("SimpleRNN", [](LayerConfig& c, const LayerFactories&) {
+    return Recurrent(c, RnnCell::kSimpleRnn);
+  });
+  r.keras().Add("LSTM",
+                [](LayerConfig& c, const LayerFactories&) { return Recurrent(c, RnnCell::kLstm); });
+  r.keras().Add("GRU",
+                [](LayerConfig& c, const LayerFactories&) { return Recurrent(c, RnnCell::kGru); });
+  r.keras().Add("RNN", GenericRnn);
+  r.keras().Add("Bidirectional", Bidirectional);
+  r.keras().Add("TimeDistributed", TimeDistributed);
 }
 
-}  // namespace lockstep::trainer::keras
+}  // namespace lockstep::trainer::layers::rnn

@@ -1,5 +1,5 @@
 #pragma once
-// SimpleRNN, LSTM and GRU on the GPU with the CPU layer's semantics (graph/layers/recurrent.h):
+// SimpleRNN, LSTM and GRU on the GPU with the CPU layer's semantics (layers/rnn/rnn.h):
 // Keras's gate order (LSTM i, f, c, o; GRU z, r, h), GRU's reset_after both ways (the
 // recurrent bias inside the reset gate's product, or the reset gate applied to the state
 // before it), any activation and recurrent activation (hard_sigmoid as each Keras version
