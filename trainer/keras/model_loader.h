@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "trainer/graph/graph.h"
+#include "trainer/keras/model_document.h"
 
 namespace lockstep::trainer::keras {
 
@@ -64,20 +65,6 @@ struct LoadOptions {
 };
 
 absl::StatusOr<KerasModel> LoadKerasModel(const nlohmann::json& doc, const LoadOptions& o = {});
-// The compile settings a model document carries (TF.js's training_config, Keras 3's
-// compile_config), or null.
-nlohmann::json TrainingConfigOf(const nlohmann::json& doc);
-// The mixed dtype policy the model's layers declare ("mixed_float16" or "mixed_bfloat16", as a
-// string, or a DTypePolicy / Policy object), the first one found; "float32" when none does.
-std::string DTypePolicyOf(const nlohmann::json& doc);
-// Reads a JSON file, or the config.json of a .keras archive (a zip file); NotFound or
-// InvalidArgument naming the path.
-absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path);
-// The metrics of a compile config (`metrics`, `weighted_metrics`; strings or serialized metric
-// objects, per output as lists or objects) that the trainer does not report, by name: it
-// reports the loss and the accuracy (Keras's accuracy, sparse_categorical_accuracy,
-// categorical_accuracy, binary_accuracy), whichever the loss makes meaningful.
-std::vector<std::string> UnreportedMetrics(const nlohmann::json& training_config);
 // Reads a .json file (to_json, a config.json, or a TF.js model.json) or a .keras archive.
 absl::StatusOr<KerasModel> LoadKerasModelFile(const std::string& path, const LoadOptions& o = {});
 
