@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/conv.h"
 #include "trainer/kernels/cpu/threads.h"
+#include "trainer/layers/convolutional/convolutional.h"
 #include "trainer/model/graph_model.h"
 #include "trainer/optim/optimizer.h"
 

@@ -43,7 +43,8 @@ class LayerFactories {
 // InvalidArgument when the dtype is not float32 or a mixed policy.
 void ReadCommonOptions(LayerConfig& c);
 
-void AddConvolutionLayers(LayerFactories* f);   // layers_conv.cc
-void AddAugmentationLayers(LayerFactories* f);  // layers_augment.cc
+void AddPoolingLayers(LayerFactories* f);           // layers_pooling.cc
+void AddSpatialReshapingLayers(LayerFactories* f);  // layers_pooling.cc
+void AddAugmentationLayers(LayerFactories* f);      // layers_augment.cc
 
 }  // namespace lockstep::trainer::keras

@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "trainer/graph/graph.h"
-#include "trainer/graph/layers/conv.h"
+#include "trainer/layers/convolutional/convolutional.h"
 #include "trainer/layers/registry.h"
 #include "trainer/proto/onnx.pb.h"
 

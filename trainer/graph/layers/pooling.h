@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "trainer/graph/layer.h"
-#include "trainer/graph/layers/conv.h"
+#include "trainer/layers/convolutional/convolutional.h"
 
 namespace lockstep::trainer::graph {
 

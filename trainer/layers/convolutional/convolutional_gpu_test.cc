@@ -21,7 +21,6 @@ TEST(ConvolutionalCudaOps, SkippedWithoutCuda) {
 #include <string>
 
 #include "trainer/graph/activation.h"
-#include "trainer/graph/layers/conv.h"
 #include "trainer/graph/layers/pooling.h"
 #include "trainer/graph/loss.h"
 #include "trainer/kernels/cuda/activation.h"
@@ -37,6 +36,7 @@ TEST(ConvolutionalCudaOps, SkippedWithoutCuda) {
 #include "trainer/kernels/cuda/spatial.h"
 #include "trainer/layers/attention/attention.h"
 #include "trainer/layers/attention/attention_kernels.h"
+#include "trainer/layers/convolutional/convolutional.h"
 #include "trainer/layers/core/core.h"
 #include "trainer/layers/gpu_op_testing.h"
 #include "trainer/layers/masking/masking.h"

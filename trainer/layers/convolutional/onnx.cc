@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/conv.h"
+#include "trainer/layers/convolutional/convolutional.h"
 #include "trainer/layers/onnx_builder.h"
 #include "trainer/layers/registry.h"
 

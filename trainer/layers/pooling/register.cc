@@ -8,6 +8,7 @@ namespace lockstep::trainer::layers::pooling {
 void RegisterOnnx(Registry& r);  // onnx.cc
 
 void Register(Registry& r) {
+  keras::AddPoolingLayers(&r.keras());
   r.SupportsGpu<graph::PoolOptions>();
   r.SupportsGpu<graph::GlobalPoolOptions>();
   RegisterOnnx(r);

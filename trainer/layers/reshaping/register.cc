@@ -11,6 +11,7 @@ void RegisterOnnx(Registry& r);   // onnx.cc
 
 void Register(Registry& r) {
   RegisterKeras(r);
+  keras::AddSpatialReshapingLayers(&r.keras());
   r.SupportsGpu<graph::ReshapeOptions>();
   r.SupportsGpu<graph::RepeatOptions>();
   r.SupportsGpu<graph::PadCropOptions>();

@@ -1,7 +1,7 @@
 // The convolution layers against finite differences, hand-computed cases and their Keras
 // configs; and every layer of this family (convolution, pooling, normalization) against
 // PyTorch through trainer/graph/oracle/conv_norm_oracle.py.
-#include "trainer/graph/layers/conv.h"
+#include "trainer/layers/convolutional/convolutional.h"
 
 #include <gtest/gtest.h>
 
