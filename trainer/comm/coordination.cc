@@ -440,7 +440,9 @@ CoordinationClient::CoordinationClient(const std::string& address, std::string t
   impl_->stub = pb::Coordination::NewStub(impl_->channel);
 }
 
-CoordinationClient::~CoordinationClient() {
+CoordinationClient::~CoordinationClient() { StopHeartbeats(); }
+
+void CoordinationClient::StopHeartbeats() {
   if (heartbeat_.joinable()) {
     heartbeat_.request_stop();
     heartbeat_.join();
@@ -474,10 +476,7 @@ absl::StatusOr<Membership> CoordinationClient::Join(absl::Duration timeout, bool
 }
 
 absl::Status CoordinationClient::Leave() {
-  if (heartbeat_.joinable()) {
-    heartbeat_.request_stop();
-    heartbeat_.join();
-  }
+  StopHeartbeats();
   grpc::ClientContext ctx;
   AttachToken(&ctx, impl_->token);
   ctx.set_deadline(GrpcDeadline(absl::Seconds(10)));

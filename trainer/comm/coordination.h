@@ -98,6 +98,8 @@ class Coordinator {
       absl::Duration interval, absl::Duration peer_timeout,
       std::function<void(absl::Status)> on_lost,
       std::function<void(int64_t, const std::string&, bool planned)> on_new_epoch = nullptr) = 0;
+  // Ends the heartbeats (their callbacks are not called after it returns).
+  virtual void StopHeartbeats() = 0;
   virtual void RequestStop() = 0;
   virtual bool StopSeen() const = 0;
 };
@@ -134,6 +136,7 @@ class CoordinationClient final : public Coordinator {
                        std::function<void(absl::Status)> on_lost,
                        std::function<void(int64_t, const std::string&, bool planned)> on_new_epoch =
                            nullptr) override;
+  void StopHeartbeats() override;
   // The next heartbeats tell the group this task was asked to stop.
   void RequestStop() override { stop_requested_ = true; }
   // Some task of the group was asked to stop.

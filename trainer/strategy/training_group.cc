@@ -71,9 +71,8 @@ TrainingGroup::TrainingGroup(Options o, comm::Coordinator* coord, Connect connec
       connect_(std::move(connect)),
       stop_(stop) {}
 
-// The heartbeat thread belongs to the coordinator, which outlives the group and ends it first
-// (CoordinationClient's destructor or Leave); the collective goes with the group.
-TrainingGroup::~TrainingGroup() = default;
+// The heartbeats call into the group: they end before it does.
+TrainingGroup::~TrainingGroup() { coord_->StopHeartbeats(); }
 
 bool TrainingGroup::Apply(GroupEvent on) {
   std::optional<GroupState> to = NextGroupState(state_, on);

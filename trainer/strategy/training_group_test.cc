@@ -94,6 +94,10 @@ class ScriptedCoordinator final : public comm::Coordinator {
     on_lost = std::move(lost);
     on_new_epoch = std::move(epoch);
   }
+  void StopHeartbeats() override {
+    on_lost = nullptr;
+    on_new_epoch = nullptr;
+  }
   void RequestStop() override { stop_requested = true; }
   bool StopSeen() const override { return stop_seen; }
 
@@ -270,6 +274,15 @@ TEST(TrainingGroupTest, AStopOutsideAnElasticGroupIsTheWholeGroups) {
   EXPECT_FALSE(other.group->StopRequested());
   other.coord.stop_seen = true;
   EXPECT_TRUE(other.group->StopRequested());
+}
+
+TEST(TrainingGroupTest, TheHeartbeatsEndBeforeTheGroupDoes) {
+  Fixture f;
+  f.Form();
+  ASSERT_TRUE(f.coord.on_lost);
+  f.group.reset();  // the heartbeat callbacks point into the group
+  EXPECT_FALSE(f.coord.on_lost);
+  EXPECT_FALSE(f.coord.on_new_epoch);
 }
 
 TEST(TrainingGroupTest, ATaskTakenOverEndsAndAnUnformedGroupIsAPeerLoss) {

@@ -22,9 +22,6 @@
 
 namespace lockstep::trainer::graph {
 
-// The spatial axes the pooling and convolution layers handle (1D, 2D and 3D).
-inline constexpr int kSpatialAxes = 3;
-
 enum class PoolMode { kMax, kAverage };
 
 struct PoolOptions {

@@ -42,6 +42,9 @@ ConvBackend GetConvBackend();
 // a warning naming the layer and its input).
 int64_t OneDnnRefusals();
 
+// The spatial axes the convolution and pooling layers handle (1D, 2D and 3D).
+inline constexpr int kSpatialAxes = 3;
+
 // One spatial axis of a windowed operation: the output length and the padding before the first
 // input. `out` <= 0 when a valid window does not fit. in < 0 (unknown) gives out = -1.
 struct AxisGeometry {
