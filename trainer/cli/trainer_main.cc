@@ -13,7 +13,6 @@
 #include "common/log.h"
 #include "trainer/cli/termination.h"
 #include "trainer/cli/trainer_flags.h"
-#include "trainer/comm/peer_lost.h"
 #include "trainer/kernels/cuda/gpu_available.h"
 #include "trainer/strategy/data_parallel.h"
 #include "trainer/strategy/evaluator.h"
@@ -156,15 +155,11 @@ absl::StatusOr<TrainResult> RunTask(const TrainerConfig& config, ProgressTracker
 // retryable ones).
 int ExitFor(const absl::Status& status, const std::string& termination_log) {
   const std::string msg(status.message());
-  if (lockstep::trainer::comm::IsPeerLost(status)) {
-    WriteTerminationMessage(termination_log, "PeerLost", true, msg);
-    return kExitRetryable;
-  }
   switch (status.code()) {
     case absl::StatusCode::kCancelled:
       WriteTerminationMessage(termination_log, "Terminated", true, msg);
       return kExitTerminated;
-    case absl::StatusCode::kAborted:  // the group went on without this task (taken over)
+    case absl::StatusCode::kAborted:  // a lost peer (comm/peer_lost.h), or the group took over
       WriteTerminationMessage(termination_log, "PeerLost", true, msg);
       return kExitRetryable;
     case absl::StatusCode::kPermissionDenied:

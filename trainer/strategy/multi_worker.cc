@@ -44,7 +44,7 @@ std::string RankTask(const TfConfig& tf, int rank) {
 
 // Where the replica runs and which collective backend connects the group: chosen before any
 // connection, so a configuration no candidate serves is BadConfig, found without waiting for
-// peers.
+// peers. Kept behind a pointer: `choice.chosen` points into `candidates`.
 struct Backend {
   Placement place;
   std::vector<CollectiveCandidate> candidates;
