@@ -100,9 +100,9 @@ done
 # 2. Side by side, untimed.
 export LOCKSTEP_SOURCE_DIR=$repo
 [[ -d $bundle/shared ]] && export LOCKSTEP_SHARED_DIR=$bundle/shared
-tests() {  # the three gpu test programs side by side
+tests() {  # the gpu test programs side by side
   local pids=() failed=0
-  for t in trainer_gpu_test trainer_graph_gpu_test trainer_gpu_training_test; do
+  for t in trainer_gpu_test trainer_graph_gpu_test trainer_gpu_training_test trainer_backend_ops_test; do
     timeout 300 "$run" "$t" >"$out/$t.txt" 2>&1 &
     pids+=($!)
   done
@@ -142,7 +142,7 @@ nccl_s=$((SECONDS - t0))
 wait "$tests_pid"
 tests_rc=$?
 counts=""
-for t in trainer_gpu_test trainer_graph_gpu_test trainer_gpu_training_test; do
+for t in trainer_gpu_test trainer_graph_gpu_test trainer_gpu_training_test trainer_backend_ops_test; do
   f=$out/$t.txt
   n() {  # n PASSED|FAILED|SKIPPED: gtest's count (a count of none is not printed)
     local v

@@ -34,7 +34,7 @@ done
 out=$1
 limit_mib=48
 programs=(trainer/lockstep-trainer bench/gpu_bench trainer/trainer_gpu_test
-  trainer/trainer_graph_gpu_test trainer/trainer_gpu_training_test)
+  trainer/trainer_graph_gpu_test trainer/trainer_gpu_training_test trainer/trainer_backend_ops_test)
 
 if [[ -z $build ]]; then
   LOCKSTEP_CUDA_ARCHITECTURES=90 LOCKSTEP_DEBUG_INFO=0 "$src/scripts/build.sh" \

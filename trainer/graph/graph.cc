@@ -31,7 +31,7 @@ int Graph::AddInput(std::string name, Shape shape) {
   requires_grad_.push_back(false);
   inputs_.push_back(id);
   input_names_.push_back(std::move(name));
-  indexed_ = false;
+  run_.reset();
   return id;
 }
 
@@ -47,7 +47,7 @@ const Layer* Graph::producer(int tensor) const {
 
 std::vector<const Layer*> Graph::Consumers(int tensor) const {
   std::vector<const Layer*> out;
-  for (const Node& n : nodes_) {
+  for (const NodeSpec& n : nodes_) {
     if (std::find(n.inputs.begin(), n.inputs.end(), tensor) != n.inputs.end()) {
       out.push_back(n.layer);
     }
@@ -80,7 +80,7 @@ absl::StatusOr<std::vector<int>> Graph::Call(Layer* layer, const std::vector<int
   }
   if (!out.ok()) return out.status();
   if (first) call_order_.push_back(layer);
-  Node n;
+  NodeSpec n;
   n.layer = layer;
   n.inputs = inputs;
   n.first_call = first;
@@ -102,39 +102,8 @@ absl::StatusOr<std::vector<int>> Graph::Call(Layer* layer, const std::vector<int
   }
   std::vector<int> ids = n.outputs;
   nodes_.push_back(std::move(n));
-  indexed_ = false;
+  run_.reset();
   return ids;
-}
-
-void Graph::Index() {
-  // Each node's layer's range in Params(), reported after its first call's backward.
-  param_range_.assign(nodes_.size(), {0, 0});
-  size_t first = 0;
-  for (Layer* l : call_order_) {
-    size_t count = 0;
-    for (const Weight& w : l->weights()) count += w.trainable ? 1 : 0;
-    for (size_t n = 0; n < nodes_.size(); ++n) {
-      if (nodes_[n].layer == l && nodes_[n].first_call) param_range_[n] = {first, count};
-    }
-    first += count;
-  }
-  masks_.assign(shapes_.size(), nullptr);
-  grads_.resize(shapes_.size());
-  zeros_.resize(shapes_.size());
-  has_grad_.assign(shapes_.size(), false);
-  input_values_.assign(inputs_.size(), nullptr);
-  indexed_ = true;
-}
-
-const Tensor* Graph::value(int tensor) const {
-  const int n = producer_.at(static_cast<size_t>(tensor));
-  if (n < 0) {
-    const auto it = std::find(inputs_.begin(), inputs_.end(), tensor);
-    return input_values_[static_cast<size_t>(it - inputs_.begin())];
-  }
-  const Node& node = nodes_[static_cast<size_t>(n)];
-  const auto k = std::find(node.outputs.begin(), node.outputs.end(), tensor) - node.outputs.begin();
-  return &node.out[static_cast<size_t>(k)];
 }
 
 namespace {
@@ -155,110 +124,183 @@ double ActivityPenalty(const Layer::ActivityPenalty& p, const Tensor& y, Tensor*
   return scale * (p.l1 * a + p.l2 * q);
 }
 
+// The CPU backend of the executor (executor.h): a node is its layer's own Forward and Backward
+// on host tensors, each node's call record (its Args and Saved) kept here between the passes.
+class CpuBackend {
+ public:
+  using Value = Tensor;
+
+  CpuBackend(const std::vector<NodeSpec>& nodes, size_t tensors,
+             std::vector<std::pair<size_t, size_t>> param_range)
+      : args_(nodes.size()),
+        saved_(nodes.size()),
+        zeros_(tensors),
+        param_range_(std::move(param_range)) {}
+
+  // What one pass is given: the step's context (Forward), the ready callback (Backward).
+  void Start(const CallContext& ctx) {
+    ctx_ = ctx;
+    activity_loss_ = 0;
+  }
+  void StartBackward(const Graph::GradsReady* ready) { ready_ = ready; }
+  double activity_loss() const { return activity_loss_; }
+
+  absl::Status Forward(size_t i, const NodeSpec& n, const std::vector<const Tensor*>& x,
+                       const std::vector<const Tensor*>& masks, bool training,
+                       std::vector<Tensor>* out, const Tensor** mask) {
+    Args& a = args_[i];
+    a.x = x;
+    a.mask = masks;
+    if (training != ctx_.training) {
+      CallContext fixed = ctx_;
+      fixed.training = training;
+      n.layer->Forward(a, out, &saved_[i], fixed);
+    } else {
+      n.layer->Forward(a, out, &saved_[i], ctx_);
+    }
+    *mask = n.layer->OutputMask(a, saved_[i]);
+    return absl::OkStatus();
+  }
+
+  // The layer's Backward takes every output's gradient (zeros where none) and fills din[j]
+  // for each input that takes one: into the executor's targets, swapped in and out.
+  absl::Status Backward(size_t i, const NodeSpec& n, const std::vector<const Tensor*>& x,
+                        const std::vector<Tensor>& y, const std::vector<const Tensor*>& dy,
+                        const std::vector<Tensor*>& dx) {
+    (void)x;
+    dout_.clear();
+    for (size_t k = 0; k < y.size(); ++k) {
+      if (dy[k] != nullptr) {
+        dout_.push_back(dy[k]);
+        continue;
+      }
+      Tensor& z = zeros_[static_cast<size_t>(n.outputs[k])];
+      z.Resize(y[k].shape());
+      dout_.push_back(&z);
+    }
+    din_.resize(dx.size());
+    for (size_t j = 0; j < dx.size(); ++j) {
+      if (dx[j] != nullptr) std::swap(din_[j], *dx[j]);
+    }
+    n.layer->Backward(args_[i], y, dout_, n.need_din, &din_, &saved_[i]);
+    for (size_t j = 0; j < dx.size(); ++j) {
+      if (dx[j] != nullptr) std::swap(din_[j], *dx[j]);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Activity(size_t, const NodeSpec& n, const Tensor& y, Tensor* dy) {
+    const double loss = ActivityPenalty(n.layer->activity_penalty(), y, dy);
+    if (dy == nullptr) activity_loss_ += loss;
+    return absl::OkStatus();
+  }
+  static absl::Status Zeros(const Tensor& like, Tensor* dst) {
+    dst->Resize(like.shape());
+    dst->Fill(0.0f);
+    return absl::OkStatus();
+  }
+  static absl::Status Copy(const Tensor& src, Tensor* dst) {
+    *dst = src;
+    return absl::OkStatus();
+  }
+  static absl::Status AddInto(Tensor* dst, const Tensor& src) {
+    float* g = dst->data();
+    const float* d = src.data();
+    for (int64_t j = 0; j < dst->size(); ++j) g[j] += d[j];
+    return absl::OkStatus();
+  }
+
+  // After a layer's last backward turn (its first call): its weight regularizers' gradients,
+  // then the ready callback with its range of Params().
+  void NodeDone(size_t i, const NodeSpec& n) {
+    if (!n.first_call) return;
+    for (Weight& w : n.layer->weights()) {
+      if (!w.trainable || (w.l1 == 0 && w.l2 == 0)) continue;
+      for (int64_t j = 0; j < w.value.size(); ++j) {
+        const float v = w.value[j];
+        w.grad[j] += w.l1 * static_cast<float>((v > 0) - (v < 0)) + 2 * w.l2 * v;
+      }
+    }
+    if (ready_ != nullptr && *ready_ && param_range_[i].second > 0) {
+      (*ready_)(param_range_[i].first, param_range_[i].second);
+    }
+  }
+
+ private:
+  std::vector<Args> args_;
+  std::vector<Saved> saved_;
+  std::vector<Tensor> zeros_;                           // per tensor, for outputs that feed no loss
+  std::vector<std::pair<size_t, size_t>> param_range_;  // per node: its layer's Params() range
+  std::vector<const Tensor*> dout_;
+  std::vector<Tensor> din_;
+  CallContext ctx_;
+  const Graph::GradsReady* ready_ = nullptr;
+  double activity_loss_ = 0;
+};
+
 }  // namespace
 
+struct Graph::CpuRun {
+  CpuRun(const std::vector<NodeSpec>& nodes, const std::vector<int>& inputs, size_t tensors,
+         std::vector<std::pair<size_t, size_t>> param_range)
+      : backend(nodes, tensors, std::move(param_range)),
+        executor(&nodes, &inputs, tensors, &backend) {}
+  CpuBackend backend;
+  Executor<CpuBackend> executor;
+};
+
+Graph::Graph() = default;
+Graph::~Graph() = default;
+
+Graph::CpuRun& Graph::Run() {
+  if (run_ != nullptr) return *run_;
+  // Each node's layer's range in Params(), reported after its first call's backward.
+  std::vector<std::pair<size_t, size_t>> range(nodes_.size(), {0, 0});
+  size_t first = 0;
+  for (Layer* l : call_order_) {
+    size_t count = 0;
+    for (const Weight& w : l->weights()) count += w.trainable ? 1 : 0;
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      if (nodes_[n].layer == l && nodes_[n].first_call) range[n] = {first, count};
+    }
+    first += count;
+  }
+  run_ = std::make_unique<CpuRun>(nodes_, inputs_, shapes_.size(), std::move(range));
+  return *run_;
+}
+
+const Tensor* Graph::value(int tensor) const {
+  (void)producer_.at(static_cast<size_t>(tensor));
+  return run_ == nullptr ? nullptr : run_->executor.value(tensor);
+}
+
+const Tensor* Graph::output_mask(size_t k) const {
+  return run_ == nullptr ? nullptr : run_->executor.mask(outputs_.at(k));
+}
+
 void Graph::Forward(const std::vector<const Tensor*>& inputs, const CallContext& ctx) {
-  if (!indexed_) Index();
-  activity_loss_ = 0;
-  for (size_t i = 0; i < inputs_.size(); ++i) {
-    input_values_[i] = inputs.at(i);
-    masks_[static_cast<size_t>(inputs_[i])] = nullptr;
-  }
-  for (Node& n : nodes_) {
-    n.args.x.clear();
-    n.args.mask.clear();
-    for (int t : n.inputs) {
-      n.args.x.push_back(value(t));
-      n.args.mask.push_back(masks_[static_cast<size_t>(t)]);
-    }
-    n.out.resize(n.outputs.size());
-    if (n.training && *n.training != ctx.training) {
-      CallContext fixed = ctx;
-      fixed.training = *n.training;
-      n.layer->Forward(n.args, &n.out, &n.saved, fixed);
-    } else {
-      n.layer->Forward(n.args, &n.out, &n.saved, ctx);
-    }
-    if (n.layer->activity_penalty().any() && !n.out.empty()) {
-      activity_loss_ += ActivityPenalty(n.layer->activity_penalty(), n.out[0], nullptr);
-    }
-    const Tensor* m = n.layer->OutputMask(n.args, n.saved);
-    for (size_t k = 0; k < n.outputs.size(); ++k) {
-      masks_[static_cast<size_t>(n.outputs[k])] = k < n.layer->MaskedOutputs() ? m : nullptr;
-    }
-  }
+  CpuRun& r = Run();
+  r.backend.Start(ctx);
+  // The CPU backend reports no error: a layer reports bad input through ctx.
+  (void)r.executor.Forward(inputs, ctx.training);
 }
 
 void Graph::Backward(const std::vector<const Tensor*>& doutputs, const GradsReady& ready) {
+  CpuRun& r = Run();
   for (Tensor* g : Grads()) g->Fill(0.0f);
-  std::fill(has_grad_.begin(), has_grad_.end(), false);
+  r.executor.StartBackward();
   for (size_t k = 0; k < outputs_.size(); ++k) {
-    if (k >= doutputs.size() || doutputs[k] == nullptr) continue;
-    const auto t = static_cast<size_t>(outputs_[k]);
-    if (has_grad_[t]) {
-      for (int64_t i = 0; i < grads_[t].size(); ++i) grads_[t][i] += (*doutputs[k])[i];
-    } else {
-      grads_[t] = *doutputs[k];
-      has_grad_[t] = true;
+    if (k < doutputs.size() && doutputs[k] != nullptr) {
+      (void)r.executor.Seed(outputs_[k], *doutputs[k]);
     }
   }
-  std::vector<const Tensor*> dout;
-  for (size_t ni = nodes_.size(); ni-- > 0;) {
-    Node& n = nodes_[ni];
-    if (n.layer->activity_penalty().any() && !n.outputs.empty()) {
-      const auto t = static_cast<size_t>(n.outputs[0]);
-      if (!has_grad_[t]) {
-        grads_[t].Resize(n.out[0].shape());
-        grads_[t].Fill(0.0f);
-        has_grad_[t] = true;
-      }
-      ActivityPenalty(n.layer->activity_penalty(), n.out[0], &grads_[t]);
-    }
-    bool any = false;
-    dout.clear();
-    for (size_t k = 0; k < n.outputs.size(); ++k) {
-      const auto t = static_cast<size_t>(n.outputs[k]);
-      if (has_grad_[t]) {
-        any = true;
-        dout.push_back(&grads_[t]);
-      } else {
-        zeros_[t].Resize(n.out[k].shape());
-        dout.push_back(&zeros_[t]);
-      }
-    }
-    if (any) {
-      n.din.resize(n.inputs.size());
-      n.layer->Backward(n.args, n.out, dout, n.need_din, &n.din, &n.saved);
-      for (size_t i = 0; i < n.inputs.size(); ++i) {
-        if (!n.need_din[i]) continue;
-        const auto t = static_cast<size_t>(n.inputs[i]);
-        if (has_grad_[t]) {
-          float* g = grads_[t].data();
-          const float* d = n.din[i].data();
-          for (int64_t j = 0; j < grads_[t].size(); ++j) g[j] += d[j];
-        } else {
-          std::swap(grads_[t], n.din[i]);
-          has_grad_[t] = true;
-        }
-      }
-    }
-    if (n.first_call) {
-      for (Weight& w : n.layer->weights()) {
-        if (!w.trainable || (w.l1 == 0 && w.l2 == 0)) continue;
-        for (int64_t j = 0; j < w.value.size(); ++j) {
-          const float v = w.value[j];
-          w.grad[j] += w.l1 * static_cast<float>((v > 0) - (v < 0)) + 2 * w.l2 * v;
-        }
-      }
-    }
-    if (ready && n.first_call && param_range_[ni].second > 0) {
-      ready(param_range_[ni].first, param_range_[ni].second);
-    }
-  }
+  r.backend.StartBackward(&ready);
+  (void)r.executor.Backward();
+  r.backend.StartBackward(nullptr);
 }
 
 double Graph::RegularizationLoss() {
-  double loss = activity_loss_;
+  double loss = run_ == nullptr ? 0.0 : run_->backend.activity_loss();
   for (Layer* l : call_order_) {
     for (const Weight& w : l->weights()) {
       if (!w.trainable || (w.l1 == 0 && w.l2 == 0)) continue;

@@ -19,13 +19,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainer/graph/executor.h"
 #include "trainer/graph/layer.h"
 
 namespace lockstep::trainer::graph {
 
 class Graph {
  public:
-  Graph() = default;
+  Graph();
+  ~Graph();
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
 
@@ -54,24 +56,18 @@ class Graph {
   std::vector<const Layer*> Consumers(int tensor) const;
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   size_t num_nodes() const { return nodes_.size(); }
-  // Node i as it was called (for engines that run the graph elsewhere: the GPU's): its layer,
-  // its input and output tensors, which inputs take a gradient, its fixed training mode.
-  struct NodeSpec {
-    Layer* layer = nullptr;
-    std::vector<int> inputs, outputs;
-    std::vector<bool> need_din;
-    std::optional<bool> training;
-  };
-  NodeSpec node(size_t i) const {
-    const Node& n = nodes_.at(i);
-    return {n.layer, n.inputs, n.outputs, n.need_din, n.training};
-  }
+  // Node i as it was called (executor.h's NodeSpec): its layer, its input and output tensors,
+  // which inputs take a gradient, its fixed training mode.
+  using NodeSpec = graph::NodeSpec;
+  const NodeSpec& node(size_t i) const { return nodes_.at(i); }
+  const std::vector<NodeSpec>& nodes() const { return nodes_; }
 
-  // Runs every node on batch tensors (batch first) for the graph's inputs, which must stay
-  // alive and unchanged until Backward has run.
+  // Runs every node on the CPU (the executor over the CPU backend: the layers' own passes) on
+  // batch tensors (batch first) for the graph's inputs, which must stay alive and unchanged
+  // until Backward has run.
   void Forward(const std::vector<const Tensor*>& inputs, const CallContext& ctx);
   const Tensor& output(size_t k) const { return *value(outputs_[k]); }
-  const Tensor* output_mask(size_t k) const { return masks_[static_cast<size_t>(outputs_[k])]; }
+  const Tensor* output_mask(size_t k) const;
   const Tensor* value(int tensor) const;
 
   // dL/d(output k) for each output (null: that output has no loss). Zeroes and fills Grads().
@@ -90,34 +86,18 @@ class Graph {
   int64_t NumParams();
 
  private:
-  struct Node {
-    Layer* layer;
-    std::vector<int> inputs, outputs;
-    std::vector<Tensor> out, din;
-    Saved saved;
-    Args args;
-    std::vector<bool> need_din;
-    bool first_call = false;  // the layer's first node: its gradients are final after it
-    std::optional<bool> training;
-  };
-  void Index();
+  struct CpuRun;  // the CPU backend and its executor (graph.cc), made at the first Forward
+  CpuRun& Run();
 
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<Layer*> call_order_;  // layers by first call
-  std::vector<Node> nodes_;
+  std::vector<NodeSpec> nodes_;
   std::vector<int> inputs_, outputs_;
   std::vector<std::string> input_names_;
   std::vector<Shape> shapes_;
   std::vector<int> producer_;  // tensor -> node (-1 for inputs)
   std::vector<bool> requires_grad_;
-  std::vector<const Tensor*> input_values_;
-  std::vector<Tensor> grads_;
-  std::vector<Tensor> zeros_;  // per tensor, for outputs that feed no loss
-  std::vector<const Tensor*> masks_;
-  std::vector<bool> has_grad_;
-  std::vector<std::pair<size_t, size_t>> param_range_;  // per node: its layer's Params() range
-  bool indexed_ = false;
-  double activity_loss_ = 0;
+  std::unique_ptr<CpuRun> run_;  // reset by every change of the graph
 };
 
 }  // namespace lockstep::trainer::graph

@@ -48,7 +48,7 @@ absl::Status OnnxBuilder::Build(const std::string& name, onnx::ModelProto* model
     Declare(graph_->add_input(), n, g_.shape(in));
   }
   for (size_t i = 0; i < g_.num_nodes(); ++i) {
-    const graph::Graph::NodeSpec n = g_.node(i);
+    const graph::NodeSpec& n = g_.node(i);
     std::vector<std::string> ins;
     for (int t : n.inputs) ins.push_back(values_[static_cast<size_t>(t)]);
     absl::StatusOr<std::vector<std::string>> outs =

@@ -25,25 +25,12 @@ using layers::LayerWeights;
 using layers::StepInfo;
 using layers::ViewOf;
 
-namespace {
-
-uint64_t Mix(uint64_t a, uint64_t b) {
-  uint64_t z = a + 0x9E3779B97F4A7C15ull * (b + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
-
 // The per-layer device state the ops point into; kept apart from the ops so a shared layer's
 // nodes see one record.
 struct DeviceGraphLayers {
   std::map<const GraphLayer*, std::unique_ptr<LayerWeights>> weights;
   std::vector<cuda::DeviceBuffer> bad;  // per counter (an Embedding's): ids outside its table
 };
-
-DeviceGraph::~DeviceGraph() = default;
 
 namespace {
 
@@ -76,6 +63,112 @@ absl::StatusOr<std::unique_ptr<DeviceOp>> MakeOp(GpuContext* ctx, const GraphLay
 
 }  // namespace
 
+// The GPU backend of the executor (graph/executor.h): a node is its device op, on device
+// tensors in the compute dtype; its noise draws from a stream keyed by (seed, step, node).
+class GpuBackend {
+ public:
+  using Value = DeviceTensor;
+
+  struct Node {
+    std::unique_ptr<DeviceOp> op;
+    MaskRule mask;           // where its output's mask comes from
+    int activity_slot = -1;  // its activity penalty's place in the penalty values, or -1
+  };
+
+  GpuBackend(GpuContext* ctx, uint64_t seed, std::unique_ptr<DeviceGraphLayers> layers)
+      : ctx_(ctx), seed_(seed), layers_(std::move(layers)) {}
+
+  std::vector<Node>& nodes() { return nodes_; }
+  DeviceGraphLayers& layers() { return *layers_; }
+  // A new step: its draws; `penalties`: where activity penalties go.
+  void Start(float loss_scale, float* penalties) {
+    ++step_;
+    loss_scale_ = loss_scale;
+    penalties_ = penalties;
+  }
+
+  absl::Status Forward(size_t i, const graph::NodeSpec& n,
+                       const std::vector<const DeviceTensor*>& x,
+                       const std::vector<const DeviceTensor*>& masks, bool training,
+                       std::vector<DeviceTensor>* out, const DeviceTensor** mask) {
+    Node& node = nodes_[i];
+    step_info_.training = training;
+    step_info_.seed = Mix(Mix(seed_, step_), i);
+    step_info_.masks = masks;
+    absl::StatusOr<DeviceTensor> y = node.op->Forward(x, step_info_);
+    if (!y.ok()) return y.status();
+    (*out)[0] = std::move(*y);
+    *mask = node.mask == MaskRule::kOwn          ? node.op->OwnMask()
+            : node.mask == MaskRule::kFirstInput ? step_info_.mask(0)
+                                                 : nullptr;
+    if (out->size() == 1) return absl::OkStatus();
+    // A recurrent layer's states.
+    absl::StatusOr<std::vector<DeviceTensor>> more = node.op->MoreOutputs();
+    if (!more.ok()) return more.status();
+    if (more->size() + 1 != out->size()) {
+      return absl::InternalError("made " + std::to_string(more->size() + 1) + " outputs, not " +
+                                 std::to_string(out->size()));
+    }
+    for (size_t k = 1; k < out->size(); ++k) (*out)[k] = std::move((*more)[k - 1]);
+    (void)n;
+    return absl::OkStatus();
+  }
+
+  absl::Status Backward(size_t i, const graph::NodeSpec&, const std::vector<const DeviceTensor*>& x,
+                        const std::vector<DeviceTensor>& y,
+                        const std::vector<const DeviceTensor*>& dy,
+                        const std::vector<DeviceTensor*>& dx) {
+    ys_.clear();
+    for (const DeviceTensor& t : y) ys_.push_back(&t);
+    return nodes_[i].op->BackwardAll(x, ys_, dy, dx);
+  }
+
+  // The penalty into the node's slot and, when dy is given, its gradient times the loss scale.
+  absl::Status Activity(size_t i, const graph::NodeSpec& n, const DeviceTensor& y,
+                        DeviceTensor* dy) {
+    const GraphLayer::ActivityPenalty& p = n.layer->activity_penalty();
+    // Keras 2 divides by the batch size, Keras 3 does not (Layer::ActivityPenalty).
+    const float scale = p.per_example && !y.shape().empty() && y.dim(0) > 0
+                            ? 1.0f / static_cast<float>(y.dim(0))
+                            : 1.0f;
+    return cuda::ActivityPenalty(ctx_, y, p.l1 * scale, p.l2 * scale, dy,
+                                 dy != nullptr ? loss_scale_ : 1.0f,
+                                 penalties_ + nodes_[i].activity_slot);
+  }
+  absl::Status Zeros(const DeviceTensor& like, DeviceTensor* dst) {
+    LOCKSTEP_RETURN_IF_ERROR(dst->Resize(ctx_, like.shape(), like.dtype()));
+    LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemsetAsync(dst->data(), 0, dst->bytes(), ctx_->stream()));
+    return absl::OkStatus();
+  }
+  absl::Status Copy(const DeviceTensor& src, DeviceTensor* dst) {
+    return layers::Copy(ctx_, src, dst);
+  }
+  absl::Status AddInto(DeviceTensor* dst, const DeviceTensor& src) {
+    return cuda::AddInto(ctx_, dst, src);
+  }
+  void NodeDone(size_t, const graph::NodeSpec&) {}
+
+ private:
+  static uint64_t Mix(uint64_t a, uint64_t b) {
+    uint64_t z = a + 0x9E3779B97F4A7C15ull * (b + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+
+  GpuContext* ctx_;
+  uint64_t seed_;
+  uint64_t step_ = 0;
+  float loss_scale_ = 1.0f;
+  float* penalties_ = nullptr;
+  std::unique_ptr<DeviceGraphLayers> layers_;
+  std::vector<Node> nodes_;
+  StepInfo step_info_;
+  std::vector<const DeviceTensor*> ys_;
+};
+
+DeviceGraph::~DeviceGraph() = default;
+
 absl::StatusOr<std::unique_ptr<DeviceGraph>> DeviceGraph::Create(GpuContext* ctx, GraphModel& host,
                                                                  DType compute, uint64_t seed) {
   graph::Graph& g = host.graph();
@@ -83,7 +176,6 @@ absl::StatusOr<std::unique_ptr<DeviceGraph>> DeviceGraph::Create(GpuContext* ctx
   std::unique_ptr<DeviceGraph> d(new DeviceGraph);
   d->ctx_ = ctx;
   d->host_ = &host;
-  d->seed_ = seed;
 
   // The weights: trainable (Params() order) then the rest, as the host graph lists them.
   std::vector<Tensor*> trainable = g.Params(), state;
@@ -107,7 +199,8 @@ absl::StatusOr<std::unique_ptr<DeviceGraph>> DeviceGraph::Create(GpuContext* ctx
   }
   if (slots > 0) LOCKSTEP_RETURN_IF_ERROR(d->penalty_values_.Resize(ctx, {slots}, DType::kF32));
 
-  auto records = std::make_unique<DeviceGraphLayers>();
+  d->backend_ = std::make_unique<GpuBackend>(ctx, seed, std::make_unique<DeviceGraphLayers>());
+  DeviceGraphLayers* records = &d->backend_->layers();
   std::map<const GraphLayer*, int> calls;
   for (size_t i = 0; i < g.num_nodes(); ++i) ++calls[g.node(i).layer];
   for (auto [layer, count] : calls) {
@@ -139,35 +232,17 @@ absl::StatusOr<std::unique_ptr<DeviceGraph>> DeviceGraph::Create(GpuContext* ctx
   }
 
   for (size_t i = 0; i < g.num_nodes(); ++i) {
-    graph::Graph::NodeSpec spec = g.node(i);
+    const graph::NodeSpec& spec = g.node(i);
     const GraphLayer& l = *spec.layer;
     absl::StatusOr<std::unique_ptr<DeviceOp>> op =
-        MakeOp(ctx, l, *records->weights.at(&l), g.shape(spec.outputs[0]), compute, records.get());
+        MakeOp(ctx, l, *records->weights.at(&l), g.shape(spec.outputs[0]), compute, records);
     if (!op.ok()) return op.status();
-    d->nodes_.push_back({std::move(*op), std::move(spec), MaskRuleOf(l), activity_slot[i]});
+    d->backend_->nodes().push_back({std::move(*op), MaskRuleOf(l), activity_slot[i]});
   }
-  size_t tensors = g.inputs().size();
-  for (const Node& n : d->nodes_) {
-    for (int t : n.spec.outputs) tensors = std::max(tensors, static_cast<size_t>(t) + 1);
-  }
-  d->values_.resize(tensors);
-  d->masks_.assign(tensors, nullptr);
-  d->grads_.resize(tensors);
-  d->has_grad_.assign(tensors, false);
+  d->executor_ = std::make_unique<graph::Executor<GpuBackend>>(&g.nodes(), &g.inputs(),
+                                                               g.num_tensors(), d->backend_.get());
   d->inputs_.resize(g.inputs().size());
-  d->layers_ = std::move(records);
   return d;
-}
-
-absl::Status DeviceGraph::Activity(const Node& node, DeviceTensor* dy, float loss_scale) {
-  const GraphLayer::ActivityPenalty& p = node.spec.layer->activity_penalty();
-  const DeviceTensor& y = values_[static_cast<size_t>(node.spec.outputs[0])];
-  // Keras 2 divides by the batch size, Keras 3 does not (Layer::ActivityPenalty).
-  const float scale = p.per_example && !y.shape().empty() && y.dim(0) > 0
-                          ? 1.0f / static_cast<float>(y.dim(0))
-                          : 1.0f;
-  return cuda::ActivityPenalty(ctx_, y, p.l1 * scale, p.l2 * scale, dy, loss_scale,
-                               penalty_values_.as<float>() + node.activity_slot);
 }
 
 absl::Status DeviceGraph::AddPenalties(bool gradients, float loss_scale, double* loss) {
@@ -189,7 +264,7 @@ absl::Status DeviceGraph::AddPenalties(bool gradients, float loss_scale, double*
 }
 
 absl::Status DeviceGraph::Reloaded() {
-  for (Node& n : nodes_) LOCKSTEP_RETURN_IF_ERROR(n.op->Reloaded());
+  for (GpuBackend::Node& n : backend_->nodes()) LOCKSTEP_RETURN_IF_ERROR(n.op->Reloaded());
   return absl::OkStatus();
 }
 
@@ -204,81 +279,45 @@ absl::StatusOr<cuda::LossResult> DeviceGraph::Evaluate(const Tensor& x,
   return Run(x, labels, false, 1.0f);
 }
 
-absl::StatusOr<cuda::LossResult> DeviceGraph::Run(const Tensor& x,
-                                                  const std::vector<int32_t>& labels, bool training,
-                                                  float loss_scale) {
-  graph::Graph& g = host_->graph();
-  DeviceGraphLayers& records = *layers_;
-  ++step_;
-  const auto n = static_cast<int64_t>(labels.size());
-  Shape shape{n};
-  for (int64_t dim : host_->example_shape()) shape.push_back(dim);
-  LOCKSTEP_RETURN_IF_ERROR(cuda::Upload(ctx_, x.Reshaped(shape), input_dtypes_[0], &inputs_[0]));
-  values_[static_cast<size_t>(g.inputs()[0])] = ViewOf(inputs_[0]);
-  for (cuda::DeviceBuffer& b : records.bad) {
-    LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemsetAsync(b.get(), 0, sizeof(int), ctx_->stream()));
-  }
-
-  // Forward, node by node, each tensor's mask following it (the graph's inputs have none).
-  std::vector<const DeviceTensor*> in;
-  StepInfo step;
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    Node& node = nodes_[i];
-    in.clear();
-    step.masks.clear();
-    for (int t : node.spec.inputs) {
-      in.push_back(&values_[static_cast<size_t>(t)]);
-      step.masks.push_back(masks_[static_cast<size_t>(t)]);
-    }
-    step.training = node.spec.training.value_or(training);
-    step.seed = Mix(Mix(seed_, step_), i);
-    absl::StatusOr<DeviceTensor> y = node.op->Forward(in, step);
-    if (!y.ok()) {
-      return absl::Status(y.status().code(), "layer '" + node.spec.layer->name() + "' (" +
-                                                 node.spec.layer->class_name() +
-                                                 "): " + std::string(y.status().message()));
-    }
-    const auto o = static_cast<size_t>(node.spec.outputs[0]);
-    values_[o] = std::move(*y);
-    masks_[o] = node.mask == MaskRule::kOwn          ? node.op->OwnMask()
-                : node.mask == MaskRule::kFirstInput ? step.mask(0)
-                                                     : nullptr;
-    if (node.activity_slot >= 0) LOCKSTEP_RETURN_IF_ERROR(Activity(node, nullptr, 1.0f));
-    if (node.spec.outputs.size() > 1) {  // a recurrent layer's states: no masks
-      absl::StatusOr<std::vector<DeviceTensor>> more = node.op->MoreOutputs();
-      if (!more.ok()) return more.status();
-      if (more->size() + 1 != node.spec.outputs.size()) {
-        return absl::InternalError("layer '" + node.spec.layer->name() + "' made " +
-                                   std::to_string(more->size() + 1) + " outputs, not " +
-                                   std::to_string(node.spec.outputs.size()));
-      }
-      for (size_t k = 1; k < node.spec.outputs.size(); ++k) {
-        const auto t = static_cast<size_t>(node.spec.outputs[k]);
-        values_[t] = std::move((*more)[k - 1]);
-        masks_[t] = nullptr;
-      }
-    }
-  }
-
-  // The loss (and dL/d(output) times the loss scale).
-  host_->Targets(labels, &host_targets_);
-  LOCKSTEP_RETURN_IF_ERROR(cuda::Upload(ctx_, host_targets_, DType::kF32, &targets_));
-  const auto out = static_cast<size_t>(g.outputs()[0]);
-  std::fill(has_grad_.begin(), has_grad_.end(), false);
-  absl::StatusOr<cuda::LossResult> loss = cuda::ComputeLoss(
-      ctx_, host_->loss(), values_[out], targets_, training ? &grads_[out] : nullptr, loss_scale);
+absl::Status DeviceGraph::CheckInput() {
   int bad = 0;
-  for (cuda::DeviceBuffer& b : records.bad) {
+  for (cuda::DeviceBuffer& b : backend_->layers().bad) {
     int count = 0;
     LOCKSTEP_GPU_RETURN_IF_ERROR(
         cudaMemcpyAsync(&count, b.get(), sizeof(int), cudaMemcpyDeviceToHost, ctx_->stream()));
     LOCKSTEP_RETURN_IF_ERROR(ctx_->Synchronize());
     bad += count;
   }
-  if (bad > 0) {
-    return absl::DataLossError("a batch the model cannot take: " + std::to_string(bad) +
-                               " token id(s) outside an Embedding's table");
+  if (bad == 0) return absl::OkStatus();
+  return absl::DataLossError("a batch the model cannot take: " + std::to_string(bad) +
+                             " token id(s) outside an Embedding's table");
+}
+
+absl::StatusOr<cuda::LossResult> DeviceGraph::Run(const Tensor& x,
+                                                  const std::vector<int32_t>& labels, bool training,
+                                                  float loss_scale) {
+  graph::Graph& g = host_->graph();
+  const auto n = static_cast<int64_t>(labels.size());
+  Shape shape{n};
+  for (int64_t dim : host_->example_shape()) shape.push_back(dim);
+  LOCKSTEP_RETURN_IF_ERROR(cuda::Upload(ctx_, x.Reshaped(shape), input_dtypes_[0], &inputs_[0]));
+  for (cuda::DeviceBuffer& b : backend_->layers().bad) {
+    LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemsetAsync(b.get(), 0, sizeof(int), ctx_->stream()));
   }
+  backend_->Start(loss_scale, penalty_values_.as<float>());
+  std::vector<const DeviceTensor*> inputs;
+  for (const DeviceTensor& t : inputs_) inputs.push_back(&t);
+  LOCKSTEP_RETURN_IF_ERROR(executor_->Forward(inputs, training));
+
+  // The loss (and dL/d(output) times the loss scale).
+  host_->Targets(labels, &host_targets_);
+  LOCKSTEP_RETURN_IF_ERROR(cuda::Upload(ctx_, host_targets_, DType::kF32, &targets_));
+  const int out = g.outputs()[0];
+  executor_->StartBackward();
+  absl::StatusOr<cuda::LossResult> loss =
+      cuda::ComputeLoss(ctx_, host_->loss(), *executor_->value(out), targets_,
+                        training ? executor_->GradientSlot(out) : nullptr, loss_scale);
+  LOCKSTEP_RETURN_IF_ERROR(CheckInput());
   if (!loss.ok())
     return absl::DataLossError("a batch the model cannot take: " +
                                std::string(loss.status().message()));
@@ -288,75 +327,11 @@ absl::StatusOr<cuda::LossResult> DeviceGraph::Run(const Tensor& x,
     return r;
   }
 
-  // Backward, node by node in reverse; each tensor's gradient sums its readers'.
-  has_grad_[out] = true;
+  // Backward: every weight gradient from zero.
   LOCKSTEP_GPU_RETURN_IF_ERROR(cudaMemsetAsync(
       weights_.grads(), 0, static_cast<size_t>(weights_.trainable_size()) * sizeof(float),
       ctx_->stream()));
-  std::vector<DeviceTensor*> dx;
-  std::vector<DeviceTensor> scratch;
-  std::vector<const DeviceTensor*> ys, dys;
-  for (size_t i = nodes_.size(); i-- > 0;) {
-    Node& node = nodes_[i];
-    if (node.activity_slot >= 0) {
-      // The activity regularizer's gradient joins the output's, once its readers' are in.
-      const auto o = static_cast<size_t>(node.spec.outputs[0]);
-      if (!has_grad_[o]) {
-        LOCKSTEP_RETURN_IF_ERROR(grads_[o].Resize(ctx_, values_[o].shape(), values_[o].dtype()));
-        LOCKSTEP_GPU_RETURN_IF_ERROR(
-            cudaMemsetAsync(grads_[o].data(), 0, grads_[o].bytes(), ctx_->stream()));
-        has_grad_[o] = true;
-      }
-      LOCKSTEP_RETURN_IF_ERROR(Activity(node, &grads_[o], loss_scale));
-    }
-    ys.clear();
-    dys.clear();
-    for (int t : node.spec.outputs) {
-      const auto k = static_cast<size_t>(t);
-      ys.push_back(&values_[k]);
-      dys.push_back(has_grad_[k] ? &grads_[k] : nullptr);
-    }
-    if (std::all_of(dys.begin(), dys.end(), [](const DeviceTensor* d) { return d == nullptr; })) {
-      continue;  // feeds no loss: every gradient through it is zero
-    }
-    in.clear();
-    for (int t : node.spec.inputs) in.push_back(&values_[static_cast<size_t>(t)]);
-    const size_t k = node.spec.inputs.size();
-    dx.assign(k, nullptr);
-    scratch.resize(std::max(scratch.size(), k));
-    for (size_t j = 0; j < k; ++j) {
-      if (!node.spec.need_din[j]) continue;
-      const int t = node.spec.inputs[j];
-      // The first contribution lands in the tensor's gradient, later ones (another reader's,
-      // or this node's own when it reads the tensor twice) in scratch.
-      const bool taken =
-          has_grad_[static_cast<size_t>(t)] ||
-          std::find(node.spec.inputs.begin(), node.spec.inputs.begin() + static_cast<long>(j), t) !=
-              node.spec.inputs.begin() + static_cast<long>(j);
-      dx[j] = taken ? &scratch[j] : &grads_[static_cast<size_t>(t)];
-    }
-    const bool trains =
-        std::any_of(node.spec.layer->weights().begin(), node.spec.layer->weights().end(),
-                    [](const graph::Weight& w) { return w.trainable; });
-    if (!trains &&
-        std::all_of(dx.begin(), dx.end(), [](DeviceTensor* t) { return t == nullptr; })) {
-      continue;  // nothing to compute: no weight to train, no input that takes a gradient
-    }
-    absl::Status s = node.op->BackwardAll(in, ys, dys, dx);
-    if (!s.ok()) {
-      return absl::Status(s.code(), "layer '" + node.spec.layer->name() + "' (" +
-                                        node.spec.layer->class_name() +
-                                        ") backward: " + std::string(s.message()));
-    }
-    for (size_t j = 0; j < k; ++j) {
-      if (dx[j] == nullptr) continue;
-      const auto t = static_cast<size_t>(node.spec.inputs[j]);
-      if (dx[j] == &scratch[j]) {
-        LOCKSTEP_RETURN_IF_ERROR(cuda::AddInto(ctx_, &grads_[t], scratch[j]));
-      }
-      has_grad_[t] = true;
-    }
-  }
+  LOCKSTEP_RETURN_IF_ERROR(executor_->Backward());
   LOCKSTEP_RETURN_IF_ERROR(AddPenalties(true, loss_scale, &r.loss));
   return r;
 }

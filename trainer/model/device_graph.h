@@ -1,6 +1,7 @@
 #pragma once
-// DeviceGraph: a Keras model's graph (model/graph_model.h) on one GPU, node for node: each node
-// of the host graph becomes the device op its layer's family registered (layers/registry.h,
+// DeviceGraph: a Keras model's graph (model/graph_model.h) on one GPU: the graph's one executor
+// (graph/executor.h, the traversal the CPU runs too) over the GPU backend, where each node of
+// the host graph is the device op its layer's family registered (layers/registry.h,
 // layers/gpu_op.h), made from the layer's options and run by CUDA kernels that have the CPU
 // layers' semantics.
 // The weights live in the flat buffers of device_params.h (the trainable ones, then the kept
@@ -8,10 +9,10 @@
 // gives the same initial network on either device. Activations are stored in the compute
 // dtype (a mixed policy's fp16 or bf16; token ids stay fp32); every sum is fp32.
 //
-// Forward runs the nodes in order; backward runs them in reverse, and a tensor read by several
-// nodes gets the sum of their gradients. A layer called at several nodes (a shared layer) has
-// one set of weights whose gradient sums its calls'. Dropout and GaussianNoise draw from
-// counter-based streams keyed by (seed, step, node), so the backward pass regenerates the
+// The executor runs the nodes forward in order and backward in reverse, and a tensor read by
+// several nodes gets the sum of their gradients, as on the CPU. A layer called at several nodes (a
+// shared layer) has one set of weights whose gradient sums its calls'. Dropout and GaussianNoise
+// draw from counter-based streams keyed by (seed, step, node), so the backward pass regenerates the
 // forward pass's mask.
 //
 // Masks flow as on the CPU: Embedding mask_zero, Masking and a mask= argument make one, most
@@ -41,10 +42,7 @@
 
 namespace lockstep::trainer {
 
-namespace layers {
-class DeviceOp;
-}  // namespace layers
-struct DeviceGraphLayers;
+class GpuBackend;  // device_graph.cc
 
 class DeviceGraph final {
  public:
@@ -72,28 +70,16 @@ class DeviceGraph final {
   // (when `gradients`) the weight regularizers' gradient, times the loss scale, to the weights'
   // gradients.
   absl::Status AddPenalties(bool gradients, float loss_scale, double* loss);
-  struct Node;
-  // A node's activity regularizer: its penalty into the node's slot and, when dy is given, its
-  // gradient times the loss scale into dy.
-  absl::Status Activity(const Node& node, cuda::DeviceTensor* dy, float loss_scale);
+  // DataLoss when an op counted input it cannot compute on (an Embedding's ids).
+  absl::Status CheckInput();
 
   cuda::GpuContext* ctx_ = nullptr;
   GraphModel* host_ = nullptr;
   DeviceParams weights_;
-  struct Node {
-    std::unique_ptr<layers::DeviceOp> op;
-    graph::Graph::NodeSpec spec;
-    MaskRule mask;           // where its output's mask comes from
-    int activity_slot = -1;  // its activity penalty's place in penalty_values_, or -1
-  };
-  std::vector<Node> nodes_;
-  std::vector<cuda::DeviceTensor> values_;        // per tensor: a view of its producer's output
-  std::vector<const cuda::DeviceTensor*> masks_;  // per tensor: its mask (owned by an op), or null
-  std::vector<cuda::DeviceTensor> grads_;         // per tensor: dL/d(tensor), owned
-  std::vector<bool> has_grad_;
+  std::unique_ptr<GpuBackend> backend_;  // the nodes' ops, per layer its weights on the device
+  std::unique_ptr<graph::Executor<GpuBackend>> executor_;
   std::vector<cuda::DeviceTensor> inputs_;  // the graph's inputs, uploaded
   std::vector<cuda::DType> input_dtypes_;
-  std::unique_ptr<DeviceGraphLayers> layers_;  // per layer: its weights on the device
   // The trained weights with a regularizer (their place in the flat buffers); each one's
   // penalty of the last step, then each activity regularizer's.
   struct Penalty {
@@ -105,8 +91,6 @@ class DeviceGraph final {
   cuda::DeviceTensor penalty_values_;
   cuda::DeviceTensor targets_;
   Tensor host_targets_;
-  uint64_t seed_ = 0;
-  uint64_t step_ = 0;
 };
 
 }  // namespace lockstep::trainer

@@ -25,7 +25,7 @@ absl::Status GpuSupported(const graph::Graph& g) {
     return t >= 0 && static_cast<size_t>(t) < masked.size() && masked[static_cast<size_t>(t)];
   };
   for (size_t i = 0; i < g.num_nodes(); ++i) {
-    const graph::Graph::NodeSpec n = g.node(i);
+    const graph::NodeSpec& n = g.node(i);
     const bool in_mask = !n.inputs.empty() && has_mask(n.inputs[0]);
     if (absl::Status s = registry.GpuSupported(
             *n.layer,

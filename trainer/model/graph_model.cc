@@ -70,7 +70,7 @@ const Activation* OutputActivation(const graph::Graph& g, int t) {
   for (;;) {  // each step goes to an earlier tensor, ending at a graph input at the latest
     const int node = g.producer_node(t);
     if (node < 0) return nullptr;
-    const graph::Graph::NodeSpec n = g.node(static_cast<size_t>(node));
+    const graph::NodeSpec& n = g.node(static_cast<size_t>(node));
     const graph::Layer* l = n.layer;
     if (const Activation* a = l->output_activation()) return a;
     static const std::set<std::string> kPassThrough = {"Reshape",
