@@ -43,8 +43,4 @@ class LayerFactories {
 // InvalidArgument when the dtype is not float32 or a mixed policy.
 void ReadCommonOptions(LayerConfig& c);
 
-void AddPoolingLayers(LayerFactories* f);           // layers_pooling.cc
-void AddSpatialReshapingLayers(LayerFactories* f);  // layers_pooling.cc
-void AddAugmentationLayers(LayerFactories* f);      // layers_augment.cc
-
 }  // namespace lockstep::trainer::keras

@@ -1,5 +1,5 @@
 // The shared CPU primitives against direct references (the layers' kernels are tested with
-// their layers, trainer/graph/layers/).
+// their layers, trainer/layers/<family>/).
 #include <gtest/gtest.h>
 
 #include <random>

@@ -1,6 +1,6 @@
 #pragma once
 // The graph's spatial shape layers on the GPU, with the CPU layers' semantics
-// (trainer/graph/layers/pooling.h), on channels-last data [n, spatial..., c] with 1 to 3
+// (trainer/layers/reshaping/reshaping.h), on channels-last data [n, spatial..., c] with 1 to 3
 // spatial axes:
 //   PadOrCrop         ZeroPadding (positive before/after) and Cropping (negative) per axis; each
 //                     is the other's gradient, with the amounts negated.

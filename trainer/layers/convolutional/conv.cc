@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cmath>
 
-#include "trainer/graph/layers/pooling.h"
 #include "trainer/layers/convolutional/window_layer.h"
 
 namespace lockstep::trainer::graph {
@@ -329,23 +328,7 @@ class ConvTranspose final : public WindowLayer, public HasOptions<ConvTransposeO
 absl::StatusOr<cpu::ConvGeometry> CallGeometry(const Layer& l, const Shape& x) {
   if (const auto* w = dynamic_cast<const conv_detail::WindowLayer*>(&l); w != nullptr)
     return w->Geometry(x);
-  const std::optional<PoolOptions> p = OptionsOf<PoolOptions>(l);
-  if (!p) return LayerError(l, "is not a windowed layer");
-  cpu::ConvGeometry g;
-  g.rank = p->rank;
-  g.n = x[0];
-  g.c_in = g.c_out = x.back();
-  for (int a = 0; a < g.rank; ++a) {
-    const auto i = static_cast<size_t>(a);
-    const AxisGeometry ax = WindowAxis(x[i + 1], p->pool_size[i], p->strides[i], 1, p->padding);
-    g.in[i] = x[i + 1];
-    g.out[i] = ax.out;
-    g.kernel[i] = p->pool_size[i];
-    g.stride[i] = p->strides[i];
-    g.dilation[i] = 1;
-    g.pad_before[i] = ax.pad_before;
-  }
-  return g;
+  return LayerError(l, "is not a windowed layer");
 }
 
 std::unique_ptr<Layer> MakeConv(std::string name, ConvOptions o) {

@@ -129,8 +129,8 @@ std::unique_ptr<Layer> MakeSeparableConv(std::string name, SeparableOptions o);
 // The geometry of one call of a windowed layer on an input of batch-first shape `x`, as the
 // CPU layer computes it (what the GPU engine makes its cuDNN plans and pooling kernels from):
 // Conv and DepthwiseConv as they are; SeparableConv's depthwise part; ConvTranspose the
-// convolution it is the input gradient of (c_in = filters, its input this layer's output);
-// Max/AveragePooling with c_in == c_out. InvalidArgument for any other layer.
+// convolution it is the input gradient of (c_in = filters, its input this layer's output).
+// InvalidArgument for any other layer (a pooling's is PoolGeometry, pooling/pooling.h).
 absl::StatusOr<cpu::ConvGeometry> CallGeometry(const Layer& l, const Shape& x);
 
 }  // namespace lockstep::trainer::graph

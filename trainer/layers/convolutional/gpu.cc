@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "trainer/kernels/cuda/conv_nd.h"
 #include "trainer/kernels/cuda/keras_dense.h"
+#include "trainer/layers/convolutional/conv_nd_kernels.h"
 #include "trainer/layers/convolutional/convolutional.h"
 #include "trainer/layers/gpu_op.h"
 #include "trainer/layers/registry.h"

@@ -21,10 +21,8 @@ TEST(MergingCudaOps, SkippedWithoutCuda) {
 #include <string>
 
 #include "trainer/graph/activation.h"
-#include "trainer/graph/layers/pooling.h"
 #include "trainer/graph/loss.h"
 #include "trainer/kernels/cuda/activation.h"
-#include "trainer/kernels/cuda/conv_nd.h"
 #include "trainer/kernels/cuda/device.h"
 #include "trainer/kernels/cuda/dropout.h"
 #include "trainer/kernels/cuda/keras_dense.h"
@@ -32,7 +30,6 @@ TEST(MergingCudaOps, SkippedWithoutCuda) {
 #include "trainer/kernels/cuda/masking.h"
 #include "trainer/kernels/cuda/merge.h"
 #include "trainer/kernels/cuda/op_test_util.h"
-#include "trainer/kernels/cuda/pooling.h"
 #include "trainer/kernels/cuda/spatial.h"
 #include "trainer/layers/attention/attention.h"
 #include "trainer/layers/attention/attention_kernels.h"

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/pooling.h"
-#include "trainer/kernels/cuda/pooling.h"
 #include "trainer/layers/gpu_op.h"
+#include "trainer/layers/pooling/pooling.h"
+#include "trainer/layers/pooling/pooling_kernels.h"
 #include "trainer/layers/registry.h"
 
 namespace lockstep::trainer::layers::pooling {
@@ -26,9 +26,7 @@ class PoolOp final : public DeviceOp {
       : ctx_(ctx), layer_(layer), kind_(KindOf(mode)) {}
   absl::StatusOr<DeviceTensor> Forward(const std::vector<const DeviceTensor*>& x,
                                        const StepInfo&) override {
-    absl::StatusOr<cpu::ConvGeometry> g = graph::CallGeometry(layer_, x[0]->shape());
-    if (!g.ok()) return g.status();
-    g_ = *g;
+    g_ = graph::PoolGeometry(*graph::OptionsOf<graph::PoolOptions>(layer_), x[0]->shape());
     LOCKSTEP_RETURN_IF_ERROR(cuda::PoolForward(ctx_, *x[0], g_, kind_, &y_, &argmax_));
     return ViewOf(y_);
   }

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/pooling.h"
 #include "trainer/layers/onnx_builder.h"
+#include "trainer/layers/pooling/pooling.h"
 #include "trainer/layers/registry.h"
 
 namespace lockstep::trainer::layers::pooling {

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/augment.h"
 #include "trainer/layers/onnx_builder.h"
+#include "trainer/layers/preprocessing/augment.h"
 #include "trainer/layers/preprocessing/preprocessing.h"
 #include "trainer/layers/registry.h"
 

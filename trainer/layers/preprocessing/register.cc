@@ -10,7 +10,6 @@ void RegisterOnnx(Registry& r);   // onnx.cc
 
 void Register(Registry& r) {
   RegisterKeras(r);
-  keras::AddAugmentationLayers(&r.keras());
   r.SupportsGpu<graph::RescalingOptions>();
   r.SupportsGpu<graph::NormalizationOptions>();
   RegisterOnnx(r);

@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/pooling.h"
 #include "trainer/kernels/cuda/merge.h"
 #include "trainer/kernels/cuda/spatial.h"
 #include "trainer/layers/gpu_op.h"

@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "trainer/graph/layers/pooling.h"
 #include "trainer/layers/onnx_builder.h"
 #include "trainer/layers/registry.h"
 #include "trainer/layers/reshaping/reshaping.h"

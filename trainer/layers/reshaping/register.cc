@@ -1,6 +1,5 @@
 // The registrations of Flatten, Reshape, RepeatVector, the paddings and croppings, UpSampling:
 // their Keras classes, which of them run on the GPU, and their ONNX exporters.
-#include "trainer/graph/layers/pooling.h"
 #include "trainer/layers/registry.h"
 #include "trainer/layers/reshaping/reshaping.h"
 
@@ -11,7 +10,6 @@ void RegisterOnnx(Registry& r);   // onnx.cc
 
 void Register(Registry& r) {
   RegisterKeras(r);
-  keras::AddSpatialReshapingLayers(&r.keras());
   r.SupportsGpu<graph::ReshapeOptions>();
   r.SupportsGpu<graph::RepeatOptions>();
   r.SupportsGpu<graph::PadCropOptions>();

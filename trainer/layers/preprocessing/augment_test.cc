@@ -1,6 +1,6 @@
 // Augmentation layers: exact flips, rotations that keep a centred pixel and rotate a quarter
 // turn exactly, identity in inference, and gradients through the sampling.
-#include "trainer/graph/layers/augment.h"
+#include "trainer/layers/preprocessing/augment.h"
 
 #include <gtest/gtest.h>
 

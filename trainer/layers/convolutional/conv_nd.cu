@@ -1,4 +1,4 @@
-#include "trainer/kernels/cuda/conv_nd.h"
+#include "trainer/layers/convolutional/conv_nd_kernels.h"
 
 #include <algorithm>
 #include <string>

@@ -1,6 +1,6 @@
 #pragma once
 // The graph's pooling layers on the GPU, with the CPU layers' semantics
-// (trainer/graph/layers/pooling.h), on channels-last data [n, spatial..., c]:
+// (trainer/layers/pooling/pooling.h), on channels-last data [n, spatial..., c]:
 //   PoolForward/PoolBackward  Max/AveragePooling1D-3D over the window geometry the CPU layer
 //                             uses (cpu::ConvGeometry with c_in == c_out, dilation 1; Keras's
 //                             "same" padding, more at the end); an average divides by the

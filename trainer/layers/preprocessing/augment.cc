@@ -1,4 +1,4 @@
-#include "trainer/graph/layers/augment.h"
+#include "trainer/layers/preprocessing/augment.h"
 #include "trainer/tensor/random.h"
 
 #include <cmath>

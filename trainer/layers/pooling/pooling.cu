@@ -1,4 +1,4 @@
-#include "trainer/kernels/cuda/pooling.h"
+#include "trainer/layers/pooling/pooling_kernels.h"
 
 #include <string>
 
