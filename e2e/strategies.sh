@@ -72,9 +72,12 @@ fi
 
 # 3. A worker killed mid-training as shipped (recovery: InPlace): that pod alone is replaced,
 # the new process takes the survivors' state, no completed step is lost, the attempt stays 0.
+# The recovery reaches status.recoveries through the operator's 2 s progress poll, so the run
+# must outlast the kill by a poll: 4 epochs (2,500 steps; a fast machine trains the mlp at 400
+# steps/s, and the kill follows status.progress, itself up to 2 s old).
 if wants mwm-inplace; then
 sed -e 's/name: fmnist-mwm$/name: mwm-inplace/' -e 's/fmnist-mwm-checkpoints/mwm-inplace-checkpoints/' \
-  -e 's/--epochs=5/--epochs=2/' "$src/examples/multi-worker-mirrored.yaml" >"$work/mwm-inplace.yaml"
+  -e 's/--epochs=5/--epochs=4/' "$src/examples/multi-worker-mirrored.yaml" >"$work/mwm-inplace.yaml"
 "$lockstep" run "$work/mwm-inplace.yaml" --timeout 600 >"$work/inplace.out" 2>&1 &
 run_pid=$!
 wait_step mwm-inplace 300
