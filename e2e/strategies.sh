@@ -14,8 +14,9 @@
 # Usage: strategies.sh LOCKSTEP_BINARY SOURCE_DIR [mwm|mwm-kill|mwm-inplace|mwm-elastic|ps]: one
 # case (ctest runs each as a separate test, side by side), or all in turn.
 # With LOCKSTEP_E2E_SANITIZED=1 (the sanitizer build's binaries, several times slower) the
-# ParameterServer case trains 2 epochs (accuracy >= 80%) and the RestartGroup case 1: the same
-# paths, the kills at the same steps; the release build runs them at full length.
+# ParameterServer case trains 2 epochs (accuracy >= 80%), the RestartGroup case 1 and the
+# in-place case 2: the same paths, the kills at the same steps; the release build runs them
+# longer.
 set -euo pipefail
 lockstep=$1
 src=$2
@@ -51,7 +52,9 @@ fi
 # 2. A worker killed mid-training with recovery: RestartGroup: group restart, resume from the
 # checkpoint, success.
 if wants mwm-kill; then
-epochs=2
+# The kill follows status.progress (up to 2 s old), so the run must outlast it by far: 5 epochs
+# (3,125 steps; a fast machine trains the mlp at 400 steps/s, and 2 epochs could end first).
+epochs=5
 [[ $sanitized == 1 ]] && epochs=1  # 625 steps: the kill at step 300 still follows a checkpoint
 sed -e 's/name: fmnist-mwm$/name: mwm-kill/' -e 's/fmnist-mwm-checkpoints/mwm-kill-checkpoints/' \
   -e "s/--epochs=5/--epochs=$epochs/" -e 's/--checkpoint-every=500/--checkpoint-every=200/' \
@@ -74,10 +77,13 @@ fi
 # the new process takes the survivors' state, no completed step is lost, the attempt stays 0.
 # The recovery reaches status.recoveries through the operator's 2 s progress poll, so the run
 # must outlast the kill by a poll: 4 epochs (2,500 steps; a fast machine trains the mlp at 400
-# steps/s, and the kill follows status.progress, itself up to 2 s old).
+# steps/s, and the kill follows status.progress, itself up to 2 s old); 2 in the sanitizer
+# build, several times slower.
 if wants mwm-inplace; then
+epochs=4
+[[ $sanitized == 1 ]] && epochs=2
 sed -e 's/name: fmnist-mwm$/name: mwm-inplace/' -e 's/fmnist-mwm-checkpoints/mwm-inplace-checkpoints/' \
-  -e 's/--epochs=5/--epochs=4/' "$src/examples/multi-worker-mirrored.yaml" >"$work/mwm-inplace.yaml"
+  -e "s/--epochs=5/--epochs=$epochs/" "$src/examples/multi-worker-mirrored.yaml" >"$work/mwm-inplace.yaml"
 "$lockstep" run "$work/mwm-inplace.yaml" --timeout 600 >"$work/inplace.out" 2>&1 &
 run_pid=$!
 wait_step mwm-inplace 300
