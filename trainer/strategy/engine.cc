@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "trainer/kernels/cpu/threads.h"
 #include "trainer/kernels/cuda/gpu_available.h"
 #include "trainer/model/gpu_support.h"
 #include "trainer/model/graph_model.h"
@@ -22,8 +23,10 @@ class CpuEngine final : public Engine {
     if (comm != nullptr) reducer_.emplace(model_->Grads(), comm);
   }
   std::string Describe() const override {
-    return reducer_ ? absl::StrCat("CPU, ", reducer_->buckets().size(), " gradient bucket(s)")
-                    : "CPU";
+    const std::string kernels = absl::StrCat("kernels on ", cpu::CpuThreading());
+    return reducer_
+               ? absl::StrCat("CPU, ", reducer_->buckets().size(), " gradient bucket(s), ", kernels)
+               : absl::StrCat("CPU, ", kernels);
   }
   Model& model() override { return *model_; }
   Optimizer& optimizer() override { return *opt_; }

@@ -4,6 +4,9 @@
 #include <omp.h>
 
 #include <atomic>
+#include <string>
+
+#include "oneapi/dnnl/dnnl.h"
 
 namespace lockstep::trainer::cpu {
 namespace {
@@ -29,6 +32,24 @@ int CpuThreads() { return cpu_threads.load(std::memory_order_relaxed); }
 void UseCpuThreads() {
   const int want = CpuThreads();
   if (omp_get_max_threads() != want) omp_set_num_threads(want);
+}
+
+std::string CpuThreading() {
+  // openblas_get_config(): "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64".
+  std::string blas = openblas_get_config();
+  if (const size_t space = blas.find(' ', blas.find(' ') + 1); space != std::string::npos) {
+    blas.resize(space);
+  }
+  const int parallel = openblas_get_parallel();  // 0 sequential, 1 pthreads, 2 OpenMP
+  const std::string build = parallel == 2   ? "OpenMP build"
+                            : parallel == 1 ? "pthreads build, its own threads"
+                                            : "sequential build";
+  const dnnl_version_t* v = dnnl_version();
+  const int n = CpuThreads();
+  return blas + " (" + build + ", " + openblas_get_corename() + " kernels) and oneDNN " +
+         std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch) + (parallel == 1 ? " beside" : " in") + " one OpenMP pool of " +
+         std::to_string(n) + (n == 1 ? " thread" : " threads");
 }
 
 }  // namespace lockstep::trainer::cpu

@@ -1,9 +1,12 @@
 #pragma once
-// How many threads the CPU kernels may use: the trainer's --threads. OpenBLAS's GEMMs run on
-// its own threads; oneDNN's convolutions and the optimizers' update loops on OpenMP's, whose
-// count is per calling thread, so each such kernel applies it on entry (UseCpuThreads). Both
-// start at one thread, not one per core, until SetCpuThreads says otherwise.
+// How many threads the CPU kernels may use: the trainer's --threads. The GEMMs (OpenBLAS's
+// OpenMP build, which the build links: trainer/CMakeLists.txt), oneDNN's convolutions and the
+// optimizers' update loops all run on one pool, OpenMP's (libgomp), whose count is per calling
+// thread, so each kernel applies it on entry (UseCpuThreads). It starts at one thread, not one
+// per core, until SetCpuThreads says otherwise.
 // Thread-safety: SetCpuThreads may be called from any thread; the count is process-wide.
+
+#include <string>
 
 namespace lockstep::trainer::cpu {
 
@@ -11,5 +14,9 @@ void SetCpuThreads(int threads);
 int CpuThreads();
 // Sets the calling thread's OpenMP team size to CpuThreads() when it differs.
 void UseCpuThreads();
+// What the kernels run on, for the trainer's log: "OpenBLAS 0.3.21 (OpenMP build, Haswell
+// kernels) and oneDNN 2.6.3 in one OpenMP pool of 2 threads". When the loaded OpenBLAS is not
+// the OpenMP build (a library path that overrides the programs' RUNPATH), it says so.
+std::string CpuThreading();
 
 }  // namespace lockstep::trainer::cpu
