@@ -2,9 +2,11 @@
 # Training throughput of lockstep-trainer against PyTorch (Debian's python3-torch) on the same
 # model, batch size (64), optimizer (SGD, momentum 0.9) and thread count, run side by side: for
 # each case the two alternate, three rounds, and the median of each is compared. One thread
-# runs pinned to core 0; two threads on cores 0-1. PyTorch gets the OpenMP build of OpenBLAS
-# (libopenblas0-openmp): with the default pthreads build its OpenMP threads and OpenBLAS's
-# threads fight over the cores and it runs 4x slower at two threads, which would flatter us.
+# runs pinned to core 0; two threads on cores 0-1. Both run on the OpenMP build of OpenBLAS
+# (libopenblas0-openmp): the trainer links it (trainer/CMakeLists.txt), PyTorch is given it by
+# LD_LIBRARY_PATH; with the default pthreads build either side's OpenMP threads and OpenBLAS's
+# fight over the cores (4x to 15x slower at two threads). The header names the CPU and each
+# side's BLAS and threads.
 # PyTorch trains on Fashion-MNIST loaded before the clock starts, with glibc malloc's thresholds
 # fixed so its activation buffers do not page-fault every step (see torch_peer.py).
 # OpenBLAS picks its kernels by CPU unless OPENBLAS_CORETYPE says otherwise; the first line
@@ -16,10 +18,17 @@ here=$(cd "$(dirname "$0")" && pwd)
 /usr/bin/python3 -c "import torch" 2>/dev/null || {
   echo "needs python3-torch (apt-get install python3-torch libopenblas0-openmp)" >&2; exit 77; }
 median() { sort -n | sed -n 2p; }
-/usr/bin/python3 -c 'import ctypes; b = ctypes.CDLL("libopenblas.so.0")
-b.openblas_get_corename.restype = ctypes.c_char_p
-print("OpenBLAS kernels:", b.openblas_get_corename().decode())' ||
-  echo "OpenBLAS kernels: unknown"
+omp=/usr/lib/x86_64-linux-gnu/openblas-openmp
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
+echo "lockstep: $("$trainer" --model=mlp --steps=1 --threads=2 --metrics-port=0 2>&1 |
+  sed -n 's/.*kernels on \(.*\)/\1/p' | head -1)"
+LD_LIBRARY_PATH=$omp /usr/bin/python3 -c 'import ctypes, torch
+b = ctypes.CDLL("libopenblas.so.0")
+for f in ("openblas_get_config", "openblas_get_corename"): getattr(b, f).restype = ctypes.c_char_p
+build = {0: "sequential", 1: "pthreads", 2: "OpenMP"}[b.openblas_get_parallel()]
+print("torch %s: %s (%s build, %s kernels), torch.set_num_threads as given"
+      % (torch.__version__, b.openblas_get_config().decode().split(" DYNAMIC")[0], build,
+         b.openblas_get_corename().decode()))' || echo "torch: BLAS unknown"
 echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-(unset)}"
 printf '%-5s %-7s %12s %12s %7s\n' model threads lockstep torch ratio
 for model in mlp cnn; do
@@ -31,7 +40,7 @@ for model in mlp cnn; do
       ours+=("$(taskset -c "$cpus" "$trainer" --model=$model --optimizer=sgd --learning-rate=0.01 \
         --lr-schedule=constant --batch-size=64 --steps=$steps --threads=$threads \
         --metrics-port=0 2>/dev/null | sed -n 's/^steady training samples\/s: //p')")
-      theirs+=("$(LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp \
+      theirs+=("$(LD_LIBRARY_PATH=$omp \
         taskset -c "$cpus" /usr/bin/python3 "$here/torch_reference.py" $model $threads $steps)")
     done
     a=$(printf '%s\n' "${ours[@]}" | median)
