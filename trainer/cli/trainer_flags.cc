@@ -1,5 +1,6 @@
 #include "trainer/cli/trainer_flags.h"
 
+#include "trainer/config/cpu_limit.h"
 #include "trainer/keras/model_loader.h"
 #include "trainer/model/builtin_models.h"
 #include "trainer/model/model.h"
@@ -134,7 +135,9 @@ Trains a model with a tf.distribute strategy and serves GET /progress and /metri
                                   AIP_MODEL_DIR, else none; needs a Keras model file)
   --initial-weights=FILE          start from Keras weights: a .keras archive, a .weights.h5 or a
                                   Keras 2 .h5 (a checkpoint to resume from still wins)
-  --threads=N                     GEMM threads (default 1)
+  --threads=N|auto                CPU threads of the GEMMs, convolutions and update loops, one
+                                  OpenMP pool (default 1; auto: the CPUs the process may use,
+                                  its cgroup's CPU limit within its affinity mask)
   --metrics-port=PORT             /progress and /metrics (default 9464; 0 turns it off)
   --log-format=text|json          log lines as text (default) or JSON objects
 
@@ -309,7 +312,16 @@ constexpr Flag kFlags[] = {
     {"initial-weights",
      [](FlagValue& f) { return f.Text(&f.c.initial_weights, "a weights file"); }},
     {"threads",
-     [](FlagValue& f) { return f.Positive(&f.c.threads, 256, "a thread count from 1 to 256"); }},
+     [](FlagValue& f) {
+       if (f.value == "auto") {
+         const CpuLimit limit = ReadCpuLimit();
+         f.c.threads = std::min(limit.cpus, 256);
+         f.c.threads_auto = limit.Describe();
+         return absl::OkStatus();
+       }
+       f.c.threads_auto.clear();
+       return f.Positive(&f.c.threads, 256, "a thread count from 1 to 256, or auto");
+     }},
     {"log-format",
      [](FlagValue& f) {
        std::string v;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "trainer/config/cpu_limit.h"
 #include "trainer/progress/progress.h"
 #include "trainer/strategy/engine.h"
 
@@ -269,6 +270,22 @@ TEST(TrainerFlagsTest, TheModelsDtypePolicyIsThePrecisionOnGpus) {
   ASSERT_TRUE(flag.ok());
   EXPECT_TRUE(flag->precision_from_flag);
   std::remove(path.c_str());
+}
+
+TEST(TrainerFlagsTest, ThreadsAutoAreTheCpusTheProcessMayUse) {
+  absl::StatusOr<TrainerConfig> c = ParseTrainerConfig({"--threads=auto"}, {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const CpuLimit limit = ReadCpuLimit();
+  EXPECT_EQ(c->threads, limit.cpus);
+  EXPECT_EQ(c->threads_auto, limit.Describe());
+  EXPECT_THAT(c->threads_auto, HasSubstr("in the affinity mask"));
+  // A count given after auto wins, and says nothing of auto.
+  c = ParseTrainerConfig({"--threads=auto", "--threads=3"}, {});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->threads, 3);
+  EXPECT_EQ(c->threads_auto, "");
+  EXPECT_THAT(ParseTrainerConfig({"--threads=some"}, {}).status().message(),
+              HasSubstr("--threads"));
 }
 
 TEST(ProgressTrackerTest, ReportsStepLossRateCheckpointAndEta) {

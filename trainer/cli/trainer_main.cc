@@ -88,6 +88,9 @@ std::optional<int> Configure(const std::map<std::string, std::string>& env,
       return kExitBadConfig;
     }
     for (const std::string& w : warnings) lockstep::common::LogWarning("trainer", w);
+    if (!config->threads_auto.empty()) {
+      lockstep::common::LogInfo("trainer", "--threads=auto: ", config->threads_auto);
+    }
   }
   if (config->help) {
     std::cout << TrainerUsage();

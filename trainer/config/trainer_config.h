@@ -87,6 +87,8 @@ struct TrainerConfig {
   // .weights.h5 or a Keras 2 .h5.
   std::string initial_weights;
   int threads = 1;
+  // --threads=auto: how the count was found (cpu_limit.h's CpuLimit::Describe); "" when given.
+  std::string threads_auto;
   int metrics_port = 9464;  // 0: no progress server
   // Whether a taken metrics port fails the run: when --metrics-port names it, or in a pod
   // (LOCKSTEP_JOB_NAME set), where the operator polls it. Otherwise (a run by hand beside
