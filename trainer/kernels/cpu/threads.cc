@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 
@@ -32,6 +33,22 @@ int CpuThreads() { return cpu_threads.load(std::memory_order_relaxed); }
 void UseCpuThreads() {
   const int want = CpuThreads();
   if (omp_get_max_threads() != want) omp_set_num_threads(want);
+}
+
+void ParallelFor(int64_t n, int64_t cost_per_item, const std::function<void(int64_t, int64_t)>& f) {
+  constexpr int64_t kMinWork = 32 * 1024;
+  const int threads = static_cast<int>(std::min<int64_t>(CpuThreads(), n));
+  if (threads <= 1 || n * std::max<int64_t>(cost_per_item, 1) < kMinWork) {
+    if (n > 0) f(0, n);
+    return;
+  }
+  UseCpuThreads();
+  const int64_t per = (n + threads - 1) / threads;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int t = 0; t < threads; ++t) {
+    const int64_t b = std::min(n, t * per), e = std::min(n, b + per);
+    if (e > b) f(b, e);
+  }
 }
 
 std::string CpuThreading() {

@@ -6,6 +6,8 @@
 // per core, until SetCpuThreads says otherwise.
 // Thread-safety: SetCpuThreads may be called from any thread; the count is process-wide.
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
 namespace lockstep::trainer::cpu {
@@ -14,6 +16,12 @@ void SetCpuThreads(int threads);
 int CpuThreads();
 // Sets the calling thread's OpenMP team size to CpuThreads() when it differs.
 void UseCpuThreads();
+// Runs f(begin, end) over [0, n) in CpuThreads() contiguous ranges on the one pool, or once
+// over all of it in the calling thread when one thread is set or the work (n times
+// `cost_per_item`, in element operations) is too small to share (under 32k). f must be safe to
+// run on disjoint ranges at once.
+void ParallelFor(int64_t n, int64_t cost_per_item, const std::function<void(int64_t, int64_t)>& f);
+
 // What the kernels run on, for the trainer's log: "OpenBLAS 0.3.21 (OpenMP build, Haswell
 // kernels) and oneDNN 2.6.3 in one OpenMP pool of 2 threads". When the loaded OpenBLAS is not
 // the OpenMP build (a library path that overrides the programs' RUNPATH), it says so.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "trainer/kernels/cpu/threads.h"
 #include "trainer/layers/convolutional/spatial_dims.h"
 
 namespace lockstep::trainer::graph {
@@ -49,39 +50,45 @@ class Pooling final : public Layer, public HasOptions<PoolOptions> {
     const int64_t c = g.in.c;
     const float* xp = x.data();
     float* yp = y.data();
+    // Examples are independent: split over the kernels' threads (a window reads k inputs).
+    const int64_t cost = g.out.size() * c * g.k[0] * g.k[1] * g.k[2];
     if (o_.mode == PoolMode::kMax) {
       s->i.resize(static_cast<size_t>(y.size()));
       int64_t* arg = s->i.data();
-      ForEachWindow(g, [&](int64_t o, const int64_t* lo, const int64_t* hi) {
-        float* yr = yp + o * c;
-        int64_t* ar = arg + o * c;
-        bool first = true;
-        ForEachIn(g, lo, hi, [&](int64_t i) {
-          const float* xr = xp + i * c;
-          if (first) {
-            std::copy_n(xr, c, yr);
-            for (int64_t j = 0; j < c; ++j) ar[j] = i * c + j;
-            first = false;
-            return;
-          }
-          for (int64_t j = 0; j < c; ++j) {
-            if (xr[j] > yr[j]) {
-              yr[j] = xr[j];
-              ar[j] = i * c + j;
+      cpu::ParallelFor(g.in.n, cost, [&](int64_t n0, int64_t n1) {
+        ForEachWindow(g, n0, n1, [&](int64_t o, const int64_t* lo, const int64_t* hi) {
+          float* yr = yp + o * c;
+          int64_t* ar = arg + o * c;
+          bool first = true;
+          ForEachIn(g, lo, hi, [&](int64_t i) {
+            const float* xr = xp + i * c;
+            if (first) {
+              std::copy_n(xr, c, yr);
+              for (int64_t j = 0; j < c; ++j) ar[j] = i * c + j;
+              first = false;
+              return;
             }
-          }
+            for (int64_t j = 0; j < c; ++j) {
+              if (xr[j] > yr[j]) {
+                yr[j] = xr[j];
+                ar[j] = i * c + j;
+              }
+            }
+          });
         });
       });
     } else {
-      ForEachWindow(g, [&](int64_t o, const int64_t* lo, const int64_t* hi) {
-        float* yr = yp + o * c;
-        std::fill_n(yr, c, 0.0f);
-        ForEachIn(g, lo, hi, [&](int64_t i) {
-          const float* xr = xp + i * c;
-          for (int64_t j = 0; j < c; ++j) yr[j] += xr[j];
+      cpu::ParallelFor(g.in.n, cost, [&](int64_t n0, int64_t n1) {
+        ForEachWindow(g, n0, n1, [&](int64_t o, const int64_t* lo, const int64_t* hi) {
+          float* yr = yp + o * c;
+          std::fill_n(yr, c, 0.0f);
+          ForEachIn(g, lo, hi, [&](int64_t i) {
+            const float* xr = xp + i * c;
+            for (int64_t j = 0; j < c; ++j) yr[j] += xr[j];
+          });
+          const float inv = 1.0f / static_cast<float>(Count(lo, hi));
+          for (int64_t j = 0; j < c; ++j) yr[j] *= inv;
         });
-        const float inv = 1.0f / static_cast<float>(Count(lo, hi));
-        for (int64_t j = 0; j < c; ++j) yr[j] *= inv;
       });
     }
   }
@@ -97,18 +104,23 @@ class Pooling final : public Layer, public HasOptions<PoolOptions> {
     if (g.empty()) return;
     const float* dy = dout[0]->data();
     float* dxp = dx.data();
+    // Each example's gradient lands in its own input: split over the kernels' threads.
+    const int64_t c = g.in.c, per_example = g.out.size() * c;
     if (o_.mode == PoolMode::kMax) {
-      const int64_t n = dout[0]->size();
-      for (int64_t k = 0; k < n; ++k) dxp[s->i[static_cast<size_t>(k)]] += dy[k];
+      const int64_t* arg = s->i.data();
+      cpu::ParallelFor(g.in.n, per_example, [&](int64_t n0, int64_t n1) {
+        for (int64_t k = n0 * per_example; k < n1 * per_example; ++k) dxp[arg[k]] += dy[k];
+      });
       return;
     }
-    const int64_t c = g.in.c;
-    ForEachWindow(g, [&](int64_t o, const int64_t* lo, const int64_t* hi) {
-      const float* dyr = dy + o * c;
-      const float inv = 1.0f / static_cast<float>(Count(lo, hi));
-      ForEachIn(g, lo, hi, [&](int64_t i) {
-        float* dxr = dxp + i * c;
-        for (int64_t j = 0; j < c; ++j) dxr[j] += dyr[j] * inv;
+    cpu::ParallelFor(g.in.n, per_example * g.k[0] * g.k[1] * g.k[2], [&](int64_t n0, int64_t n1) {
+      ForEachWindow(g, n0, n1, [&](int64_t o, const int64_t* lo, const int64_t* hi) {
+        const float* dyr = dy + o * c;
+        const float inv = 1.0f / static_cast<float>(Count(lo, hi));
+        ForEachIn(g, lo, hi, [&](int64_t i) {
+          float* dxr = dxp + i * c;
+          for (int64_t j = 0; j < c; ++j) dxr[j] += dyr[j] * inv;
+        });
       });
     });
   }
@@ -145,13 +157,14 @@ class Pooling final : public Layer, public HasOptions<PoolOptions> {
     return (hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2]);
   }
 
-  // f(o, lo, hi) per output position o (flat over the batch) with the window's input range
-  // [lo, hi) per axis, clipped to the input (positions in the padding excluded).
+  // f(o, lo, hi) per output position o (flat over the batch) of the examples [n0, n1), with
+  // the window's input range [lo, hi) per axis, clipped to the input (positions in the padding
+  // excluded).
   template <typename F>
-  static void ForEachWindow(const Geo& g, F&& f) {
-    int64_t o = 0;
+  static void ForEachWindow(const Geo& g, int64_t n0, int64_t n1, F&& f) {
+    int64_t o = n0 * g.out.size();
     int64_t lo[kSpatialAxes + 1], hi[kSpatialAxes + 1];
-    for (int64_t n = 0; n < g.in.n; ++n) {
+    for (int64_t n = n0; n < n1; ++n) {
       lo[kSpatialAxes] = n;  // the example, for ForEachIn
       for (int64_t o0 = 0; o0 < g.out.s[0]; ++o0) {
         Clip(g, 0, o0, lo, hi);

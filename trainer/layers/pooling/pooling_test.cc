@@ -11,6 +11,7 @@
 #include "trainer/graph/testing/forward.h"
 #include "trainer/graph/testing/gradcheck.h"
 #include "trainer/keras/layer_factory.h"
+#include "trainer/kernels/cpu/threads.h"
 #include "trainer/layers/reshaping/reshaping.h"
 
 namespace lockstep::trainer::graph {
@@ -87,6 +88,34 @@ TEST(PoolingLayersTest, PoolingGradients) {
   for (size_t i = 0; i < cases.size(); ++i) {
     auto p = MakePooling("p", cases[i].o);
     EXPECT_EQ(CheckLayerGradients(*p, {Distinct(cases[i].x, i + 1)}, opts), "") << "case " << i;
+  }
+}
+
+// Over the kernels' threads each example is pooled where it would be on one thread: the same
+// outputs and gradients, bit for bit (a batch large enough that the work is split).
+TEST(PoolingLayersTest, SplitOverThreadsEqualsOneThread) {
+  std::mt19937_64 rng(1);
+  for (const PoolOptions& o : {Pool(2, PoolMode::kMax, {3, 3}, {2, 2}, Padding::kSame),
+                               Pool(2, PoolMode::kAverage, {3, 3}, {1, 1}, Padding::kSame)}) {
+    const Tensor x = RandomTensor({16, 32, 32, 4}, 3);
+    std::vector<std::vector<Tensor>> runs;
+    for (int threads : {1, 2, 3}) {
+      cpu::SetCpuThreads(threads);
+      auto p = MakePooling("p", o);
+      ASSERT_TRUE(p->Build({{32, 32, 4}}, BuildContext{&rng}).ok());
+      std::vector<Tensor> y(1), dx(1);
+      Saved s;
+      const Args args{{&x}, {nullptr}};
+      p->Forward(args, &y, &s, CallContext{true, &rng});
+      const Tensor dy = RandomTensor(y[0].shape(), 4);
+      p->Backward(args, y, {&dy}, {true}, &dx, &s);
+      runs.push_back({y[0], dx[0]});
+    }
+    cpu::SetCpuThreads(1);
+    for (size_t r = 1; r < runs.size(); ++r) {
+      EXPECT_EQ(runs[r][0], runs[0][0]) << "forward, run " << r;
+      EXPECT_EQ(runs[r][1], runs[0][1]) << "backward, run " << r;
+    }
   }
 }
 
