@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Training throughput of Keras model files in lockstep against the same models in PyTorch
-# (Debian's python3-torch 1.13 on the OpenMP build of OpenBLAS, as trainer_vs_torch.sh runs
-# it), side by side: per model and thread count the programs alternate, three rounds, and the
+# (Debian's python3-torch 1.13), both on the OpenMP build of OpenBLAS (the header, from
+# blas_info.sh, names the CPU and each side's BLAS and threads), side by side: per model and thread count the programs alternate, three rounds, and the
 # medians are compared. Batch 64, SGD with momentum 0.9 and lr 0.01, the same threads pinned
 # with taskset (one thread on core 0, two on cores 0-1), 2,048 examples made before the clock
 # starts, 20 warm-up steps left out (efficientnet_mha: 128 examples, 3 warm-up steps).
@@ -42,7 +42,7 @@ done
 rounds=${ROUNDS:-3}
 median() { sort -n | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : 0}'; }
 
-echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-(unset)}; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+"$here/blas_info.sh" "$trainer"
 printf '%-16s %-7s %-8s %10s %10s %6s | %12s %12s %6s\n' model threads via lockstep \
   torch ratio "lockstep/cpu" "torch/cpu" ratio
 for model in ${MODELS:-resnet20 bilstm cnn_attention efficientnet_mha}; do

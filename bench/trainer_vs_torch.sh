@@ -19,17 +19,7 @@ here=$(cd "$(dirname "$0")" && pwd)
   echo "needs python3-torch (apt-get install python3-torch libopenblas0-openmp)" >&2; exit 77; }
 median() { sort -n | sed -n 2p; }
 omp=/usr/lib/x86_64-linux-gnu/openblas-openmp
-echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
-echo "lockstep: $("$trainer" --model=mlp --steps=1 --threads=2 --metrics-port=0 2>&1 |
-  sed -n 's/.*kernels on \(.*\)/\1/p' | head -1)"
-LD_LIBRARY_PATH=$omp /usr/bin/python3 -c 'import ctypes, torch
-b = ctypes.CDLL("libopenblas.so.0")
-for f in ("openblas_get_config", "openblas_get_corename"): getattr(b, f).restype = ctypes.c_char_p
-build = {0: "sequential", 1: "pthreads", 2: "OpenMP"}[b.openblas_get_parallel()]
-print("torch %s: %s (%s build, %s kernels), torch.set_num_threads as given"
-      % (torch.__version__, b.openblas_get_config().decode().split(" DYNAMIC")[0], build,
-         b.openblas_get_corename().decode()))' || echo "torch: BLAS unknown"
-echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-(unset)}"
+"$here/blas_info.sh" "$trainer"
 printf '%-5s %-7s %12s %12s %7s\n' model threads lockstep torch ratio
 for model in mlp cnn; do
   steps=$([[ $model == mlp ]] && echo 3000 || echo 300)
