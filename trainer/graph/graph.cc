@@ -164,10 +164,9 @@ class CpuBackend {
 
   // The layer's Backward takes every output's gradient (zeros where none) and fills din[j]
   // for each input that takes one: into the executor's targets, swapped in and out.
-  absl::Status Backward(size_t i, const NodeSpec& n, const std::vector<const Tensor*>& x,
+  absl::Status Backward(size_t i, const NodeSpec& n, const std::vector<const Tensor*>&,
                         const std::vector<Tensor>& y, const std::vector<const Tensor*>& dy,
                         const std::vector<Tensor*>& dx) {
-    (void)x;
     dout_.clear();
     for (size_t k = 0; k < y.size(); ++k) {
       if (dy[k] != nullptr) {
@@ -270,7 +269,7 @@ Graph::CpuRun& Graph::Run() {
 }
 
 const Tensor* Graph::value(int tensor) const {
-  (void)producer_.at(static_cast<size_t>(tensor));
+  (void)producer_.at(static_cast<size_t>(tensor));  // an unknown tensor throws, as before
   return run_ == nullptr ? nullptr : run_->executor.value(tensor);
 }
 

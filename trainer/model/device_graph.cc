@@ -87,8 +87,7 @@ class GpuBackend {
     penalties_ = penalties;
   }
 
-  absl::Status Forward(size_t i, const graph::NodeSpec& n,
-                       const std::vector<const DeviceTensor*>& x,
+  absl::Status Forward(size_t i, const graph::NodeSpec&, const std::vector<const DeviceTensor*>& x,
                        const std::vector<const DeviceTensor*>& masks, bool training,
                        std::vector<DeviceTensor>* out, const DeviceTensor** mask) {
     Node& node = nodes_[i];
@@ -110,7 +109,6 @@ class GpuBackend {
                                  std::to_string(out->size()));
     }
     for (size_t k = 1; k < out->size(); ++k) (*out)[k] = std::move((*more)[k - 1]);
-    (void)n;
     return absl::OkStatus();
   }
 
