@@ -110,8 +110,11 @@ fi
 # the running group at a step boundary and take its state over, the removed ones leave at one;
 # a count outside the bounds is refused by the API.
 if wants mwm-elastic; then
-# A 5-second peer timeout: heartbeats every 0.5 s, so the members hear of a change soon.
+# A 5-second peer timeout: heartbeats every 0.5 s, so the members hear of a change soon. Ten
+# epochs (6,250 steps): both changes take 4-8 s of pod starts and status polls, which must end
+# well before the training does (the release build trains the mlp at up to 400 steps/s).
 sed -e 's/name: fmnist-mwm$/name: mwm-elastic/' -e 's/fmnist-mwm-checkpoints/mwm-elastic-checkpoints/' \
+  -e 's/--epochs=5/--epochs=10/' \
   -e 's/"--checkpoint-every=500"/"--checkpoint-every=500", "--peer-timeout=5"/' \
   -e 's/      replicas: 2/      replicas: 1/' \
   -e 's/    recovery: InPlace/    recovery: InPlace\n    elastic: {minReplicas: 1, maxReplicas: 3}/' \

@@ -92,26 +92,42 @@ comm::Collective* TrainingGroup::collective() {
 }
 
 absl::StatusOr<comm::Membership> TrainingGroup::Form(const Connect& first) {
-  absl::StatusOr<comm::Membership> joined = coord_->Join(o_.setup_timeout);
-  // A worker added to an elastic group waits while its admission would make a size that does
-  // not divide the global batch.
-  while (!joined.ok() && absl::IsResourceExhausted(joined.status()) && !stop_->load()) {
-    common::LogWarning("collective", o_.task,
-                       " waits to join the group: ", joined.status().message());
-    joined = coord_->Join(o_.setup_timeout);
-  }
-  if (!joined.ok()) {
-    if (absl::IsPermissionDenied(joined.status())) {
-      return absl::PermissionDeniedError(joined.status().message());
+  const absl::Time deadline = clock_.Monotonic() + o_.setup_timeout;
+  absl::StatusOr<comm::Membership> joined;
+  absl::StatusOr<std::unique_ptr<comm::Collective>> c;
+  for (;;) {
+    const absl::Duration left = std::max(deadline - clock_.Monotonic(), absl::Seconds(1));
+    joined = coord_->Join(left);
+    // A worker added to an elastic group waits while its admission would make a size that
+    // does not divide the global batch.
+    while (!joined.ok() && absl::IsResourceExhausted(joined.status()) && !stop_->load()) {
+      common::LogWarning("collective", o_.task,
+                         " waits to join the group: ", joined.status().message());
+      joined = coord_->Join(o_.setup_timeout);
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    lost_ = comm::AsPeerLost(joined.status());
-    Apply(GroupEvent::kGroupLost);
-    return lost_;
+    if (!joined.ok()) {
+      if (absl::IsPermissionDenied(joined.status())) {
+        return absl::PermissionDeniedError(joined.status().message());
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      lost_ = comm::AsPeerLost(joined.status());
+      Apply(GroupEvent::kGroupLost);
+      return lost_;
+    }
+    c = first(joined->rank, joined->size(), std::max(deadline - clock_.Monotonic(),
+                                                     absl::Seconds(1)));
+    if (c.ok()) break;
+    // The epoch joined may end before its collective is connected: another worker was
+    // admitted, or a member replaced, while the ranks exchanged addresses. A group that
+    // re-forms in place takes the next epoch in; elsewhere the task ends (the whole group
+    // restarts).
+    if (!o_.regroups || !comm::IsPeerLost(c.status()) || stop_->load() ||
+        clock_.Monotonic() >= deadline) {
+      return c.status();
+    }
+    common::LogInfo("collective", "connecting the group of epoch ", joined->epoch,
+                    " failed; joining again: ", c.status().message());
   }
-  absl::StatusOr<std::unique_ptr<comm::Collective>> c =
-      first(joined->rank, joined->size(), o_.setup_timeout);
-  if (!c.ok()) return c.status();
   {
     std::lock_guard<std::mutex> lock(mu_);
     comm_ = std::move(*c);

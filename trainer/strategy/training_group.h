@@ -121,6 +121,9 @@ class TrainingGroup {
     std::string task;  // "worker 1", for the log and errors
     bool elastic = false;
     bool hosts_coordinator = false;  // this task serves the coordination service
+    // The group re-forms in place (in-place recovery, or elastic): a first connection that the
+    // group's next epoch interrupts joins that epoch.
+    bool regroups = false;
     absl::Duration setup_timeout = absl::Minutes(5);
     absl::Duration peer_timeout = absl::Seconds(30);
     absl::Duration rejoin_timeout = absl::Minutes(10);
@@ -141,7 +144,9 @@ class TrainingGroup {
   // Joins the group's first epoch (a replacement: the running group's) and connects its
   // collective through `first` (later epochs connect through the group's Connect); starts the
   // heartbeats. A task an elastic group cannot admit yet waits (logging
-  // why) until it is admitted or stopped. Errors: PermissionDenied (the job token was refused);
+  // why) until it is admitted or stopped. Where the group regroups, an epoch that ends while
+  // its collective connects (a peer-lost connection: another task joined or was replaced) is
+  // followed by joining the next one, within the setup time. Errors: PermissionDenied (the job token was refused);
   // a peer-lost status (the group did not form in the setup time); the connection's.
   absl::StatusOr<comm::Membership> Form(const Connect& first);
   // The collective of the current epoch (owned by the group).

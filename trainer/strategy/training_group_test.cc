@@ -128,11 +128,12 @@ struct Fixture {
   std::vector<FakeCollective*> connected;  // owned by the group
   std::unique_ptr<TrainingGroup> group;
 
-  explicit Fixture(bool elastic = false, bool hosts = false) {
+  explicit Fixture(bool elastic = false, bool hosts = false, bool regroups = false) {
     group = std::make_unique<TrainingGroup>(
         TrainingGroup::Options{.task = "worker 1",
                                .elastic = elastic,
                                .hosts_coordinator = hosts,
+                               .regroups = regroups,
                                .setup_timeout = absl::Seconds(300),
                                .peer_timeout = absl::Seconds(30),
                                .rejoin_timeout = absl::Seconds(30),
@@ -153,6 +154,71 @@ struct Fixture {
     ASSERT_EQ(group->state(), GroupState::kTraining);
   }
 };
+
+// A worker admitted to an elastic group joins epoch 1; while the ranks exchange addresses a
+// second new worker is admitted and epoch 2 begins, so the first connection fails (its key
+// wait is aborted). A group that regroups joins epoch 2 and connects that; elsewhere the task
+// ends with the peer-lost status, as before.
+TEST(TrainingGroupTest, AFirstEpochThatEndsWhileConnectingIsFollowedByTheNext) {
+  for (bool regroups : {true, false}) {
+    SCOPED_TRACE(regroups ? "regroups" : "restarts the group");
+    Fixture f(/*elastic=*/regroups, /*hosts=*/false, regroups);
+    f.coord.answers.push_back({Epoch(1, 2, 3, {}, "worker 2 joined the group")});
+    f.coord.answers.push_back({Epoch(2, 2, 4, {}, "worker 3 joined the group")});
+    int attempts = 0;
+    absl::StatusOr<comm::Membership> m =
+        f.group->Form([&](int rank, int size, absl::Duration timeout) {
+          EXPECT_GT(timeout, absl::ZeroDuration());
+          if (++attempts == 1) {
+            return absl::StatusOr<std::unique_ptr<comm::Collective>>(comm::PeerLostError(
+                "getting ring/0: the group's membership changed (epoch 1 -> 2: worker 3 joined "
+                "the group) while waiting for key 1/ring/0"));
+          }
+          return f.Make(rank, size);
+        });
+    if (!regroups) {
+      ASSERT_FALSE(m.ok());
+      EXPECT_TRUE(comm::IsPeerLost(m.status())) << m.status();
+      EXPECT_EQ(f.coord.joins.size(), 1u);
+      EXPECT_EQ(f.group->state(), GroupState::kForming);
+      continue;
+    }
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(m->epoch, 2);
+    EXPECT_EQ(m->size(), 4);
+    EXPECT_EQ(attempts, 2);
+    ASSERT_EQ(f.coord.joins.size(), 2u);
+    ASSERT_EQ(f.connected.size(), 1u);
+    EXPECT_EQ(f.group->collective(), f.connected[0]);
+    EXPECT_EQ(f.connected[0]->size(), 4);
+    EXPECT_EQ(f.group->state(), GroupState::kTraining);
+  }
+}
+
+// What is not a lost peer (a configuration no backend serves) ends the task at once, and so
+// does a group that keeps moving on past the setup time.
+TEST(TrainingGroupTest, TheFirstConnectionIsRetriedOnlyForALostPeerWithinTheSetupTime) {
+  Fixture f(/*elastic=*/true, /*hosts=*/false, /*regroups=*/true);
+  f.coord.answers.push_back({Epoch(1, 2, 3)});
+  absl::StatusOr<comm::Membership> m = f.group->Form([](int, int, absl::Duration) {
+    return absl::StatusOr<std::unique_ptr<comm::Collective>>(
+        absl::FailedPreconditionError("no collective backend serves CPU tensors here"));
+  });
+  ASSERT_FALSE(m.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(m.status())) << m.status();
+  EXPECT_EQ(f.coord.joins.size(), 1u);
+
+  Fixture g(/*elastic=*/true, /*hosts=*/false, /*regroups=*/true);
+  for (int e = 1; e <= 100; ++e) g.coord.answers.push_back({Epoch(e, 2, 3), absl::Seconds(10)});
+  m = g.group->Form([&](int, int, absl::Duration) {
+    return absl::StatusOr<std::unique_ptr<comm::Collective>>(
+        comm::PeerLostError("the group's membership changed"));
+  });
+  ASSERT_FALSE(m.ok());
+  EXPECT_TRUE(comm::IsPeerLost(m.status())) << m.status();
+  // 300 s of setup at 10 s a join: 30 joins, not 100.
+  EXPECT_EQ(g.coord.joins.size(), 30u);
+}
 
 TEST(TrainingGroupTest, AMemberLostAbortsTheCollectiveAndTheRegroupConnectsTheNextEpoch) {
   Fixture f;
