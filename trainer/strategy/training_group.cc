@@ -114,8 +114,8 @@ absl::StatusOr<comm::Membership> TrainingGroup::Form(const Connect& first) {
       Apply(GroupEvent::kGroupLost);
       return lost_;
     }
-    c = first(joined->rank, joined->size(), std::max(deadline - clock_.Monotonic(),
-                                                     absl::Seconds(1)));
+    c = first(joined->rank, joined->size(),
+              std::max(deadline - clock_.Monotonic(), absl::Seconds(1)));
     if (c.ok()) break;
     // The epoch joined may end before its collective is connected: another worker was
     // admitted, or a member replaced, while the ranks exchanged addresses. A group that

@@ -146,8 +146,9 @@ class TrainingGroup {
   // heartbeats. A task an elastic group cannot admit yet waits (logging
   // why) until it is admitted or stopped. Where the group regroups, an epoch that ends while
   // its collective connects (a peer-lost connection: another task joined or was replaced) is
-  // followed by joining the next one, within the setup time. Errors: PermissionDenied (the job token was refused);
-  // a peer-lost status (the group did not form in the setup time); the connection's.
+  // followed by joining the next one, within the setup time. Errors: PermissionDenied (the job
+  // token was refused); a peer-lost status (the group did not form in the setup time); the
+  // connection's.
   absl::StatusOr<comm::Membership> Form(const Connect& first);
   // The collective of the current epoch (owned by the group).
   comm::Collective* collective();
