@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "trainer/kernels/cpu/simd.h"
+#include "trainer/kernels/cpu/threads.h"
 
 namespace lockstep::trainer::graph {
 namespace {
@@ -68,11 +69,11 @@ std::string ActivationName(const Activation& a) {
   return "?";
 }
 
-LOCKSTEP_SIMD_CLONES void ActivationForward(const Activation& a, const Tensor& z, Tensor* y) {
-  y->Resize(z.shape());
-  const float* in = z.data();
-  float* out = y->data();
-  const int64_t n = z.size();
+namespace {
+
+// f over n elements (softmax: over rows of c), the range one thread takes.
+LOCKSTEP_SIMD_CLONES void ForwardSpan(const Activation& a, const float* in, float* out, int64_t n,
+                                      int64_t c) {
   switch (a.kind) {
     case Act::kLinear:
       if (out != in) std::copy_n(in, n, out);
@@ -96,7 +97,6 @@ LOCKSTEP_SIMD_CLONES void ActivationForward(const Activation& a, const Tensor& z
       for (int64_t i = 0; i < n; ++i) out[i] = std::tanh(in[i]);
       return;
     case Act::kSoftmax: {
-      const int64_t c = z.shape().empty() ? 1 : z.shape().back();
       for (int64_t r = 0; r < n / c; ++r) {
         const float* zr = in + r * c;
         float* yr = out + r * c;
@@ -154,14 +154,9 @@ LOCKSTEP_SIMD_CLONES void ActivationForward(const Activation& a, const Tensor& z
   }
 }
 
-LOCKSTEP_SIMD_CLONES void ActivationBackward(const Activation& a, const Tensor& z, const Tensor& y,
-                                             const Tensor& dy, Tensor* dz) {
-  dz->Resize(z.shape());
-  const float* zi = z.data();
-  const float* yi = y.data();
-  const float* g = dy.data();
-  float* d = dz->data();
-  const int64_t n = z.size();
+// f'(z) * dy over n elements (softmax: over rows of c), the range one thread takes.
+LOCKSTEP_SIMD_CLONES void BackwardSpan(const Activation& a, const float* zi, const float* yi,
+                                       const float* g, float* d, int64_t n, int64_t c) {
   switch (a.kind) {
     case Act::kLinear:
       if (d != g) std::copy_n(g, n, d);
@@ -199,7 +194,6 @@ LOCKSTEP_SIMD_CLONES void ActivationBackward(const Activation& a, const Tensor& 
       for (int64_t i = 0; i < n; ++i) d[i] = g[i] * (1.0f - yi[i] * yi[i]);
       return;
     case Act::kSoftmax: {
-      const int64_t c = z.shape().empty() ? 1 : z.shape().back();
       for (int64_t r = 0; r < n / c; ++r) {
         const float* yr = yi + r * c;
         const float* gr = g + r * c;
@@ -271,6 +265,56 @@ LOCKSTEP_SIMD_CLONES void ActivationBackward(const Activation& a, const Tensor& 
       }
       return;
   }
+}
+
+// Element operations per value, for splitting over the kernels' threads: the exp-based forms
+// cost tens, a clamp one.
+int64_t Cost(const Activation& a) {
+  switch (a.kind) {
+    case Act::kLinear:
+    case Act::kRelu:
+    case Act::kRelu6:
+    case Act::kLeakyRelu:
+    case Act::kHardSigmoid2:
+    case Act::kHardSigmoid3:
+    case Act::kHardSwish:
+    case Act::kSoftsign:
+      return 2;
+    default:
+      return 24;
+  }
+}
+
+// Runs f(begin, count) over the rows of z (softmax's rows of its last axis; otherwise single
+// elements) split over the kernels' threads.
+template <typename F>
+void OverRows(const Activation& a, const Tensor& z, F f) {
+  const int64_t n = z.size();
+  if (n == 0) return;
+  const int64_t c = a.kind == Act::kSoftmax && !z.shape().empty() ? z.shape().back() : 1;
+  cpu::ParallelFor(n / c, c * Cost(a), [&](int64_t b, int64_t e) { f(b * c, (e - b) * c, c); });
+}
+
+}  // namespace
+
+void ActivationForward(const Activation& a, const Tensor& z, Tensor* y) {
+  y->Resize(z.shape());
+  const float* in = z.data();
+  float* out = y->data();
+  OverRows(a, z,
+           [&](int64_t at, int64_t n, int64_t c) { ForwardSpan(a, in + at, out + at, n, c); });
+}
+
+void ActivationBackward(const Activation& a, const Tensor& z, const Tensor& y, const Tensor& dy,
+                        Tensor* dz) {
+  dz->Resize(z.shape());
+  const float* zi = z.data();
+  const float* yi = y.data();
+  const float* g = dy.data();
+  float* d = dz->data();
+  OverRows(a, z, [&](int64_t at, int64_t n, int64_t c) {
+    BackwardSpan(a, zi + at, yi + at, g + at, d + at, n, c);
+  });
 }
 
 }  // namespace lockstep::trainer::graph

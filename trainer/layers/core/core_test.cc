@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "trainer/graph/testing/gradcheck.h"
+#include "trainer/kernels/cpu/threads.h"
 
 namespace lockstep::trainer::graph {
 namespace {
@@ -50,6 +51,41 @@ TEST(CoreLayersTest, HardSigmoidDiffersBetweenKerasVersions) {
   ActivationForward(*ParseActivation("hard_sigmoid", true), z, &y);
   EXPECT_FLOAT_EQ(y[0], 2.0f / 6.0f + 0.5f);
   EXPECT_FALSE(ParseActivation("crelu", false).ok());
+}
+
+// The activations split their elements (softmax its rows) over the kernels' threads: every
+// kind gives the one-thread values and gradients bit for bit at 2 and 3 threads, on a size
+// that splits (and an odd one, so the ranges are uneven), with y written over z in place.
+TEST(CoreLayersTest, ActivationsSplitOverThreadsEqualOneThread) {
+  for (const char* name : {"linear", "relu", "relu6", "sigmoid", "hard_sigmoid", "tanh", "softmax",
+                           "swish", "gelu", "elu", "selu", "softplus", "softsign", "exponential",
+                           "leaky_relu", "hard_swish", "mish"}) {
+    const Activation a = *ParseActivation(name, false);
+    for (const Shape& shape : {Shape{64, 1031}, Shape{3, 17, 4099}}) {
+      const Tensor z = RandomTensor(shape, 5);
+      const Tensor dy = RandomTensor(shape, 6);
+      std::vector<Tensor> ys, dzs, in_place;
+      for (int threads : {1, 2, 3}) {
+        cpu::SetCpuThreads(threads);
+        Tensor y, dz;
+        ActivationForward(a, z, &y);
+        ActivationBackward(a, z, y, dy, &dz);
+        Tensor w = z;
+        ActivationForward(a, w, &w);
+        ys.push_back(y);
+        dzs.push_back(dz);
+        in_place.push_back(w);
+      }
+      cpu::SetCpuThreads(1);
+      for (size_t r = 1; r < ys.size(); ++r) {
+        EXPECT_EQ(ys[r], ys[0]) << name << ", " << r + 1 << " threads";
+        EXPECT_EQ(dzs[r], dzs[0]) << name << ", " << r + 1 << " threads";
+      }
+      if (a.kind != Act::kSoftmax) {
+        for (const Tensor& w : in_place) EXPECT_EQ(w, ys[0]) << name << " in place";
+      }
+    }
+  }
 }
 
 TEST(CoreLayersTest, ShapeLayersAndNoiseHaveExactGradients) {
