@@ -57,9 +57,9 @@ TEST(CoreLayersTest, HardSigmoidDiffersBetweenKerasVersions) {
 // kind gives the one-thread values and gradients bit for bit at 2 and 3 threads, on a size
 // that splits (and an odd one, so the ranges are uneven), with y written over z in place.
 TEST(CoreLayersTest, ActivationsSplitOverThreadsEqualOneThread) {
-  for (const char* name : {"linear", "relu", "relu6", "sigmoid", "hard_sigmoid", "tanh", "softmax",
-                           "swish", "gelu", "elu", "selu", "softplus", "softsign", "exponential",
-                           "leaky_relu", "hard_swish", "mish"}) {
+  for (const char* name :
+       {"linear", "relu", "relu6", "sigmoid", "hard_sigmoid", "tanh", "softmax", "swish", "gelu",
+        "elu", "selu", "softplus", "softsign", "exponential", "leaky_relu", "hard_swish", "mish"}) {
     const Activation a = *ParseActivation(name, false);
     for (const Shape& shape : {Shape{64, 1031}, Shape{3, 17, 4099}}) {
       const Tensor z = RandomTensor(shape, 5);
