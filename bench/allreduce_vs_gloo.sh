@@ -25,6 +25,10 @@ run() {
   fi
 }
 
+# The machine, and the gloo side's PyTorch (the ranks are single-threaded on both sides).
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores;" \
+  "torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?');" \
+  "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for n in 2 4; do
   run ring "$bench" "$n" --algorithm ring
   run hd "$bench" "$n" --algorithm halving-doubling --max-bytes $((1 << 20))

@@ -13,6 +13,7 @@ trainer=$build/trainer/lockstep-trainer
 [[ -x $trainer ]] || { echo "missing $trainer (ninja -C $build lockstep-trainer)" >&2; exit 2; }
 rounds=${ROUNDS:-3}
 steps=${STEPS:-3000}
+"$root/bench/blas_info.sh" "$trainer"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
