@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "trainer/graph/memory.h"
+#include "trainer/kernels/cpu/threads.h"
 
 namespace lockstep::trainer::graph {
 
@@ -195,7 +196,8 @@ class CpuBackend {
   }
   static absl::Status Zeros(const Tensor& like, Tensor* dst) {
     dst->Resize(like.shape());
-    dst->Fill(0.0f);
+    float* d = dst->data();
+    cpu::ParallelFor(dst->size(), 1, [&](int64_t b, int64_t e) { std::fill(d + b, d + e, 0.0f); });
     return absl::OkStatus();
   }
   static absl::Status Copy(const Tensor& src, Tensor* dst) {
@@ -203,9 +205,13 @@ class CpuBackend {
     return absl::OkStatus();
   }
   static absl::Status AddInto(Tensor* dst, const Tensor& src) {
-    float* g = dst->data();
-    const float* d = src.data();
-    for (int64_t j = 0; j < dst->size(); ++j) g[j] += d[j];
+    float* gp = dst->data();
+    const float* dp = src.data();
+    cpu::ParallelFor(dst->size(), 2, [&](int64_t b, int64_t e) {
+      float* __restrict g = gp;
+      const float* __restrict d = dp;
+      for (int64_t j = b; j < e; ++j) g[j] += d[j];
+    });
     return absl::OkStatus();
   }
 

@@ -78,6 +78,34 @@ inline Tensor MaskOf(std::vector<std::vector<float>> rows) {
   return Tensor({b, t}, v);
 }
 
+// One forward and backward pass of layer `l` (built by the call) on x with output gradients
+// dy: every output, every input's gradient, then each weight's value and gradient (a training
+// pass moves BatchNormalization's statistics), in order, for comparing runs bit for bit.
+inline std::vector<Tensor> ForwardBackward(Layer& l, const std::vector<Tensor>& x,
+                                           const std::vector<Tensor>& dy, bool training,
+                                           std::vector<const Tensor*> masks = {}) {
+  LayerCall c = RunLayer(l, x, masks, training);
+  EXPECT_EQ(c.error, "");
+  EXPECT_EQ(c.out.size(), dy.size());
+  if (!c.error.empty() || c.out.size() != dy.size()) return {};
+  Args a;
+  for (size_t i = 0; i < x.size(); ++i) {
+    a.x.push_back(&x[i]);
+    a.mask.push_back(i < masks.size() ? masks[i] : nullptr);
+  }
+  std::vector<const Tensor*> dout;
+  for (const Tensor& t : dy) dout.push_back(&t);
+  std::vector<Tensor> din(x.size());
+  l.Backward(a, c.out, dout, std::vector<bool>(x.size(), true), &din, &c.saved);
+  std::vector<Tensor> all = std::move(c.out);
+  for (Tensor& t : din) all.push_back(std::move(t));
+  for (const Weight& w : l.weights()) {
+    all.push_back(w.value);
+    all.push_back(w.grad);
+  }
+  return all;
+}
+
 // The layer a Keras layer config (JSON text) builds.
 inline absl::StatusOr<std::unique_ptr<Layer>> FromJson(const std::string& text,
                                                        bool keras3 = false) {

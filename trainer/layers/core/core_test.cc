@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "trainer/graph/testing/forward.h"
 #include "trainer/graph/testing/gradcheck.h"
 #include "trainer/kernels/cpu/threads.h"
 
@@ -15,6 +16,7 @@ namespace lockstep::trainer::graph {
 namespace {
 
 using testing::CheckLayerGradients;
+using testing::ForwardBackward;
 using testing::RandomTensor;
 
 TEST(CoreLayersTest, DenseComputesXKernelPlusBias) {
@@ -75,6 +77,16 @@ TEST(CoreLayersTest, ActivationsSplitOverThreadsEqualOneThread) {
         ys.push_back(y);
         dzs.push_back(dz);
         in_place.push_back(w);
+      }
+      // The Activation layer (ReLU's backward has its own loop there) gives the same again.
+      std::vector<Tensor> layer_run;
+      for (int threads : {1, 3}) {
+        cpu::SetCpuThreads(threads);
+        auto l = MakeActivation("a", "Activation", a);
+        const std::vector<Tensor> run = ForwardBackward(*l, {z}, {dy}, true);
+        ASSERT_EQ(run.size(), 2u);
+        EXPECT_EQ(run[0], ys[0]) << name << " layer, " << threads << " threads";
+        EXPECT_EQ(run[1], dzs[0]) << name << " layer, " << threads << " threads";
       }
       cpu::SetCpuThreads(1);
       for (size_t r = 1; r < ys.size(); ++r) {
@@ -144,6 +156,37 @@ TEST(CoreLayersTest, MergesBroadcastAndDifferentiate) {
             "");
   std::mt19937_64 rng(1);
   EXPECT_FALSE(MakeMerge("m", "Add", MergeOp::kAdd)->Build({{3, 4}, {3, 5}}, {&rng}).ok());
+}
+
+// Merges split their rows over the kernels' threads (a broadcast input's gradient in whole
+// groups of the rows that share it): the same values and gradients to the bit at any count.
+TEST(CoreLayersTest, MergesSplitOverThreadsEqualOneThread) {
+  const std::vector<std::vector<Shape>> cases = {
+      {{64, 16, 16, 8}, {64, 16, 16, 8}},                   // a residual add
+      {{64, 16, 16, 8}, {64, 16, 16, 8}, {64, 16, 16, 8}},  // three inputs
+      {{32, 9, 9, 24}, {32, 1, 1, 24}},                     // squeeze-and-excitation
+      {{5, 3, 2000}, {5, 1, 2000}},                         // few groups, long rows
+  };
+  for (MergeOp op : {MergeOp::kAdd, MergeOp::kSubtract, MergeOp::kMultiply, MergeOp::kAverage}) {
+    for (const std::vector<Shape>& shapes : cases) {
+      if (op == MergeOp::kSubtract && shapes.size() != 2) continue;
+      std::vector<Tensor> x;
+      for (size_t k = 0; k < shapes.size(); ++k) x.push_back(RandomTensor(shapes[k], 10 + k));
+      const std::vector<Tensor> dy = {RandomTensor(shapes[0], 9)};
+      std::vector<std::vector<Tensor>> runs;
+      for (int threads : {1, 2, 3}) {
+        cpu::SetCpuThreads(threads);
+        auto m = MakeMerge("m", "Merge", op);
+        runs.push_back(ForwardBackward(*m, x, dy, true));
+      }
+      cpu::SetCpuThreads(1);
+      ASSERT_EQ(runs[0].size(), 1 + shapes.size());
+      for (size_t r = 1; r < runs.size(); ++r) {
+        EXPECT_EQ(runs[r], runs[0])
+            << static_cast<int>(op) << ", " << shapes.size() << " inputs, " << r + 1 << " threads";
+      }
+    }
+  }
 }
 
 TEST(CoreLayersTest, MaskingMasksStepsWhoseFeaturesAllEqualTheValue) {

@@ -6,6 +6,7 @@
 
 #include "trainer/kernels/cpu/column_sums.h"
 #include "trainer/kernels/cpu/gemm.h"
+#include "trainer/kernels/cpu/threads.h"
 #include "trainer/tensor/random.h"
 
 namespace lockstep::trainer::graph {
@@ -69,8 +70,9 @@ struct MergeRows {
       pattern = &t->shape();
     }
     const int64_t total = NumElements(out);
-    if (pattern == nullptr) {  // all full: one row
-      m.inner = total;
+    if (pattern == nullptr) {  // all full: a row per example (rows to split over threads)
+      m.rows = out.empty() || out[0] <= 0 ? 1 : out[0];
+      m.inner = total / m.rows;
       return m;
     }
     // Axes [0, a) equal, [a, b) size 1 in the pattern, [b, rank) equal.
@@ -91,6 +93,14 @@ struct MergeRows {
   }
   const float* Row(const Tensor& t, size_t k, int64_t r) const {
     return t.data() + (full[k] ? r : r / mid) * inner;
+  }
+  // Runs f(first_row, end_row) over the rows split over the kernels' threads in whole groups
+  // of `mid` (the rows that share one row of a broadcast input), so no two threads write one
+  // row of an input's gradient; `cost` is element operations per output element.
+  template <typename F>
+  void Split(int64_t cost, F f) const {
+    cpu::ParallelFor(rows / mid, mid * inner * cost,
+                     [&](int64_t o0, int64_t o1) { f(o0 * mid, o1 * mid); });
   }
 };
 
@@ -234,25 +244,27 @@ class Merge final : public Layer, public HasOptions<MergeOp> {
   void ForwardRows(const MergeRows& m, const std::vector<const Tensor*>& x, Tensor* y) const {
     const size_t n = x.size();
     const int64_t c = m.inner;
-    for (int64_t r = 0; r < m.rows; ++r) {
-      float* __restrict yr = y->data() + r * c;
-      const float* __restrict x0 = m.Row(*x[0], 0, r);
-      for (int64_t j = 0; j < c; ++j) yr[j] = x0[j];
-      for (size_t k = 1; k < n; ++k) {
-        const float* __restrict xr = m.Row(*x[k], k, r);
-        if (op_ == MergeOp::kSubtract) {
-          for (int64_t j = 0; j < c; ++j) yr[j] -= xr[j];
-        } else if (op_ == MergeOp::kMultiply) {
-          for (int64_t j = 0; j < c; ++j) yr[j] *= xr[j];
-        } else {
-          for (int64_t j = 0; j < c; ++j) yr[j] += xr[j];
+    const auto nf = static_cast<float>(n);
+    m.Split(static_cast<int64_t>(n), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        float* __restrict yr = y->data() + r * c;
+        const float* __restrict x0 = m.Row(*x[0], 0, r);
+        for (int64_t j = 0; j < c; ++j) yr[j] = x0[j];
+        for (size_t k = 1; k < n; ++k) {
+          const float* __restrict xr = m.Row(*x[k], k, r);
+          if (op_ == MergeOp::kSubtract) {
+            for (int64_t j = 0; j < c; ++j) yr[j] -= xr[j];
+          } else if (op_ == MergeOp::kMultiply) {
+            for (int64_t j = 0; j < c; ++j) yr[j] *= xr[j];
+          } else {
+            for (int64_t j = 0; j < c; ++j) yr[j] += xr[j];
+          }
+        }
+        if (op_ == MergeOp::kAverage) {
+          for (int64_t j = 0; j < c; ++j) yr[j] /= nf;
         }
       }
-    }
-    if (op_ == MergeOp::kAverage) {
-      const auto nf = static_cast<float>(n);
-      for (float& v : y->values()) v /= nf;
-    }
+    });
   }
 
   void BackwardRows(const MergeRows& m, const std::vector<const Tensor*>& x, const Tensor& dy,
@@ -260,47 +272,52 @@ class Merge final : public Layer, public HasOptions<MergeOp> {
     const size_t n = x.size();
     const int64_t c = m.inner;
     const auto nf = static_cast<float>(n);
-    std::vector<float> prod;
     for (size_t k = 0; k < n; ++k) {
-      if (!need[k]) continue;
-      Tensor& dx = (*din)[k];
-      dx.Resize(x[k]->shape());
-      dx.Fill(0.0f);
-      if (op_ == MergeOp::kMultiply) prod.resize(static_cast<size_t>(c));
-      for (int64_t r = 0; r < m.rows; ++r) {
-        const float* __restrict g = dy.data() + r * c;
-        float* __restrict d = dx.data() + (m.full[k] ? r : r / m.mid) * c;
-        switch (op_) {
-          case MergeOp::kAdd:
-            for (int64_t j = 0; j < c; ++j) d[j] += g[j];
-            break;
-          case MergeOp::kAverage:
-            for (int64_t j = 0; j < c; ++j) d[j] += g[j] / nf;
-            break;
-          case MergeOp::kSubtract:
-            if (k == 0) {
+      if (need[k]) (*din)[k].Resize(x[k]->shape());
+    }
+    m.Split(static_cast<int64_t>(n), [&](int64_t r0, int64_t r1) {
+      std::vector<float> prod(op_ == MergeOp::kMultiply ? static_cast<size_t>(c) : 0);
+      for (size_t k = 0; k < n; ++k) {
+        if (!need[k]) continue;
+        Tensor& dx = (*din)[k];
+        // This range's rows of dx: its own, or the broadcast rows its groups share.
+        const int64_t d0 = m.full[k] ? r0 : r0 / m.mid, d1 = m.full[k] ? r1 : r1 / m.mid;
+        std::fill(dx.data() + d0 * c, dx.data() + d1 * c, 0.0f);
+        for (int64_t r = r0; r < r1; ++r) {
+          const float* __restrict g = dy.data() + r * c;
+          float* __restrict d = dx.data() + (m.full[k] ? r : r / m.mid) * c;
+          switch (op_) {
+            case MergeOp::kAdd:
               for (int64_t j = 0; j < c; ++j) d[j] += g[j];
-            } else {
-              for (int64_t j = 0; j < c; ++j) d[j] += -g[j];
+              break;
+            case MergeOp::kAverage:
+              for (int64_t j = 0; j < c; ++j) d[j] += g[j] / nf;
+              break;
+            case MergeOp::kSubtract:
+              if (k == 0) {
+                for (int64_t j = 0; j < c; ++j) d[j] += g[j];
+              } else {
+                for (int64_t j = 0; j < c; ++j) d[j] += -g[j];
+              }
+              break;
+            case MergeOp::kMultiply: {
+              // The product of the others, recomputed (inputs may contain zeros).
+              float* __restrict p = prod.data();
+              std::fill_n(p, c, 1.0f);
+              for (size_t o = 0; o < n; ++o) {
+                if (o == k) continue;
+                const float* __restrict xo = m.Row(*x[o], o, r);
+                for (int64_t j = 0; j < c; ++j) p[j] *= xo[j];
+              }
+              for (int64_t j = 0; j < c; ++j) d[j] += g[j] * p[j];
+              break;
             }
-            break;
-          case MergeOp::kMultiply: {
-            // The product of the others, recomputed (inputs may contain zeros).
-            float* __restrict p = prod.data();
-            std::fill_n(p, c, 1.0f);
-            for (size_t o = 0; o < n; ++o) {
-              if (o == k) continue;
-              const float* __restrict xo = m.Row(*x[o], o, r);
-              for (int64_t j = 0; j < c; ++j) p[j] *= xo[j];
-            }
-            for (int64_t j = 0; j < c; ++j) d[j] += g[j] * p[j];
-            break;
+            default:
+              break;
           }
-          default:
-            break;
         }
       }
-    }
+    });
   }
 
   MergeOp op_;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "trainer/kernels/cpu/simd.h"
+#include "trainer/kernels/cpu/threads.h"
 
 namespace lockstep::trainer::graph {
 namespace {
@@ -12,19 +13,31 @@ namespace {
 // Keras 3's masked moments divide by sum(mask) + this (backend.epsilon()).
 constexpr double kMaskEpsilon = 1e-7;
 
-// BatchNormalization's passes over [rows, c] data, compiled for each vector width. Sums run in
-// float over blocks of rows and gather in double, which keeps them exact enough and lets the
-// inner loops vectorise.
+// BatchNormalization's passes over [rows, c] data, compiled for each vector width and split
+// over the kernels' threads by rows. Sums run in float over blocks of kSumBlock rows (which
+// lets the inner loops vectorise) and gather in double in block order, whichever thread summed
+// a block: exact enough, and the same bits at every thread count.
 constexpr int64_t kSumBlock = 64;
 
-// out[j] += sum over rows of m_r (x[r, j] - center[j]) (squared when `square`), m_r the mask's
-// weight of row r (1 without a mask; rows of weight 0 skipped); center null means 0.
-LOCKSTEP_SIMD_CLONES void ChannelSums(const float* x, int64_t rows, int64_t c, const Tensor* mask,
-                                      const float* center, double* out, bool square = true) {
-  std::vector<float> acc(static_cast<size_t>(c));
-  float* __restrict s = acc.data();
-  for (int64_t r0 = 0; r0 < rows; r0 += kSumBlock) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
+int64_t Blocks(int64_t rows) { return (rows + kSumBlock - 1) / kSumBlock; }
+
+// Adds the per-block sums `part` ([blocks, c]) into out in block order.
+void Gather(const std::vector<float>& part, int64_t c, double* out) {
+  for (size_t b = 0; b < part.size(); b += static_cast<size_t>(c)) {
+    for (int64_t j = 0; j < c; ++j) out[j] += part[b + static_cast<size_t>(j)];
+  }
+}
+
+// part[b, j] = sum over the rows of blocks [b0, b1) of m_r (x[r, j] - center[j]) (squared
+// when `square`), m_r the mask's weight of row r (1 without a mask; rows of weight 0 skipped);
+// center null means 0.
+LOCKSTEP_SIMD_CLONES void BlockSums(const float* x, int64_t rows, int64_t c, const Tensor* mask,
+                                    const float* center, bool square, int64_t b0, int64_t b1,
+                                    float* part) {
+  for (int64_t blk = b0; blk < b1; ++blk) {
+    float* __restrict s = part + blk * c;
+    std::fill_n(s, c, 0.0f);
+    const int64_t r0 = blk * kSumBlock;
     for (int64_t r = r0; r < std::min(rows, r0 + kSumBlock); ++r) {
       const float m = mask == nullptr ? 1.0f : (*mask)[r];
       if (m == 0) continue;
@@ -40,28 +53,45 @@ LOCKSTEP_SIMD_CLONES void ChannelSums(const float* x, int64_t rows, int64_t c, c
         for (int64_t j = 0; j < c; ++j) s[j] += xr[j] - center[j];
       }
     }
-    for (int64_t j = 0; j < c; ++j) out[j] += s[j];
   }
 }
 
-// y = x * scale + shift per channel.
-LOCKSTEP_SIMD_CLONES void ScaleShift(const float* x, int64_t rows, int64_t c, const float* scale,
-                                     const float* shift, float* y) {
-  for (int64_t r = 0; r < rows; ++r) {
+// out[j] += the sums of BlockSums over all rows.
+void ChannelSums(const float* x, int64_t rows, int64_t c, const Tensor* mask, const float* center,
+                 double* out, bool square = true) {
+  std::vector<float> part(static_cast<size_t>(Blocks(rows) * c));
+  cpu::ParallelFor(Blocks(rows), kSumBlock * c * 3, [&](int64_t b0, int64_t b1) {
+    BlockSums(x, rows, c, mask, center, square, b0, b1, part.data());
+  });
+  Gather(part, c, out);
+}
+
+// y = x * scale + shift per channel, rows [r0, r1).
+LOCKSTEP_SIMD_CLONES void ScaleShiftRows(const float* x, int64_t r0, int64_t r1, int64_t c,
+                                         const float* scale, const float* shift, float* y) {
+  for (int64_t r = r0; r < r1; ++r) {
     const float* __restrict xr = x + r * c;
     float* __restrict yr = y + r * c;
     for (int64_t j = 0; j < c; ++j) yr[j] = xr[j] * scale[j] + shift[j];
   }
 }
 
-// a[j] += sum dy, b[j] += sum dy (x - mean).
-LOCKSTEP_SIMD_CLONES void GradSums(const float* x, const float* dy, int64_t rows, int64_t c,
-                                   const float* mean, double* a, double* b) {
-  std::vector<float> acc(static_cast<size_t>(2 * c));
-  float* __restrict sa = acc.data();
-  float* __restrict sb = acc.data() + c;
-  for (int64_t r0 = 0; r0 < rows; r0 += kSumBlock) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
+void ScaleShift(const float* x, int64_t rows, int64_t c, const float* scale, const float* shift,
+                float* y) {
+  cpu::ParallelFor(rows, c * 2,
+                   [&](int64_t r0, int64_t r1) { ScaleShiftRows(x, r0, r1, c, scale, shift, y); });
+}
+
+// pa[b, j] = sum dy, pb[b, j] = sum dy (x - mean) over the rows of blocks [b0, b1).
+LOCKSTEP_SIMD_CLONES void BlockGradSums(const float* x, const float* dy, int64_t rows, int64_t c,
+                                        const float* mean, int64_t b0, int64_t b1, float* pa,
+                                        float* pb) {
+  for (int64_t blk = b0; blk < b1; ++blk) {
+    float* __restrict sa = pa + blk * c;
+    float* __restrict sb = pb + blk * c;
+    std::fill_n(sa, c, 0.0f);
+    std::fill_n(sb, c, 0.0f);
+    const int64_t r0 = blk * kSumBlock;
     for (int64_t r = r0; r < std::min(rows, r0 + kSumBlock); ++r) {
       const float* __restrict xr = x + r * c;
       const float* __restrict gr = dy + r * c;
@@ -70,19 +100,27 @@ LOCKSTEP_SIMD_CLONES void GradSums(const float* x, const float* dy, int64_t rows
         sb[j] += gr[j] * (xr[j] - mean[j]);
       }
     }
-    for (int64_t j = 0; j < c; ++j) {
-      a[j] += sa[j];
-      b[j] += sb[j];
-    }
   }
 }
 
-// dx = dy gr_scale + m (k0 + k1 (x - mean)), m the row's mask weight (0 in inference).
-LOCKSTEP_SIMD_CLONES void InputGrad(const float* x, const float* dy, int64_t rows, int64_t c,
-                                    bool batch, const Tensor* mask, const float* mean,
-                                    const float* gr_scale, const float* k0, const float* k1,
-                                    float* dx) {
-  for (int64_t r = 0; r < rows; ++r) {
+// a[j] += sum dy, b[j] += sum dy (x - mean).
+void GradSums(const float* x, const float* dy, int64_t rows, int64_t c, const float* mean,
+              double* a, double* b) {
+  std::vector<float> pa(static_cast<size_t>(Blocks(rows) * c)), pb(pa.size());
+  cpu::ParallelFor(Blocks(rows), kSumBlock * c * 4, [&](int64_t b0, int64_t b1) {
+    BlockGradSums(x, dy, rows, c, mean, b0, b1, pa.data(), pb.data());
+  });
+  Gather(pa, c, a);
+  Gather(pb, c, b);
+}
+
+// dx = dy gr_scale + m (k0 + k1 (x - mean)), m the row's mask weight (0 in inference), rows
+// [r0, r1).
+LOCKSTEP_SIMD_CLONES void InputGradRows(const float* x, const float* dy, int64_t r0, int64_t r1,
+                                        int64_t c, bool batch, const Tensor* mask,
+                                        const float* mean, const float* gr_scale, const float* k0,
+                                        const float* k1, float* dx) {
+  for (int64_t r = r0; r < r1; ++r) {
     const float* __restrict xr = x + r * c;
     const float* __restrict g = dy + r * c;
     float* __restrict dr = dx + r * c;
@@ -90,6 +128,14 @@ LOCKSTEP_SIMD_CLONES void InputGrad(const float* x, const float* dy, int64_t row
     for (int64_t j = 0; j < c; ++j)
       dr[j] = g[j] * gr_scale[j] + m * (k0[j] + k1[j] * (xr[j] - mean[j]));
   }
+}
+
+void InputGrad(const float* x, const float* dy, int64_t rows, int64_t c, bool batch,
+               const Tensor* mask, const float* mean, const float* gr_scale, const float* k0,
+               const float* k1, float* dx) {
+  cpu::ParallelFor(rows, c * 5, [&](int64_t r0, int64_t r1) {
+    InputGradRows(x, dy, r0, r1, c, batch, mask, mean, gr_scale, k0, k1, dx);
+  });
 }
 
 class BatchNorm final : public Layer, public HasOptions<BatchNormOptions> {

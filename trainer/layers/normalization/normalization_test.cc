@@ -11,6 +11,7 @@
 #include "trainer/graph/testing/forward.h"
 #include "trainer/graph/testing/gradcheck.h"
 #include "trainer/keras/layer_factory.h"
+#include "trainer/kernels/cpu/threads.h"
 
 namespace lockstep::trainer::graph {
 namespace {
@@ -18,6 +19,7 @@ namespace {
 using nlohmann::json;
 using testing::CheckLayerGradients;
 using testing::Forward1;
+using testing::ForwardBackward;
 using testing::FromJson;
 using testing::PerExample;
 using testing::RandomTensor;
@@ -33,6 +35,35 @@ void ExpectNear(const Tensor& a, const std::vector<float>& b, float tol = 1e-5f)
   ASSERT_EQ(a.size(), static_cast<int64_t>(b.size()));
   for (int64_t i = 0; i < a.size(); ++i) {
     EXPECT_NEAR(a[i], b[static_cast<size_t>(i)], tol) << i;
+  }
+}
+
+// BatchNormalization's passes split their rows over the kernels' threads; its sums gather
+// per-block partial sums in block order, so values, gradients and the moving statistics are
+// the same to the bit at any count, with a mask too, in training and inference.
+TEST(NormalizationLayersTest, BatchNormSplitOverThreadsEqualsOneThread) {
+  const Tensor x = RandomTensor({32, 17, 17, 24}, 3);  // 9,248 rows: not whole blocks
+  const Tensor dy = RandomTensor(x.shape(), 4);
+  const Tensor seq = RandomTensor({8, 500, 40}, 5);
+  const Tensor seq_dy = RandomTensor(seq.shape(), 6);
+  std::vector<float> keep(8 * 500);
+  for (size_t i = 0; i < keep.size(); ++i) keep[i] = (i * 7919) % 5 == 0 ? 0.0f : 1.0f;
+  const Tensor mask({8, 500}, keep);
+  for (bool training : {true, false}) {
+    std::vector<std::vector<Tensor>> runs, masked;
+    for (int threads : {1, 2, 3}) {
+      cpu::SetCpuThreads(threads);
+      auto bn = MakeBatchNormalization("bn", {});
+      runs.push_back(ForwardBackward(*bn, {x}, {dy}, training));
+      auto bm = MakeBatchNormalization("bm", {});
+      masked.push_back(ForwardBackward(*bm, {seq}, {seq_dy}, training, {&mask}));
+    }
+    cpu::SetCpuThreads(1);
+    ASSERT_EQ(runs[0].size(), 10u);  // y, dx, then gamma, beta and the moving statistics
+    for (size_t r = 1; r < runs.size(); ++r) {
+      EXPECT_EQ(runs[r], runs[0]) << "training " << training << ", " << r + 1 << " threads";
+      EXPECT_EQ(masked[r], masked[0]) << "training " << training << ", " << r + 1 << " threads";
+    }
   }
 }
 
