@@ -2,14 +2,18 @@
 // the loopback TCP ceiling measured the way a ring uses the links (every rank sending to the
 // next and receiving from the previous at once).
 //
-//   allreduce_bench RANKS [--ceiling | --algorithm ring|halving-doubling|auto] [--max-bytes B]
+//   allreduce_bench RANKS [--ceiling | --ceiling-cached | --algorithm ring|halving-doubling|auto]
+//                   [--min-bytes B] [--max-bytes B]
 //
-// Prints one line per size (4 KiB .. 256 MiB, or up to B): bytes, seconds per all-reduce, algbw
-// and busbw in GB/s, busbw = algbw * 2(n-1)/n (the nccl-tests formula). --algorithm forces one
-// all-reduce algorithm for every size (default: auto, the backend's choice by size).
+// Prints one line per size (4 KiB .. 256 MiB, or from/up to B): bytes, seconds per all-reduce,
+// algbw and busbw in GB/s, busbw = algbw * 2(n-1)/n (the nccl-tests formula). --algorithm forces
+// one all-reduce algorithm for every size (default: auto, the backend's choice by size).
 // --ceiling prints, per size, the per-rank throughput of plain TCP sockets in the same ring
-// pattern. Any failure prints the rank and its status on stderr and exits 1. Compared with
-// torch.distributed/gloo by bench/allreduce_vs_gloo.sh.
+// pattern, sending from and receiving into buffers of the message's size (as an all-reduce of
+// that size must read and write its buffer); --ceiling-cached the same through one 4 MiB
+// buffer each way, which stays in the CPU's cache: the most the sockets move, a bound no
+// all-reduce larger than the cache reaches. Any failure prints the rank and its status on stderr
+// and exits 1. Compared with torch.distributed/gloo by bench/allreduce_vs_gloo.sh.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -35,11 +39,14 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+int64_t min_bytes = 4 << 10;
 int64_t max_bytes = int64_t{256} << 20;
 
 std::vector<int64_t> Sizes() {
   std::vector<int64_t> s;
-  for (int64_t b = 4 << 10; b <= max_bytes; b *= 4) s.push_back(b);
+  for (int64_t b = 4 << 10; b <= max_bytes; b *= 4) {
+    if (b >= min_bytes) s.push_back(b);
+  }
   return s;
 }
 
@@ -116,7 +123,8 @@ void RingRank(int rank, const std::vector<std::string>& addrs, std::optional<Alg
 
 // Plain sockets in a ring: send `bytes` to the next rank while receiving as much from the
 // previous one; rank 0 reports bytes / time (the per-link throughput a ring step gets).
-void CeilingRank(int rank, const std::vector<int>& ports, int out_fd) {
+// `cached`: through 4 MiB buffers, else buffers of `bytes`.
+void CeilingRank(int rank, const std::vector<int>& ports, bool cached, int out_fd) {
   const int n = static_cast<int>(ports.size());
   int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
   int one = 1;
@@ -137,23 +145,27 @@ void CeilingRank(int rank, const std::vector<int>& ports, int out_fd) {
   }
   int in = ::accept(lfd, nullptr, nullptr);
   ::setsockopt(out, IPPROTO_TCP, 1 /*TCP_NODELAY*/, &one, sizeof(one));
-  std::vector<char> sbuf(4 << 20, 1), rbuf(4 << 20);
+  std::vector<char> sbuf, rbuf;
+  // Moves `bytes` each way, through the buffers from their start again whenever they end.
   auto exchange = [&](int64_t bytes) {
-    std::thread sender([&] {
-      for (int64_t left = bytes; left > 0;) {
-        ssize_t k = ::send(out, sbuf.data(), std::min<int64_t>(left, sbuf.size()), 0);
-        if (k <= 0) Die(rank, "send", Errno());
-        left -= k;
+    auto move = [&](int fd, std::vector<char>& buf, bool sending) {
+      for (int64_t done = 0; done < bytes;) {
+        const auto at = static_cast<size_t>(done % static_cast<int64_t>(buf.size()));
+        const size_t len = std::min<size_t>(static_cast<size_t>(bytes - done), buf.size() - at);
+        const ssize_t k =
+            sending ? ::send(fd, buf.data() + at, len, 0) : ::recv(fd, buf.data() + at, len, 0);
+        if (k <= 0) Die(rank, sending ? "send" : "recv", Errno());
+        done += k;
       }
-    });
-    for (int64_t left = bytes; left > 0;) {
-      ssize_t k = ::recv(in, rbuf.data(), std::min<int64_t>(left, rbuf.size()), 0);
-      if (k <= 0) Die(rank, "recv", Errno());
-      left -= k;
-    }
+    };
+    std::thread sender([&] { move(out, sbuf, true); });
+    move(in, rbuf, false);
     sender.join();
   };
   for (int64_t bytes : Sizes()) {
+    const size_t size = cached ? size_t{4} << 20 : static_cast<size_t>(bytes);
+    sbuf.assign(size, 1);
+    rbuf.assign(size, 0);
     exchange(bytes);  // warm-up, and a rough barrier (everyone's data arrived)
     const int iters = Iterations(bytes);
     const double t0 = Now();
@@ -173,21 +185,25 @@ void CeilingRank(int rank, const std::vector<int>& ports, int out_fd) {
 
 int main(int argc, char** argv) {
   const char* usage =
-      "usage: allreduce_bench RANKS [--ceiling | --algorithm ring|halving-doubling|auto] "
-      "[--max-bytes B]\n";
+      "usage: allreduce_bench RANKS [--ceiling | --ceiling-cached | "
+      "--algorithm ring|halving-doubling|auto] "
+      "[--min-bytes B] [--max-bytes B]\n";
   int n = argc < 2 ? 0 : std::atoi(argv[1]);
-  bool ceiling = false;
+  bool ceiling = false, cached = false;
   std::optional<Algorithm> algorithm;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--ceiling") {
+    if (a == "--ceiling" || a == "--ceiling-cached") {
       ceiling = true;
+      cached = a == "--ceiling-cached";
     } else if (a == "--algorithm" && i + 1 < argc) {
       const std::string name = argv[++i];
       algorithm = ParseAlgorithm(name);
       if (!algorithm.has_value() && name != "auto") n = 0;
     } else if (a == "--max-bytes" && i + 1 < argc) {
       max_bytes = std::atoll(argv[++i]);
+    } else if (a == "--min-bytes" && i + 1 < argc) {
+      min_bytes = std::atoll(argv[++i]);
     } else {
       n = 0;
     }
@@ -207,7 +223,7 @@ int main(int argc, char** argv) {
     if (pid == 0) {
       ::close(pipefd[0]);
       if (ceiling) {
-        CeilingRank(r, ports, pipefd[1]);
+        CeilingRank(r, ports, cached, pipefd[1]);
       } else {
         RingRank(r, addrs, algorithm, pipefd[1]);
       }

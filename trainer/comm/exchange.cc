@@ -178,15 +178,16 @@ void Exchanger::Pump(Op& op, bool send, bool recv) {
         break;
       }
       op.in_send = true;
-      const ssize_t k = u.bytes == op.soff ? 0
-                                           : ::send(links_[u.peer]->fd(), u.ptr + op.soff,
-                                                    u.bytes - op.soff, MSG_DONTWAIT | MSG_NOSIGNAL);
+      const ssize_t k = u.bytes == op.soff
+                            ? 0
+                            : ::send(links_[u.peer]->SendFd(u.bytes), u.ptr + op.soff,
+                                     u.bytes - op.soff, MSG_DONTWAIT | MSG_NOSIGNAL);
       const int err = errno;
       if (k < 0 || op.soff + static_cast<size_t>(k) < u.bytes) op.in_send = false;
       errno = err;
       if (k < 0 && errno == EINTR) continue;
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        fds.push_back({links_[u.peer]->fd(), POLLOUT | POLLRDHUP, 0});
+        fds.push_back({links_[u.peer]->SendFd(u.bytes), POLLOUT | POLLRDHUP, 0});
         break;
       }
       if (k < 0) return Fail(op, Lost(u.peer, true, std::strerror(errno)));
@@ -203,11 +204,11 @@ void Exchanger::Pump(Op& op, bool send, bool recv) {
       const RecvUnit& u = op.recvs[op.ri];
       char* dst = u.reduce_into ? reinterpret_cast<char*>(scratch_.data()) : u.ptr;
       const ssize_t k = u.bytes == op.roff ? 0
-                                           : ::recv(links_[u.peer]->fd(), dst + op.roff,
+                                           : ::recv(links_[u.peer]->RecvFd(u.bytes), dst + op.roff,
                                                     u.bytes - op.roff, MSG_DONTWAIT);
       if (k < 0 && errno == EINTR) continue;
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        fds.push_back({links_[u.peer]->fd(), POLLIN, 0});
+        fds.push_back({links_[u.peer]->RecvFd(u.bytes), POLLIN, 0});
         break;
       }
       if (k < 0) return Fail(op, Lost(u.peer, false, std::strerror(errno)));
@@ -239,7 +240,8 @@ void Exchanger::Pump(Op& op, bool send, bool recv) {
     if (recv) {
       for (size_t p = 0; p < links_.size(); ++p) {
         if (links_[p] != nullptr && op.sends_left[p] > 0) {
-          fds.push_back({links_[p]->fd(), POLLRDHUP, 0});
+          // The first connection: a peer that leaves closes both.
+          fds.push_back({links_[p]->SendFd(0), POLLRDHUP, 0});
         }
       }
     }
@@ -249,7 +251,7 @@ void Exchanger::Pump(Op& op, bool send, bool recv) {
       const bool ended = (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
       if (!ended || (i < watched && (fds[i].events & POLLOUT) == 0)) continue;
       for (size_t p = 0; p < links_.size(); ++p) {
-        if (links_[p] == nullptr || links_[p]->fd() != fds[i].fd) continue;
+        if (links_[p] == nullptr || !links_[p]->Owns(fds[i].fd)) continue;
         // A watched peer may have left because it got our last bytes the moment before the
         // sending thread counted them: only bytes not yet handed to send() are owed.
         if (i >= watched && (op.in_send || op.sends_left[p] == 0)) continue;

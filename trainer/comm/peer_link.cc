@@ -21,7 +21,7 @@ namespace lockstep::trainer::comm {
 
 namespace {
 
-constexpr char kMagic[8] = {'L', 'S', 'L', 'I', 'N', 'K', '0', '1'};
+constexpr char kMagic[8] = {'L', 'S', 'L', 'I', 'N', 'K', '0', '2'};
 constexpr uint32_t kMaxToken = 4096;
 // A connection that does not finish its handshake within this is dropped (the acceptor takes
 // one handshake at a time, so a silent stranger must not hold it for the whole setup).
@@ -32,6 +32,7 @@ struct Hello {
   uint32_t rank;
   uint32_t size;
   uint32_t token_len;
+  uint32_t first;  // 1: the pair's first connection; 0: its second
 };
 
 std::string Errno(int e) { return std::strerror(e); }
@@ -111,61 +112,89 @@ struct Setup {
   absl::Time deadline;
   std::atomic<bool> stop{false};
   std::mutex mu;
-  absl::Status error;  // the first failure of a dialer
-  std::vector<std::unique_ptr<PeerLink>> links;
+  absl::Status error;                      // the first failure of a dialer
+  std::vector<int> first_fds, second_fds;  // by peer (-1 until connected)
 
+  Setup(const LinkOptions& options, int ranks, absl::Time until)
+      : o(options), n(ranks), deadline(until), first_fds(ranks, -1), second_fds(ranks, -1) {}
+  ~Setup() {  // closes what was not handed to a PeerLink
+    for (int fd : first_fds) {
+      if (fd >= 0) ::close(fd);
+    }
+    for (int fd : second_fds) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
   void Fail(absl::Status s) {
     std::lock_guard<std::mutex> lock(mu);
     if (error.ok()) error = std::move(s);
     stop = true;
   }
-  void Add(int peer, int fd) {
+  // Keeps fd as the pair's first or second connection to `peer`; false (fd not kept) when
+  // that one is already held.
+  bool Add(int peer, int fd, bool first) {
     Tune(fd);
     std::lock_guard<std::mutex> lock(mu);
-    links[peer] = std::make_unique<PeerLink>(peer, o.addresses[peer], fd);
+    int& slot = (first ? first_fds : second_fds)[static_cast<size_t>(peer)];
+    if (slot >= 0) return false;
+    slot = fd;
+    return true;
+  }
+  bool Linked(int peer) {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto u = static_cast<size_t>(peer);
+    return first_fds[u] >= 0 && second_fds[u] >= 0;
   }
 };
 
-// Dials `peer` until it answers (it may not listen yet) and presents this rank's token.
+// Dials `peer` until it answers (it may not listen yet) and presents this rank's token, for
+// the pair's first connection and then its second.
 void Dial(Setup& s, int peer, const std::string& host, int port) {
   Hello hello{};
   std::memcpy(hello.magic, kMagic, 8);
   hello.rank = static_cast<uint32_t>(s.o.rank);
   hello.size = static_cast<uint32_t>(s.n);
   hello.token_len = static_cast<uint32_t>(s.o.token.size());
-  std::string greeting(reinterpret_cast<const char*>(&hello), sizeof(hello));
-  greeting += s.o.token;
   std::string why = "no attempt finished";
-  while (!s.stop) {
-    const int fd = Connect(host, port, s.deadline, &why);
-    if (fd < 0) {
-      if (absl::Now() >= s.deadline) {
-        return s.Fail(absl::DeadlineExceededError(
-            absl::StrCat("ring: could not connect to rank ", peer, " at ", s.o.addresses[peer],
-                         " within ", absl::FormatDuration(s.o.connect_timeout), " (", why, ")")));
+  for (const bool first : {true, false}) {
+    hello.first = first ? 1 : 0;
+    std::string greeting(reinterpret_cast<const char*>(&hello), sizeof(hello));
+    greeting += s.o.token;
+    for (;;) {
+      if (s.stop) return;
+      const int fd = Connect(host, port, s.deadline, &why);
+      if (fd < 0) {
+        if (absl::Now() >= s.deadline) {
+          return s.Fail(absl::DeadlineExceededError(
+              absl::StrCat("ring: could not connect to rank ", peer, " at ", s.o.addresses[peer],
+                           " within ", absl::FormatDuration(s.o.connect_timeout), " (", why, ")")));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // not listening yet
+        continue;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // not listening yet
-      continue;
+      if (absl::Status w = Transfer(fd, greeting.data(), greeting.size(), true, s.deadline);
+          !w.ok()) {
+        ::close(fd);
+        return s.Fail(absl::UnavailableError(
+            absl::StrCat("ring: handshake with ", s.o.addresses[peer], " failed: ", w.message())));
+      }
+      char answer = 0;
+      if (!Transfer(fd, &answer, 1, false, s.deadline).ok() || answer != 1) {
+        ::close(fd);
+        return s.Fail(absl::PermissionDeniedError(
+            absl::StrCat("ring: rank ", peer, " at ", s.o.addresses[peer],
+                         " refused this rank (a different job token, or not this job's ring)")));
+      }
+      if (!s.Add(peer, fd, first)) ::close(fd);
+      break;
     }
-    if (absl::Status w = Transfer(fd, greeting.data(), greeting.size(), true, s.deadline);
-        !w.ok()) {
-      ::close(fd);
-      return s.Fail(absl::UnavailableError(
-          absl::StrCat("ring: handshake with ", s.o.addresses[peer], " failed: ", w.message())));
-    }
-    char answer = 0;
-    if (!Transfer(fd, &answer, 1, false, s.deadline).ok() || answer != 1) {
-      ::close(fd);
-      return s.Fail(absl::PermissionDeniedError(
-          absl::StrCat("ring: rank ", peer, " at ", s.o.addresses[peer],
-                       " refused this rank (a different job token, or not this job's ring)")));
-    }
-    return s.Add(peer, fd);
   }
 }
 
-// Takes one handshake; the peer's rank when it is one of `expected`, else -1 and `refused`.
-int Handshake(Setup& s, int fd, const std::vector<int>& expected, std::string* refused) {
+// Takes one handshake; the peer's rank when it is one of `expected` (and in `first` whether
+// this is the pair's first connection), else -1 and `refused`.
+int Handshake(Setup& s, int fd, const std::vector<int>& expected, bool* first,
+              std::string* refused) {
   const absl::Time deadline = std::min(s.deadline, absl::Now() + kHandshakeTimeout);
   Hello hello{};
   if (!Transfer(fd, reinterpret_cast<char*>(&hello), sizeof(hello), false, deadline).ok() ||
@@ -183,6 +212,7 @@ int Handshake(Setup& s, int fd, const std::vector<int>& expected, std::string* r
     *refused = !token_ok ? "a connection with a wrong job token"
                          : absl::StrCat("rank ", hello.rank, " of ", hello.size);
   }
+  *first = hello.first != 0;
   char reply = ok ? 1 : 0;
   if (!Transfer(fd, &reply, 1, true, deadline).ok()) return -1;
   return ok ? rank : -1;
@@ -226,8 +256,14 @@ int LinkListener::port() const {
                                        : reinterpret_cast<sockaddr_in*>(&a)->sin_port);
 }
 
-PeerLink::~PeerLink() { ::close(fd_); }
-void PeerLink::Shutdown() { ::shutdown(fd_, SHUT_RDWR); }
+PeerLink::~PeerLink() {
+  ::close(first_fd_);
+  ::close(second_fd_);
+}
+void PeerLink::Shutdown() {
+  ::shutdown(first_fd_, SHUT_RDWR);
+  ::shutdown(second_fd_, SHUT_RDWR);
+}
 
 bool Dials(int n, int rank, int peer) {
   const int d = ((peer - rank) % n + n) % n;
@@ -237,8 +273,7 @@ bool Dials(int n, int rank, int peer) {
 absl::StatusOr<std::vector<std::unique_ptr<PeerLink>>> ConnectPeers(LinkListener& listener,
                                                                     const LinkOptions& o,
                                                                     const std::vector<int>& peers) {
-  Setup s{o, static_cast<int>(o.addresses.size()), absl::Now() + o.connect_timeout};
-  s.links.resize(s.n);
+  Setup s(o, static_cast<int>(o.addresses.size()), absl::Now() + o.connect_timeout);
   std::vector<int> expected;  // the peers that dial this rank
   std::vector<std::thread> dialers;
   for (int p : peers) {
@@ -260,8 +295,7 @@ absl::StatusOr<std::vector<std::unique_ptr<PeerLink>>> ConnectPeers(LinkListener
     if (absl::Now() >= s.deadline) {
       std::string missing;
       for (int p : expected) {
-        std::lock_guard<std::mutex> lock(s.mu);
-        if (s.links[p] == nullptr) missing = std::to_string(p);
+        if (!s.Linked(p)) missing = std::to_string(p);
       }
       s.Fail(absl::DeadlineExceededError(absl::StrCat(
           "ring: rank ", missing, " did not connect within ",
@@ -274,23 +308,25 @@ absl::StatusOr<std::vector<std::unique_ptr<PeerLink>>> ConnectPeers(LinkListener
     }
     const int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) continue;
-    const int peer = Handshake(s, fd, expected, &refused);
-    bool fresh = false;
-    if (peer >= 0) {
-      std::lock_guard<std::mutex> lock(s.mu);
-      fresh = s.links[peer] == nullptr;
-    }
-    if (!fresh) {
+    bool first = false;
+    const int peer = Handshake(s, fd, expected, &first, &refused);
+    if (peer < 0 || !s.Add(peer, fd, first)) {
       ::close(fd);
       continue;
     }
-    s.Add(peer, fd);
-    ++accepted;
+    if (s.Linked(peer)) ++accepted;
   }
   // Wait for the dialers (they give up at the deadline, or at once after a failure).
   for (std::thread& t : dialers) t.join();
   if (!s.error.ok()) return s.error;
-  return std::move(s.links);
+  std::vector<std::unique_ptr<PeerLink>> links(static_cast<size_t>(s.n));
+  for (int p : peers) {
+    const auto u = static_cast<size_t>(p);
+    links[u] = std::make_unique<PeerLink>(p, o.addresses[u], s.first_fds[u], s.second_fds[u],
+                                          Dials(s.n, o.rank, p));
+    s.first_fds[u] = s.second_fds[u] = -1;
+  }
+  return links;
 }
 
 absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address) {

@@ -1,7 +1,12 @@
-// Peer links and the byte pump without a collective on top: who dials whom, the token
+// Peer links and the byte pump without a collective on top: who dials whom, which connection
+// a unit takes, the token
 // handshake, and the rule that a link ending fails an operation only while this rank still
 // has something to move on it.
 #include "trainer/comm/peer_link.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <future>
 
@@ -59,21 +64,69 @@ TEST(PeerLinkTest, OfEachPairExactlyOneDialsAndOnARingThatIsTheRankBefore) {
   }
 }
 
+int LocalPort(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof(a);
+  return ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 ? ntohs(a.sin_port) : -1;
+}
+int RemotePort(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof(a);
+  return ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 ? ntohs(a.sin_port) : -1;
+}
+
+TEST(PeerLinkTest, LargeUnitsTakeAConnectionPerDirectionSmallOnesShareOne) {
+  auto mesh = Mesh(3);
+  ASSERT_EQ(mesh.size(), 3u);
+  const size_t large = PeerLink::kSplitBytes, small = PeerLink::kSplitBytes - 1;
+  for (int r = 0; r < 3; ++r) {
+    for (int q = 0; q < 3; ++q) {
+      if (q == r) {
+        EXPECT_EQ(mesh[r][q], nullptr);
+        continue;
+      }
+      const PeerLink& mine = *mesh[r][q];
+      const PeerLink& theirs = *mesh[q][r];
+      EXPECT_EQ(mine.peer(), q);
+      EXPECT_NE(mine.SendFd(large), mine.RecvFd(large));
+      EXPECT_EQ(mine.SendFd(small), mine.RecvFd(small));
+      // What r sends on is the connection q receives on, for either size.
+      for (size_t bytes : {small, large}) {
+        EXPECT_EQ(LocalPort(mine.SendFd(bytes)), RemotePort(theirs.RecvFd(bytes)))
+            << r << " -> " << q << ", " << bytes << " bytes";
+        EXPECT_EQ(LocalPort(theirs.SendFd(bytes)), RemotePort(mine.RecvFd(bytes)))
+            << q << " -> " << r << ", " << bytes << " bytes";
+      }
+    }
+  }
+}
+
 TEST(PeerLinkTest, LinksCarryBytesBothWays) {
-  auto mesh = Mesh(2);
-  ASSERT_EQ(mesh.size(), 2u);
-  std::vector<float> a = {1, 2, 3}, b = {10, 20, 30};
-  auto run = [&](int r, std::vector<float>& mine) {
-    Exchanger x(r, std::move(mesh[r]), absl::Seconds(30));
-    // Receive the other's buffer and add it into ours.
-    return x.Run({{1 - r, reinterpret_cast<const char*>(mine.data()), 12, 0}},
-                 {{1 - r, nullptr, 12, mine.data()}}, NotAborted);
-  };
-  auto other = std::async(std::launch::async, [&] { return run(1, b); });
-  ASSERT_TRUE(run(0, a).ok());
-  ASSERT_TRUE(other.get().ok());
-  EXPECT_EQ(a, (std::vector<float>{11, 22, 33}));
-  EXPECT_EQ(b, a);
+  // Units under and over kSplitBytes: on the shared connection and one per direction.
+  for (size_t floats : {size_t{3}, PeerLink::kSplitBytes}) {
+    auto mesh = Mesh(2);
+    ASSERT_EQ(mesh.size(), 2u);
+    std::vector<float> a(floats), b(floats);
+    for (size_t i = 0; i < floats; ++i) {
+      a[i] = static_cast<float>(i % 1000);
+      b[i] = static_cast<float>(10 * (i % 7));
+    }
+    std::vector<float> sum(floats);
+    for (size_t i = 0; i < floats; ++i) sum[i] = a[i] + b[i];
+    auto run = [&](int r, std::vector<float>& mine) {
+      Exchanger x(r, std::move(mesh[r]), absl::Seconds(30));
+      // Receive the other's buffer and add it into ours, while sending ours (before the add).
+      std::vector<float> copy = mine;
+      const size_t bytes = floats * sizeof(float);
+      return x.Run({{1 - r, reinterpret_cast<const char*>(copy.data()), bytes, 0}},
+                   {{1 - r, nullptr, bytes, mine.data()}}, NotAborted);
+    };
+    auto other = std::async(std::launch::async, [&] { return run(1, b); });
+    ASSERT_TRUE(run(0, a).ok());
+    ASSERT_TRUE(other.get().ok());
+    EXPECT_EQ(a, sum) << floats << " floats";
+    EXPECT_EQ(b, sum) << floats << " floats";
+  }
 }
 
 TEST(PeerLinkTest, APeerThatLeavesAfterItsPartIsDoneFailsNothing) {
