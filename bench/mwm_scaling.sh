@@ -11,7 +11,8 @@ trainer=$build/trainer/lockstep-trainer
 tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
 rate() { sed -n 's/^steady training samples\/s: \([0-9.]*\).*/\1/p' "$1"; }
-common=(--model="$model" --epochs=1 --metrics-port=0)
+# One thread per process, so two workers take the cores one worker's thread and its peer's do.
+common=(--model="$model" --epochs=1 --metrics-port=0 --threads=1)
 
 "$trainer" "${common[@]}" --batch-size="$batch" >"$tmp/one" 2>&1
 one=$(rate "$tmp/one")

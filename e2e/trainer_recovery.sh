@@ -13,6 +13,8 @@ work=$(mktemp -d)
 trap 'kill -KILL $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export LOCKSTEP_POD_IP=127.0.0.1 LOCKSTEP_JOB_TOKEN=recovery-token LOCKSTEP_STRATEGY=MultiWorkerMirrored
+# Four tasks on this machine: each gets a thread, as lockstep local's CPU share would give them.
+export LOCKSTEP_CPU_LIMIT=1
 
 # Free ports: the coordinator's (the chief's TF_CONFIG address), the workers', /progress.
 read -r p0 p1 p2 p3 metrics < <(/usr/bin/python3 -c '

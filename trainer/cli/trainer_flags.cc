@@ -135,9 +135,10 @@ Trains a model with a tf.distribute strategy and serves GET /progress and /metri
                                   AIP_MODEL_DIR, else none; needs a Keras model file)
   --initial-weights=FILE          start from Keras weights: a .keras archive, a .weights.h5 or a
                                   Keras 2 .h5 (a checkpoint to resume from still wins)
-  --threads=N|auto                CPU threads of the GEMMs, convolutions and update loops, one
-                                  OpenMP pool (default 1; auto: the CPUs the process may use,
-                                  its cgroup's CPU limit within its affinity mask)
+  --threads=N|auto                CPU threads of the GEMMs, convolutions and element loops, one
+                                  OpenMP pool (default auto: the CPUs the process may use, its
+                                  cgroup's CPU limit or LOCKSTEP_CPU_LIMIT within its affinity
+                                  mask)
   --metrics-port=PORT             /progress and /metrics (default 9464; 0 turns it off)
   --log-format=text|json          log lines as text (default) or JSON objects
 
@@ -196,6 +197,7 @@ struct FlagValue {
   TrainerConfig& c;
   bool lr_set = false;
   bool dataset_set = false;
+  bool threads_auto = true;  // --threads=auto, the default
   std::optional<std::string> strategy, recovery, elastic_max;
 
   absl::Status Bad(const std::string& want) const { return trainer::Bad(name, value, want); }
@@ -313,13 +315,8 @@ constexpr Flag kFlags[] = {
      [](FlagValue& f) { return f.Text(&f.c.initial_weights, "a weights file"); }},
     {"threads",
      [](FlagValue& f) {
-       if (f.value == "auto") {
-         const CpuLimit limit = ReadCpuLimit();
-         f.c.threads = std::min(limit.cpus, 256);
-         f.c.threads_auto = limit.Describe();
-         return absl::OkStatus();
-       }
-       f.c.threads_auto.clear();
+       f.threads_auto = f.value == "auto";
+       if (f.threads_auto) return absl::OkStatus();
        return f.Positive(&f.c.threads, 256, "a thread count from 1 to 256, or auto");
      }},
     {"log-format",
@@ -450,6 +447,16 @@ absl::Status ApplyEnvironment(const std::map<std::string, std::string>& env, Fla
       return Bad("elastic-max-workers", *f.elastic_max, "a worker count from 1 to 1024");
     }
     c.elastic_max_workers = static_cast<int>(v);
+  }
+  if (f.threads_auto) {
+    const std::string share = get("LOCKSTEP_CPU_LIMIT");
+    if (!share.empty() && !EnvCpuLimit(share)) {
+      return absl::InvalidArgumentError("LOCKSTEP_CPU_LIMIT \"" + share +
+                                        "\" is not a positive number of CPUs");
+    }
+    const CpuLimit limit = ReadCpuLimit("/sys/fs/cgroup", std::nullopt, share);
+    c.threads = std::min(limit.cpus, 256);
+    c.threads_auto = limit.Describe();
   }
   c.job_token = get("LOCKSTEP_JOB_TOKEN");
   if (c.tensorboard_dir.empty()) c.tensorboard_dir = get("AIP_TENSORBOARD_LOG_DIR");

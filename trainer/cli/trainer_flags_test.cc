@@ -286,6 +286,28 @@ TEST(TrainerFlagsTest, ThreadsAutoAreTheCpusTheProcessMayUse) {
   EXPECT_EQ(c->threads_auto, "");
   EXPECT_THAT(ParseTrainerConfig({"--threads=some"}, {}).status().message(),
               HasSubstr("--threads"));
+  // auto is the default.
+  c = ParseTrainerConfig({}, {});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->threads, limit.cpus);
+  EXPECT_EQ(c->threads_auto, limit.Describe());
+}
+
+TEST(TrainerFlagsTest, ThreadsAutoTakesLockstepLocalsShare) {
+  const CpuLimit limit = ReadCpuLimit();
+  absl::StatusOr<TrainerConfig> c = ParseTrainerConfig({}, {{"LOCKSTEP_CPU_LIMIT", "1"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->threads, 1);
+  EXPECT_THAT(c->threads_auto, HasSubstr("LOCKSTEP_CPU_LIMIT=1 of "));
+  c = ParseTrainerConfig({"--threads=auto"}, {{"LOCKSTEP_CPU_LIMIT", "512"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->threads, std::min(limit.cpus, 256));
+  // A count given wins over the share; a share that is not a number is refused by name.
+  c = ParseTrainerConfig({"--threads=3"}, {{"LOCKSTEP_CPU_LIMIT", "1"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->threads, 3);
+  EXPECT_THAT(ParseTrainerConfig({}, {{"LOCKSTEP_CPU_LIMIT", "two"}}).status().message(),
+              HasSubstr("LOCKSTEP_CPU_LIMIT \"two\""));
 }
 
 TEST(ProgressTrackerTest, ReportsStepLossRateCheckpointAndEta) {

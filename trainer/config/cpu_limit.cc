@@ -60,17 +60,28 @@ std::optional<double> CfsLimit(std::string_view quota_us, std::string_view perio
   return static_cast<double>(*quota) / static_cast<double>(*period);
 }
 
+std::optional<double> EnvCpuLimit(std::string_view value) {
+  value = Trim(value);
+  double v = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (value.empty() || ec != std::errc() || end != value.data() + value.size() || !(v > 0) ||
+      !std::isfinite(v)) {
+    return std::nullopt;
+  }
+  return v;
+}
+
 std::string CpuLimit::Describe() const {
   std::ostringstream s;
   s << cpus << " (";
-  if (quota) {
-    s << "the cgroup's CPU limit " << *quota << " of ";
-  }
+  if (quota) s << "the cgroup's CPU limit " << *quota << (env_limit ? " and " : " of ");
+  if (env_limit) s << "LOCKSTEP_CPU_LIMIT=" << *env_limit << " of ";
   s << affinity << " CPU" << (affinity == 1 ? "" : "s") << " in the affinity mask)";
   return s.str();
 }
 
-CpuLimit ReadCpuLimit(const std::string& root, std::optional<std::string> path) {
+CpuLimit ReadCpuLimit(const std::string& root, std::optional<std::string> path,
+                      std::string_view env_limit) {
   namespace fs = std::filesystem;
   CpuLimit out;
   cpu_set_t set;
@@ -105,8 +116,11 @@ CpuLimit ReadCpuLimit(const std::string& root, std::optional<std::string> path) 
       break;
     }
   }
+  out.env_limit = EnvCpuLimit(env_limit);
   int cpus = std::max(out.affinity, 1);
-  if (out.quota) cpus = std::min(cpus, static_cast<int>(std::ceil(*out.quota - 1e-9)));
+  if (const std::optional<double> limit = Min(out.quota, out.env_limit)) {
+    cpus = std::min(cpus, static_cast<int>(std::ceil(*limit - 1e-9)));
+  }
   out.cpus = std::max(cpus, 1);
   return out;
 }

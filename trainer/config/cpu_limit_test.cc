@@ -26,6 +26,13 @@ TEST(CpuLimitTest, ParsesCgroupFiles) {
   EXPECT_EQ(CfsLimit("-1\n", "100000\n"), std::nullopt);
   EXPECT_EQ(CfsLimit("250000\n", "100000\n"), 2.5);
   EXPECT_EQ(CfsLimit("x", "100000"), std::nullopt);
+  EXPECT_EQ(EnvCpuLimit("2"), 2.0);
+  EXPECT_EQ(EnvCpuLimit("0.5\n"), 0.5);
+  EXPECT_EQ(EnvCpuLimit(""), std::nullopt);
+  EXPECT_EQ(EnvCpuLimit("0"), std::nullopt);
+  EXPECT_EQ(EnvCpuLimit("-1"), std::nullopt);
+  EXPECT_EQ(EnvCpuLimit("2 CPUs"), std::nullopt);
+  EXPECT_EQ(EnvCpuLimit("inf"), std::nullopt);
 }
 
 void Write(const fs::path& p, const std::string& text) {
@@ -62,6 +69,26 @@ TEST(CpuLimitTest, TakesTheTightestLimitUpTheHierarchyCappedByTheAffinityMask) {
   // A cgroup namespace's root ("/", a container's own view) reads the root's file.
   Write(root.path() / "cpu.max", "300000 100000\n");
   EXPECT_EQ(ReadCpuLimit(top, "/").quota, 3.0);
+}
+
+TEST(CpuLimitTest, LockstepLocalsShareCapsLikeACgroupLimit) {
+  testing::TempDir root("cpu-limit-env");
+  const std::string top = root.path().string();
+  const CpuLimit none = ReadCpuLimit(top, "/");
+  // lockstep local's share alone (no cgroup files): 1.5 rounds up to 2, within the mask.
+  const CpuLimit share = ReadCpuLimit(top, "/", "1.5");
+  EXPECT_EQ(share.env_limit, 1.5);
+  EXPECT_EQ(share.cpus, std::min(2, none.affinity));
+  EXPECT_NE(share.Describe().find("LOCKSTEP_CPU_LIMIT=1.5 of "), std::string::npos)
+      << share.Describe();
+  // Beside a cgroup limit the tighter one wins, whichever it is.
+  Write(root.path() / "cpu.max", "300000 100000\n");
+  EXPECT_EQ(ReadCpuLimit(top, "/", "1").cpus, 1);
+  EXPECT_EQ(ReadCpuLimit(top, "/", "64").cpus, std::min(3, none.affinity));
+  EXPECT_NE(ReadCpuLimit(top, "/", "1").Describe().find("the cgroup's CPU limit 3 and "),
+            std::string::npos);
+  // A value that is not a positive number is no limit.
+  EXPECT_EQ(ReadCpuLimit(top, "/", "lots").env_limit, std::nullopt);
 }
 
 }  // namespace

@@ -86,7 +86,7 @@ struct TrainerConfig {
   // Keras weights a run starts from (--initial-weights): a .keras archive, a Keras 3
   // .weights.h5 or a Keras 2 .h5.
   std::string initial_weights;
-  int threads = 1;
+  int threads = 1;  // the command line's default is auto (cpu_limit.h)
   // --threads=auto: how the count was found (cpu_limit.h's CpuLimit::Describe); "" when given.
   std::string threads_auto;
   int metrics_port = 9464;  // 0: no progress server

@@ -1,5 +1,6 @@
 #include "operator/local/kubelet/resolve_container.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -74,6 +75,58 @@ std::optional<std::string> ResolveRef(const json& pod, const ContainerContext& c
   }
   *why = "unsupported valueFrom";
   return std::nullopt;
+}
+
+// A CPU quantity (2, "2", "0.5", "500m") in CPUs; nullopt for anything else.
+std::optional<double> CpuQuantity(const json& q) {
+  if (q.is_number()) {
+    const double v = q.get<double>();
+    return v > 0 ? std::optional<double>(v) : std::nullopt;
+  }
+  if (!q.is_string()) return std::nullopt;
+  std::string text = q.get<std::string>();
+  double scale = 1;
+  if (!text.empty() && text.back() == 'm') {
+    scale = 1e-3;
+    text.pop_back();
+  }
+  if (text.empty() || text.find_first_not_of("0123456789.") != std::string::npos ||
+      std::count(text.begin(), text.end(), '.') > 1 || text == ".") {
+    return std::nullopt;
+  }
+  const double v = std::stod(text) * scale;
+  return v > 0 ? std::optional<double>(v) : std::nullopt;
+}
+
+// The CPUs a container may use here, where no cgroup enforces a limit: its limits.cpu, else
+// an even share of this machine among the tasks of its TF_CONFIG cluster (they all run here),
+// else nothing (every CPU).
+std::optional<std::string> CpuShare(const json& cs, const std::map<std::string, std::string>& env,
+                                    int cpus) {
+  if (const json* res = api::ObjectAt(cs, "resources")) {
+    if (const json* limits = api::ObjectAt(*res, "limits"); limits && limits->contains("cpu")) {
+      if (std::optional<double> v = CpuQuantity((*limits)["cpu"])) {
+        std::ostringstream out;
+        out << *v;
+        return out.str();
+      }
+    }
+  }
+  auto tf = env.find("TF_CONFIG");
+  if (cpus <= 0 || tf == env.end()) return std::nullopt;
+  const json config = json::parse(tf->second, nullptr, /*allow_exceptions=*/false);
+  const json* cluster = config.is_object() ? api::ObjectAt(config, "cluster") : nullptr;
+  if (cluster == nullptr) return std::nullopt;
+  int tasks = 0;
+  for (auto it = cluster->begin(); it != cluster->end(); ++it) {
+    if (it->is_array()) tasks += static_cast<int>(it->size());
+  }
+  // A task outside the cluster (the evaluator) runs beside it.
+  const json* task = api::ObjectAt(config, "task");
+  const std::string type = task ? api::StringAt(*task, "type") : "";
+  if (!type.empty() && !cluster->contains(type)) ++tasks;
+  if (tasks <= 0) return std::nullopt;
+  return std::to_string(std::max(1, cpus / tasks));
 }
 
 // The program and its arguments: the locally built binary for our images, else the
@@ -285,6 +338,12 @@ std::variant<LaunchSpec, Waiting> ResolveContainer(const json& pod, size_t index
   }
   for (size_t a = 1; a < launch.argv.size(); ++a) {
     launch.argv[a] = ExpandEnvRefs(launch.argv[a], env_values);
+  }
+  // No cgroup bounds the process: say what a node would give it (cpu_limit.h reads it).
+  if (!env_values.contains("LOCKSTEP_CPU_LIMIT")) {
+    if (std::optional<std::string> share = CpuShare(cs, env_values, ctx.cpus)) {
+      launch.env.push_back("LOCKSTEP_CPU_LIMIT=" + *share);
+    }
   }
   // The service account: KUBECONFIG names the kubeconfig where it is mounted, or in the pod
   // directory when the child gets no mount namespace.

@@ -68,6 +68,7 @@ struct ContainerContext {
   std::string path;             // PATH, for the container and for finding its command
   std::string termination_log;  // LOCKSTEP_TERMINATION_LOG
   bool private_mounts = true;   // KUBECONFIG names kServiceAccountDir rather than the pod dir
+  int cpus = 0;                 // this machine's CPUs, for LOCKSTEP_CPU_LIMIT (0: none given)
   // Whether `path` is an executable file.
   std::function<bool(const std::string& path)> executable;
   // A Secret's (secret true) or ConfigMap's object in the pod's namespace.

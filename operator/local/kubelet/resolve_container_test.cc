@@ -180,6 +180,48 @@ TEST(ResolveContainerTest, EnvironmentFromValuesFieldsSecretsAndConfigMaps) {
   EXPECT_FALSE(spec.kubeconfig_env.has_value());
 }
 
+// The CPU share a node's cgroup would give, as LOCKSTEP_CPU_LIMIT: limits.cpu, else the
+// machine's CPUs over the tasks of the TF_CONFIG cluster, else none; a value the pod sets wins.
+TEST(ResolveContainerTest, EveryTaskGetsACpuShare) {
+  ContainerContext ctx = Context();
+  ctx.cpus = 16;
+  const std::string four_tasks =
+      R"({"cluster":{"chief":["c:1"],"worker":["w0:1","w1:1"],"ps":["p:1"]},)"
+      R"("task":{"type":"worker","index":1}})";
+  const std::string evaluator =
+      R"({"cluster":{"chief":["c:1"],"worker":["w0:1","w1:1"]},"task":{"type":"evaluator","index":0}})";
+  auto share = [&](json container, const ContainerContext& context) {
+    container["name"] = "main";
+    container["image"] = "lockstep/trainer";
+    LaunchSpec spec = Launch(ResolveContainer(PodWith(container), 0, context));
+    std::string found = "none";
+    for (const std::string& e : spec.env) {
+      if (e.rfind("LOCKSTEP_CPU_LIMIT=", 0) == 0) found = e.substr(19);
+    }
+    return found;
+  };
+  auto with_tf = [](const std::string& tf) {
+    return json{{"env", {{{"name", "TF_CONFIG"}, {"value", tf}}}}};
+  };
+  EXPECT_EQ(share(with_tf(four_tasks), ctx), "4");
+  EXPECT_EQ(share(with_tf(evaluator), ctx), "4");  // 3 in the cluster and the evaluator
+  json limited = with_tf(four_tasks);
+  for (const auto& [cpu, want] : std::vector<std::pair<json, std::string>>{
+           {"2", "2"}, {"500m", "0.5"}, {1.5, "1.5"}, {"1500m", "1.5"}}) {
+    limited["resources"] = {{"limits", {{"cpu", cpu}}}};
+    EXPECT_EQ(share(limited, ctx), want) << cpu;
+  }
+  limited["resources"] = {{"limits", {{"cpu", "lots"}}}};  // not a quantity: the even share
+  EXPECT_EQ(share(limited, ctx), "4");
+  ctx.cpus = 2;  // more tasks than CPUs: one each
+  EXPECT_EQ(share(with_tf(four_tasks), ctx), "1");
+  EXPECT_EQ(share(json::object(), ctx), "none");  // not a training task
+  EXPECT_EQ(share(with_tf("{not json"), ctx), "none");
+  json own = with_tf(four_tasks);
+  own["env"].push_back({{"name", "LOCKSTEP_CPU_LIMIT"}, {"value", "3"}});
+  EXPECT_EQ(share(own, ctx), "3");
+}
+
 TEST(ResolveContainerTest, ConfigMapAndSecretVolumesProjectTheirKeys) {
   ContainerContext ctx = Context();
   json container = {{"name", "main"},

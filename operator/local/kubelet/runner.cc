@@ -1,5 +1,7 @@
 #include "operator/local/kubelet/runner.h"
 
+#include <sched.h>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -223,6 +225,9 @@ struct Runner::Impl {
     ctx.path = std::getenv("PATH") ? std::getenv("PATH") : "";
     ctx.termination_log = c.termination_log;
     ctx.private_mounts = options.private_hosts;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    ctx.cpus = ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
     ctx.executable = [](const std::string& path) { return ::access(path.c_str(), X_OK) == 0; };
     ctx.get_object = [this, ns = run.ns](bool secret, const std::string& name) {
       return client->Get(secret ? kube::resources::kSecrets

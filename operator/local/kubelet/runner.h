@@ -12,6 +12,9 @@
 //  - env (values, fieldRef to metadata.name/namespace/uid/labels, status.podIP, spec.nodeName;
 //    secretKeyRef and configMapKeyRef), workingDir, and LOCKSTEP_TERMINATION_LOG pointing at
 //    the file whose contents become the termination message;
+//  - a CPU share in place of the cgroup a node would give: LOCKSTEP_CPU_LIMIT, the container's
+//    limits.cpu, else this machine's CPUs divided among the tasks of its TF_CONFIG cluster (the
+//    trainer's --threads=auto reads it, so a job's processes do not all take every core);
 //  - every pod gets its own loopback address (127.0.x.y) as podIP, and, when the kernel allows
 //    a private mount namespace (as root, or inside a user namespace otherwise), its own
 //    /etc/hosts in which every Service name
