@@ -9,6 +9,15 @@
 #include "trainer/kernels/cpu/threads.h"
 
 namespace lockstep::trainer::graph {
+namespace {
+
+// Zeroes t, large tensors split over the kernels' threads.
+void ZeroFill(Tensor* t) {
+  float* d = t->data();
+  cpu::ParallelFor(t->size(), 1, [&](int64_t b, int64_t e) { std::fill(d + b, d + e, 0.0f); });
+}
+
+}  // namespace
 
 Weight& Layer::AddWeight(std::string name, Tensor init, bool trainable) {
   Weight w;
@@ -196,8 +205,7 @@ class CpuBackend {
   }
   static absl::Status Zeros(const Tensor& like, Tensor* dst) {
     dst->Resize(like.shape());
-    float* d = dst->data();
-    cpu::ParallelFor(dst->size(), 1, [&](int64_t b, int64_t e) { std::fill(d + b, d + e, 0.0f); });
+    ZeroFill(dst);
     return absl::OkStatus();
   }
   static absl::Status Copy(const Tensor& src, Tensor* dst) {
@@ -292,7 +300,7 @@ void Graph::Forward(const std::vector<const Tensor*>& inputs, const CallContext&
 
 void Graph::Backward(const std::vector<const Tensor*>& doutputs, const GradsReady& ready) {
   CpuRun& r = Run();
-  for (Tensor* g : Grads()) g->Fill(0.0f);
+  for (Tensor* g : Grads()) ZeroFill(g);
   r.executor.StartBackward();
   for (size_t k = 0; k < outputs_.size(); ++k) {
     if (k < doutputs.size() && doutputs[k] != nullptr) {

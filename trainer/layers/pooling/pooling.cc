@@ -3,11 +3,24 @@
 #include <algorithm>
 #include <cmath>
 
+#include "trainer/kernels/cpu/simd.h"
 #include "trainer/kernels/cpu/threads.h"
 #include "trainer/layers/convolutional/spatial_dims.h"
 
 namespace lockstep::trainer::graph {
 namespace {
+
+// y = max(y, x) over c channels, arg[j] the index (base + j) of the input that holds it: by
+// selects, not a branch per element (which mispredicted on half of them, 28% of the cnn's
+// step), so the loop vectorises; the first of equal maxima keeps the gradient.
+LOCKSTEP_SIMD_CLONES void MaxInto(const float* __restrict x, int64_t c, int64_t base,
+                                  float* __restrict y, int64_t* __restrict arg) {
+  for (int64_t j = 0; j < c; ++j) {
+    const bool larger = x[j] > y[j];
+    y[j] = larger ? x[j] : y[j];
+    arg[j] = larger ? base + j : arg[j];
+  }
+}
 
 class Pooling final : public Layer, public HasOptions<PoolOptions> {
  public:
@@ -68,12 +81,7 @@ class Pooling final : public Layer, public HasOptions<PoolOptions> {
               first = false;
               return;
             }
-            for (int64_t j = 0; j < c; ++j) {
-              if (xr[j] > yr[j]) {
-                yr[j] = xr[j];
-                ar[j] = i * c + j;
-              }
-            }
+            MaxInto(xr, c, i * c, yr, ar);
           });
         });
       });
@@ -100,20 +108,29 @@ class Pooling final : public Layer, public HasOptions<PoolOptions> {
     const Geo g = GeoOf(x.shape());
     Tensor& dx = (*din)[0];
     dx.Resize(x.shape());
-    dx.Fill(0.0f);
-    if (g.empty()) return;
+    if (g.empty()) {
+      dx.Fill(0.0f);
+      return;
+    }
     const float* dy = dout[0]->data();
     float* dxp = dx.data();
-    // Each example's gradient lands in its own input: split over the kernels' threads.
+    // Each example's gradient lands in its own input: split over the kernels' threads, each
+    // range zeroing its examples' inputs first.
     const int64_t c = g.in.c, per_example = g.out.size() * c;
+    const int64_t in_per_example = g.in.size() * c;
+    auto zero = [&](int64_t n0, int64_t n1) {
+      std::fill(dxp + n0 * in_per_example, dxp + n1 * in_per_example, 0.0f);
+    };
     if (o_.mode == PoolMode::kMax) {
       const int64_t* arg = s->i.data();
-      cpu::ParallelFor(g.in.n, per_example, [&](int64_t n0, int64_t n1) {
+      cpu::ParallelFor(g.in.n, per_example + in_per_example, [&](int64_t n0, int64_t n1) {
+        zero(n0, n1);
         for (int64_t k = n0 * per_example; k < n1 * per_example; ++k) dxp[arg[k]] += dy[k];
       });
       return;
     }
     cpu::ParallelFor(g.in.n, per_example * g.k[0] * g.k[1] * g.k[2], [&](int64_t n0, int64_t n1) {
+      zero(n0, n1);
       ForEachWindow(g, n0, n1, [&](int64_t o, const int64_t* lo, const int64_t* hi) {
         const float* dyr = dy + o * c;
         const float inv = 1.0f / static_cast<float>(Count(lo, hi));
