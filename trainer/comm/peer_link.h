@@ -11,9 +11,9 @@
 // rank the other is at most half-way round the ring from dials (the lower rank when exactly
 // half-way), so on a ring each rank dials its next rank and accepts its previous one. The
 // dialer opens both of the pair's connections. Every connection opens with a handshake
-// carrying the job token, the dialer's rank, the group size and the connection's direction;
-// the acceptor answers yes or no and drops connections with a wrong token, so only members of
-// the job get a link.
+// carrying the job token, the dialer's rank, the group size and which of the pair's two
+// connections it is; the acceptor answers yes or no and drops connections with a wrong token,
+// so only members of the job get a link.
 //
 // Errors: a peer that cannot be reached within the connect timeout is DeadlineExceeded
 // (naming its address and the last error); a peer that refuses this rank is PermissionDenied.
