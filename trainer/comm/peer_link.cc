@@ -162,24 +162,28 @@ void Dial(Setup& s, int peer, const std::string& host, int port) {
     greeting += s.o.token;
     for (;;) {
       if (s.stop) return;
+      if (absl::Now() >= s.deadline) {
+        return s.Fail(absl::DeadlineExceededError(
+            absl::StrCat("ring: could not connect to rank ", peer, " at ", s.o.addresses[peer],
+                         " within ", absl::FormatDuration(s.o.connect_timeout), " (", why, ")")));
+      }
       const int fd = Connect(host, port, s.deadline, &why);
       if (fd < 0) {
-        if (absl::Now() >= s.deadline) {
-          return s.Fail(absl::DeadlineExceededError(
-              absl::StrCat("ring: could not connect to rank ", peer, " at ", s.o.addresses[peer],
-                           " within ", absl::FormatDuration(s.o.connect_timeout), " (", why, ")")));
-        }
         std::this_thread::sleep_for(std::chrono::milliseconds(100));  // not listening yet
         continue;
       }
-      if (absl::Status w = Transfer(fd, greeting.data(), greeting.size(), true, s.deadline);
-          !w.ok()) {
-        ::close(fd);
-        return s.Fail(absl::UnavailableError(
-            absl::StrCat("ring: handshake with ", s.o.addresses[peer], " failed: ", w.message())));
-      }
+      // A connection that ends before the answer (the peer's setup ended, or it restarts) is
+      // tried again; only an answer of no is a refusal.
       char answer = 0;
-      if (!Transfer(fd, &answer, 1, false, s.deadline).ok() || answer != 1) {
+      absl::Status w = Transfer(fd, greeting.data(), greeting.size(), true, s.deadline);
+      if (w.ok()) w = Transfer(fd, &answer, 1, false, s.deadline);
+      if (!w.ok()) {
+        ::close(fd);
+        why = absl::StrCat("the handshake ended: ", w.message());
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+      if (answer != 1) {
         ::close(fd);
         return s.Fail(absl::PermissionDeniedError(
             absl::StrCat("ring: rank ", peer, " at ", s.o.addresses[peer],
@@ -318,7 +322,14 @@ absl::StatusOr<std::vector<std::unique_ptr<PeerLink>>> ConnectPeers(LinkListener
   }
   // Wait for the dialers (they give up at the deadline, or at once after a failure).
   for (std::thread& t : dialers) t.join();
-  if (!s.error.ok()) return s.error;
+  if (!s.error.ok()) {
+    // Whichever side timed out first, a refused stranger may be why: say so.
+    if (absl::IsDeadlineExceeded(s.error) && !refused.empty() &&
+        s.error.message().find("refused") == std::string_view::npos) {
+      return absl::DeadlineExceededError(absl::StrCat(s.error.message(), "; refused ", refused));
+    }
+    return s.error;
+  }
   std::vector<std::unique_ptr<PeerLink>> links(static_cast<size_t>(s.n));
   for (int p : peers) {
     const auto u = static_cast<size_t>(p);
