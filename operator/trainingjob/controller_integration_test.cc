@@ -276,6 +276,15 @@ class ControllerIntegrationTest : public ::testing::Test {
   bool WaitState(const std::string& job, const std::string& state) {
     return WaitFor([&] { return State(job) == state; }, job + " to be " + state);
   }
+  // Whether the job has an event of `reason` (events outlive the job).
+  bool HasEvent(const std::string& job, const std::string& reason) {
+    absl::StatusOr<json> l = client_->List(res::kEvents, "ns", {});
+    if (!l.ok()) return false;
+    for (const json& e : (*l)["items"]) {
+      if (e["involvedObject"]["name"] == job && e["reason"] == reason) return true;
+    }
+    return false;
+  }
 
   // The kubelet's part: the pod's phase and its container's state.
   void SetPod(const std::string& name, const std::string& phase, int exit_code = 0,
@@ -542,8 +551,11 @@ TEST_F(ControllerIntegrationTest, TtlDeletesTheJobAndItsChildren) {
                 {{"runPolicy", {{"ttlSecondsAfterFinished", 1}, {"cleanPodPolicy", "None"}}}}));
   RunAll("t", 0, 2);
   SetPod("t-worker-0", "Succeeded");
-  ASSERT_TRUE(WaitState("t", "Succeeded"));
+  // A second after it succeeds the job is gone, maybe before a poll saw it Succeeded (a
+  // loaded sanitizer run missed it): its events tell the order.
   ASSERT_TRUE(WaitFor([&] { return Job("t").is_null(); }, "the job deleted"));
+  EXPECT_TRUE(WaitFor([&] { return HasEvent("t", "Worker0Succeeded"); }, "the success event"));
+  EXPECT_TRUE(WaitFor([&] { return HasEvent("t", "TTLExpired"); }, "the TTL event"));
   EXPECT_TRUE(WaitFor(
       [&] {
         return Pods("t").empty() && List(res::kServices, "t").empty() &&
