@@ -11,7 +11,8 @@
 # fixed so its activation buffers do not page-fault every step (see torch_peer.py).
 # OpenBLAS picks its kernels by CPU unless OPENBLAS_CORETYPE says otherwise; the first line
 # printed names the kernels both programs get.
-# Usage: bench/trainer_vs_torch.sh [TRAINER_BINARY]
+# Usage: bench/trainer_vs_torch.sh [TRAINER_BINARY]   (THREADS="1 2 4" overrides the counts;
+#   N threads run on cores 0..N-1)
 set -euo pipefail
 trainer=${1:-build/release/trainer/lockstep-trainer}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,8 +24,8 @@ omp=/usr/lib/x86_64-linux-gnu/openblas-openmp
 printf '%-5s %-7s %12s %12s %7s\n' model threads lockstep torch ratio
 for model in mlp cnn; do
   steps=$([[ $model == mlp ]] && echo 3000 || echo 300)
-  for threads in 1 2; do
-    cpus=$([[ $threads == 1 ]] && echo 0 || echo 0,1)
+  for threads in ${THREADS:-1 2}; do
+    cpus=$([[ $threads == 1 ]] && echo 0 || echo "0-$((threads - 1))")
     ours=(); theirs=()
     for round in 1 2 3; do
       ours+=("$(taskset -c "$cpus" "$trainer" --model=$model --optimizer=sgd --learning-rate=0.01 \
