@@ -539,6 +539,16 @@ TEST_P(ApiServerStrictTest, QueryParametersParseAsTheRealServerParsesThem) {
                after.body["metadata"]["labels"].contains("x"));
   EXPECT_EQ(Call("DELETE", Path(kPods, "a") + "?dryRun=All").status, 200);
   EXPECT_EQ(Call("GET", Path(kPods, "a")).status, 200);
+  // kubectl delete --dry-run=server puts it in the DeleteOptions body: still nothing removed.
+  Answer body_dry = Call("DELETE", Path(kPods, "a"),
+                         {{"kind", "DeleteOptions"}, {"apiVersion", "v1"}, {"dryRun", {"All"}}});
+  EXPECT_EQ(body_dry.status, 200) << body_dry.body.dump();
+  EXPECT_EQ(Call("GET", Path(kPods, "a")).status, 200);
+  EXPECT_EQ(Call("DELETE", std::string(kPods), {{"dryRun", {"All"}}}).status, 200);  // a collection
+  EXPECT_EQ(Call("GET", Path(kPods, "a")).status, 200);
+  EXPECT_EQ(Call("DELETE", Path(kPods, "a"), {{"dryRun", {"Yes"}}}).status, 422);
+  EXPECT_EQ(Call("DELETE", Path(kPods, "a"), {{"dryRun", "All"}}).status, 400);
+  EXPECT_EQ(Call("GET", Path(kPods, "a")).status, 200);
 }
 
 }  // namespace

@@ -495,6 +495,20 @@ ApiResponse ApiServer::Impl::Handle(const ApiRequest& r) {
         g != options.end() && !g->is_null() && !g->is_number_integer()) {
       return Fail(400, "BadRequest", "DeleteOptions.gracePeriodSeconds must be an integer");
     }
+    // `kubectl delete --dry-run=server` sends the dry run in the body, not the query.
+    if (auto d = options.find("dryRun"); d != options.end() && !d->is_null()) {
+      if (!d->is_array()) return Fail(400, "BadRequest", "DeleteOptions.dryRun must be a list");
+      for (const json& v : *d) {
+        if (v != "All") {
+          return InvalidOptions(
+              "DeleteOptions",
+              api::NotSupported(api::FieldPath("dryRun"),
+                                api::QuoteJson(v.is_string() ? v.get<std::string>() : v.dump()),
+                                {"All"}));
+        }
+      }
+      if (!d->empty()) route.dry_run = true;
+    }
     if (route.name.empty()) return DeleteCollection(route, r, options);
     return Delete(route, options);
   }
