@@ -49,7 +49,8 @@ class LinkListener {
 // unit of kSplitBytes or more goes on the connection of its direction: the pair's first
 // connection carries the dialer's, the second the acceptor's. Smaller units take the first
 // connection both ways: on one connection each direction's data carries the other's
-// acknowledgements, which halved the latency of 4-16 KiB all-reduces on 2 ranks.
+// acknowledgements (split too, 4-16 KiB all-reduces on 2 ranks took 66 us against 48 at 4 KiB
+// and 64 against 32 at 16 KiB, medians of six).
 class PeerLink {
  public:
   static constexpr size_t kSplitBytes = 128 << 10;
