@@ -85,7 +85,7 @@ bool EventRecorder::TakeObjectToken(Key object, absl::Time mono) {
 }
 
 void EventRecorder::Record(const ObjectReference& object, EventType type, const std::string& reason,
-                           const std::string& message) {
+                           const std::string& message, bool essential) {
   const char* type_name = TypeName(type);
   const std::string object_id =
       object.uid.empty() ? object.namespace_ + "/" + object.name : object.uid;
@@ -94,7 +94,7 @@ void EventRecorder::Record(const ObjectReference& object, EventType type, const 
   std::string ns = object.namespace_.empty() ? "default" : object.namespace_;
 
   std::unique_lock lock(mu_);
-  if (!TakeObjectToken(Hash({object_id, object.kind}), mono)) {
+  if (!essential && !TakeObjectToken(Hash({object_id, object.kind}), mono)) {
     lock.unlock();
     Count("dropped_spam");
     return;
@@ -108,7 +108,7 @@ void EventRecorder::Record(const ObjectReference& object, EventType type, const 
     if (similar.messages.empty() || mono - similar.since >= options_.window) {
       similar = Similar{mono, {}};
     }
-    if (similar.messages.size() < options_.similar_max) {
+    if (essential || similar.messages.size() < options_.similar_max) {
       similar.messages.insert(Hash({message}));
     } else {
       text = kCombinedPrefix + message;
@@ -119,18 +119,21 @@ void EventRecorder::Record(const ObjectReference& object, EventType type, const 
   }
 
   if (queue_.size() >= options_.queue_size) {
-    // Full: a Warning takes the place of the oldest Normal event queued; otherwise it goes.
-    auto normal = type == EventType::kWarning
-                      ? std::find_if(queue_.begin(), queue_.end(),
-                                     [](const Write& q) { return q.type == EventType::kNormal; })
-                      : queue_.end();
-    if (normal == queue_.end()) {
+    // Full: an essential event takes the place of the oldest one that is not (or is queued
+    // past the size when all are); a Warning that of the oldest Normal one that is not
+    // essential; otherwise the event goes.
+    auto victim = std::find_if(queue_.begin(), queue_.end(), [&](const Write& q) {
+      if (q.essential) return false;
+      return essential || (type == EventType::kWarning && q.type == EventType::kNormal);
+    });
+    if (victim != queue_.end()) {
+      queue_.erase(victim);
+      Count("dropped_queue_full");
+    } else if (!essential) {
       lock.unlock();
       Count("dropped_queue_full");
       return;
     }
-    queue_.erase(normal);
-    Count("dropped_queue_full");
   }
 
   const Key key = Hash({object_id, object.kind, type_name, reason, combined ? "" : message,
@@ -140,6 +143,7 @@ void EventRecorder::Record(const ObjectReference& object, EventType type, const 
           .ns = ns,
           .object = object,
           .type = type,
+          .essential = essential,
           .reason = reason,
           .message = text,
           .last = now};

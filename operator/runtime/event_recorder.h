@@ -7,6 +7,10 @@
 //    that a Warning takes the place of the oldest Normal event queued.
 //  - Spam filter: each object may have `object_burst` events at once, then one per
 //    1/`object_qps` seconds (client-go: 25, then one per 5 minutes); the rest are dropped.
+//  - Essential events (a state change, a terminal reason: `essential`) bypass the spam filter
+//    and aggregation, and a full queue makes room for them by dropping the oldest event that
+//    is not essential (or grows past its size by one): they are what `kubectl describe` must
+//    end on, however many events came before.
 //  - Aggregation: an object's events of one type and reason with more than `similar_max`
 //    different messages within `window` become one Event, "(combined from similar events): "
 //    and the latest message, whose count grows.
@@ -75,7 +79,7 @@ class EventRecorder {
   EventRecorder& operator=(const EventRecorder&) = delete;
 
   void Record(const ObjectReference& object, EventType type, const std::string& reason,
-              const std::string& message);
+              const std::string& message, bool essential = false);
 
   // Blocks until every event queued so far is written (or dropped); false after `timeout`.
   // For tests and for a caller that wants its events out before it goes on.
@@ -108,6 +112,7 @@ class EventRecorder {
     std::string name;
     ObjectReference object;
     EventType type = EventType::kNormal;
+    bool essential = false;
     std::string reason;
     std::string message;
     int64_t count = 1;  // above 1: a repeat, patched (created whole if the server expired it)

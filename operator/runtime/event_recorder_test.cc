@@ -115,6 +115,51 @@ TEST_F(EventRecorderTest, TheSpamFilterLimitsEachObjectAlone) {
   EXPECT_EQ(Outcome(metrics, "dropped_spam"), 3);
 }
 
+// The case: past the spam filter's 25 events a job failed and its BackoffLimitExceeded
+// was dropped, so kubectl describe ended on a restart. State changes are essential: they pass
+// the filter and aggregation, and a full queue makes room for them.
+TEST_F(EventRecorderTest, EssentialEventsPassTheSpamFilterAggregationAndAFullQueue) {
+  common::MetricsRegistry metrics;
+  EventRecorder recorder(&client_, &clock_,
+                         {.qps = 0, .object_burst = 3, .similar_max = 2, .metrics = &metrics});
+  for (int i = 0; i < 10; ++i) {
+    recorder.Record(job_, EventType::kWarning, "WorkerFailed", "pod restarted " + std::to_string(i));
+  }
+  recorder.Record(job_, EventType::kWarning, "Restarting", "restart 1", /*essential=*/true);
+  recorder.Record(job_, EventType::kWarning, "Restarting", "restart 2", /*essential=*/true);
+  recorder.Record(job_, EventType::kWarning, "Restarting", "restart 3", /*essential=*/true);
+  recorder.Record(job_, EventType::kWarning, "BackoffLimitExceeded", "over the limit",
+                  /*essential=*/true);
+  ASSERT_TRUE(recorder.Flush());
+  EXPECT_EQ(Outcome(metrics, "dropped_spam"), 7);
+  EXPECT_EQ(server_.size(), 3u + 4u);  // every essential one, each whole (none combined)
+  std::vector<std::string> messages;
+  for (const nlohmann::json& e : server_.List("/api/v1/namespaces/ml/events")) {
+    messages.push_back(e["message"].get<std::string>());
+  }
+  EXPECT_THAT(messages, ::testing::IsSupersetOf({"restart 1", "restart 2", "restart 3",
+                                                 "over the limit"}));
+
+  // A full queue of Warnings: an essential Normal event still gets in, in the place of the
+  // oldest event that is not essential, and is written.
+  EventRecorder slow(&client_, &clock_,
+                     {.qps = 1, .burst = 1, .object_burst = 100000, .queue_size = 4});
+  ObjectReference other{"lockstep.io/v1alpha1", "TrainingJob", "ops", "done", "uid-7"};
+  for (int i = 0; i < 20; ++i) {
+    slow.Record(other, EventType::kWarning, "Flood" + std::to_string(i), "m");
+  }
+  slow.Record(other, EventType::kNormal, "ChiefSucceeded", "the chief succeeded", true);
+  for (int i = 0; i < 1000 && !slow.Flush(absl::Milliseconds(1)); ++i) {
+    clock_.Advance(absl::Seconds(1));
+  }
+  ASSERT_TRUE(slow.Flush(absl::Milliseconds(1)));
+  bool written = false;
+  for (const nlohmann::json& e : server_.List("/api/v1/namespaces/ops/events")) {
+    written = written || e["reason"] == "ChiefSucceeded";
+  }
+  EXPECT_TRUE(written);
+}
+
 TEST_F(EventRecorderTest, ManyDifferentMessagesOfOneReasonAreCombined) {
   EventRecorder recorder(&client_, &clock_, {.qps = 0, .similar_max = 3});
   for (int i = 0; i < 6; ++i) {

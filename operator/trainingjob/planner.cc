@@ -386,7 +386,7 @@ class Planner {
     bool was = api::IsConditionTrue(st_.conditions, api::ConditionType::kStalled);
     if (stalled_reason) {
       if (api::SetStalled(&st_, true, *stalled_reason, stalled_message, gen_, now_).ok() && !was) {
-        Event(EventType::kWarning, *stalled_reason, stalled_message);
+        Event(EventType::kWarning, *stalled_reason, stalled_message, /*essential=*/true);
       }
     } else if (was) {
       (void)api::SetStalled(&st_, false, "Progressing", "the job is making progress again", gen_,
@@ -501,13 +501,13 @@ class Planner {
     if (!api::TransitionTo(&st_, to, reason, message, gen_, now_).ok()) return false;
     if (from != to) {
       bool warn = to == JobState::kFailed || to == JobState::kRestarting;
-      Event(warn ? EventType::kWarning : EventType::kNormal, reason, message);
+      Event(warn ? EventType::kWarning : EventType::kNormal, reason, message, /*essential=*/true);
     }
     return true;
   }
 
-  void Event(EventType type, std::string reason, std::string message) {
-    plan_.events.push_back({type, std::move(reason), std::move(message)});
+  void Event(EventType type, std::string reason, std::string message, bool essential = false) {
+    plan_.events.push_back({type, std::move(reason), std::move(message), essential});
   }
 
   void Requeue(absl::Duration d) {

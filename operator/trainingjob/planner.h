@@ -73,6 +73,9 @@ struct PlannedEvent {
   EventType type = EventType::kNormal;
   std::string reason;
   std::string message;
+  // A state change or a condition set: written past the recorder's spam filter and
+  // aggregation (runtime::EventRecorder), so the job's events always end on its state.
+  bool essential = false;
 };
 
 struct Plan {

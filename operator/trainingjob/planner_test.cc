@@ -368,10 +368,14 @@ TEST(PlannerRestartTest, BackoffLimitCountsKubeletRestartsUnderOnFailure) {
   EXPECT_EQ(p.events.front().reason, "WorkerExitedWithCode1");
   EXPECT_EQ(w.state(), JobState::kRunning);
   w.pods[1] = RestartedInPlace(w.pods[1], 137, 1);
-  w.Step();
+  p = w.Step();
   EXPECT_EQ(w.state(), JobState::kFailed);
   EXPECT_EQ(w.Cond(api::ConditionType::kFailed).reason, "BackoffLimitExceeded");
   EXPECT_THAT(w.Cond(api::ConditionType::kFailed).message, HasSubstr("backoffLimit 3"));
+  // The terminal reason is essential: the recorder writes it past its spam filter.
+  ASSERT_FALSE(p.events.empty());
+  EXPECT_EQ(p.events.back().reason, "BackoffLimitExceeded");
+  EXPECT_TRUE(p.events.back().essential);
 }
 
 TEST(PlannerRestartTest, ParameterServerWorkerRestartsAloneWithoutNewAttempt) {

@@ -107,14 +107,14 @@ Reconciler::Reconciler(ReconcilerDeps deps, ReconcilerOptions options)
     : d_(deps), options_(std::move(options)) {}
 
 void Reconciler::Record(const api::TrainingJob& job, runtime::EventType type,
-                        const std::string& reason, const std::string& message) {
+                        const std::string& reason, const std::string& message, bool essential) {
   if (d_.events == nullptr) return;
   d_.events->Record({.api_version = std::string(api::kApiVersion),
                      .kind = std::string(api::kKind),
                      .namespace_ = job.metadata.namespace_,
                      .name = job.metadata.name,
                      .uid = job.metadata.uid},
-                    type, reason, message);
+                    type, reason, message, essential);
 }
 
 absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string& key) {
@@ -178,7 +178,7 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
     Record(
         job,
         e.type == EventType::kWarning ? runtime::EventType::kWarning : runtime::EventType::kNormal,
-        e.reason, e.message);
+        e.reason, e.message, e.essential);
   }
   if (d_.metrics && plan.status.restart_count > old_status.restart_count) {
     d_.metrics->Inc(kRestartsMetric, {}, plan.status.restart_count - old_status.restart_count);
@@ -320,7 +320,8 @@ absl::Status Reconciler::Execute(const std::string& key, const api::TrainingJob&
       return res.status();
     }
     case Action::Kind::kDeleteJob: {
-      Record(job, runtime::EventType::kNormal, "TTLExpired", StrCat("Deleting the job: ", a.why));
+      Record(job, runtime::EventType::kNormal, "TTLExpired", StrCat("Deleting the job: ", a.why),
+             /*essential=*/true);
       absl::StatusOr<json> res = d_.client->Delete(
           r, ns, a.name, {.precondition_uid = a.uid, .propagation_policy = "Background"});
       if (res.ok() || kube::IsApiNotFound(res.status())) return absl::OkStatus();

@@ -116,7 +116,7 @@ class Reconciler {
   absl::Status ExecuteAll(const std::string& key, const api::TrainingJob& job,
                           const std::vector<Action>& actions, absl::Duration* throttled);
   void Record(const api::TrainingJob& job, runtime::EventType type, const std::string& reason,
-              const std::string& message);
+              const std::string& message, bool essential = false);
 
   ReconcilerDeps d_;
   ReconcilerOptions options_;

@@ -35,6 +35,15 @@ std::optional<nlohmann::json> FakeObjectServer::Get(const std::string& target) c
   return it->second;
 }
 
+std::vector<nlohmann::json> FakeObjectServer::List(const std::string& collection) const {
+  std::lock_guard lock(mu_);
+  std::vector<nlohmann::json> out;
+  for (const auto& [path, object] : objects_) {
+    if (path.starts_with(collection + "/")) out.push_back(object);
+  }
+  return out;
+}
+
 size_t FakeObjectServer::size() const {
   std::lock_guard lock(mu_);
   return objects_.size();

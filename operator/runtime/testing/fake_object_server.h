@@ -23,6 +23,8 @@ class FakeObjectServer {
   // Runs once, before the next PUT is handled (to interleave a competing writer).
   void BeforeNextPut(std::function<void()> f);
   std::optional<nlohmann::json> Get(const std::string& target) const;
+  // The objects under a collection's path ("/api/v1/namespaces/ml/events").
+  std::vector<nlohmann::json> List(const std::string& collection) const;
   size_t size() const;
   std::vector<std::string> log() const;  // "POST /path", "PATCH /path", ...
 
