@@ -123,7 +123,8 @@ TEST_F(EventRecorderTest, EssentialEventsPassTheSpamFilterAggregationAndAFullQue
   EventRecorder recorder(&client_, &clock_,
                          {.qps = 0, .object_burst = 3, .similar_max = 2, .metrics = &metrics});
   for (int i = 0; i < 10; ++i) {
-    recorder.Record(job_, EventType::kWarning, "WorkerFailed", "pod restarted " + std::to_string(i));
+    recorder.Record(job_, EventType::kWarning, "WorkerFailed",
+                    "pod restarted " + std::to_string(i));
   }
   recorder.Record(job_, EventType::kWarning, "Restarting", "restart 1", /*essential=*/true);
   recorder.Record(job_, EventType::kWarning, "Restarting", "restart 2", /*essential=*/true);
@@ -137,8 +138,8 @@ TEST_F(EventRecorderTest, EssentialEventsPassTheSpamFilterAggregationAndAFullQue
   for (const nlohmann::json& e : server_.List("/api/v1/namespaces/ml/events")) {
     messages.push_back(e["message"].get<std::string>());
   }
-  EXPECT_THAT(messages, ::testing::IsSupersetOf({"restart 1", "restart 2", "restart 3",
-                                                 "over the limit"}));
+  EXPECT_THAT(messages,
+              ::testing::IsSupersetOf({"restart 1", "restart 2", "restart 3", "over the limit"}));
 
   // A full queue of Warnings: an essential Normal event still gets in, in the place of the
   // oldest event that is not essential, and is written.
