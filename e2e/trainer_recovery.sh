@@ -5,7 +5,9 @@
 # second time the replacement itself. Every process ends with exit 0, the chief's log shows
 # each recovery with no completed step lost, and the final checkpoint is byte for byte an
 # unbroken run's (the ring reduces in a fixed order; the data position goes on exactly).
-# Then the chief is killed: the workers exit retryable (PeerLost) instead of waiting forever.
+# Then a worker is stopped alone with SIGTERM (a deleted or evicted pod): it leaves the group at
+# a step boundary and its replacement takes its place, again ending as the unbroken run. Then
+# the chief is killed: the workers exit retryable (PeerLost) instead of waiting forever.
 # Usage: trainer_recovery.sh TRAINER_BINARY
 set -euo pipefail
 trainer=$1
@@ -87,7 +89,29 @@ cmp -s "$work/straight/$a" "$work/broken/$b" ||
   fail "the recovered run's final checkpoint is not the unbroken run's"
 echo "two in-place recoveries: $(grep -o 'stepping again at step [0-9]*, [0-9.]* s' "$work/chief.log" | tr '\n' ';')"
 
-# 3. The chief (and its coordination service) killed: the workers give up, retryable.
+# 3. Worker 2 stopped alone with SIGTERM (its pod deleted or evicted) past step 250: it leaves
+# the group at a step boundary, exiting 143; the others wait for its replacement and hand it
+# their state. No step is lost: the final checkpoint is again the unbroken run's.
+rm -rf "$work/left"
+start chief chief 0 "$work/left" --metrics-port="$metrics"
+for i in 0 1 2; do start "w$i" worker "$i" "$work/left" --metrics-port=0; done
+step_past 250
+kill -TERM "${pids[w2]}"
+finish w2 143
+grep -q "worker 2 left the group at a step boundary" "$work/w2.term" ||
+  fail "worker 2 did not leave: $(cat "$work/w2.term")"
+start w2 worker 2 "$work/left" --metrics-port=0
+for t in chief w0 w1 w2; do finish "$t" 0; done
+grep -q "worker 2 left the group (stopped by SIGTERM)" "$work/chief.log" ||
+  fail "the chief did not see the leave: $(grep recovery "$work/chief.log")"
+grep "re-formed" "$work/chief.log" | grep -q "(0 completed steps lost)" ||
+  fail "steps were lost: $(grep recovery "$work/chief.log")"
+c=$(final_checkpoint "$work/left")
+cmp -s "$work/straight/$a" "$work/left/$c" ||
+  fail "the run with a worker replaced after SIGTERM does not end as the unbroken run"
+echo "worker 2 left on SIGTERM and was replaced: $(grep -o 'stepping again at step [0-9]*, [0-9.]* s' "$work/chief.log" | tr '\n' ';')"
+
+# 4. The chief (and its coordination service) killed: the workers give up, retryable.
 rm -rf "$work/chief-lost"
 start chief chief 0 "$work/chief-lost" --metrics-port="$metrics"
 for i in 0 1 2; do start "w$i" worker "$i" "$work/chief-lost" --metrics-port=0; done

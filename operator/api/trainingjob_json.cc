@@ -397,6 +397,16 @@ TrainingJobStatus DecodeTrainingJobStatus(const json& j, const FieldPath& path, 
   s.attempt = r.Int32("attempt").value_or(0);
   s.counted_failures = DecodeCounts(r, "countedFailures", errors);
   s.incarnations = DecodeCounts(r, "incarnations", errors);
+  if (const json* d = r.Object("disruptions")) {
+    for (const auto& [name, value] : d->items()) {
+      if (value.is_string()) {
+        s.disruptions[name] = value.get<std::string>();
+      } else {
+        errors->push_back(
+            Invalid(r.Path("disruptions").Child(name), value.dump(), "must be a string"));
+      }
+    }
+  }
   if (const json* recs = r.Array("recoveries")) {
     for (size_t i = 0; i < recs->size(); ++i) {
       s.recoveries.push_back(
@@ -455,6 +465,7 @@ json EncodeTrainingJobStatus(const TrainingJobStatus& s) {
   j["attempt"] = s.attempt;
   if (!s.counted_failures.empty()) j["countedFailures"] = s.counted_failures;
   if (!s.incarnations.empty()) j["incarnations"] = s.incarnations;
+  if (!s.disruptions.empty()) j["disruptions"] = s.disruptions;
   for (const RecoveryRecord& rec : s.recoveries)
     j["recoveries"].push_back(EncodeRecoveryRecord(rec));
   if (s.elastic) {

@@ -329,6 +329,11 @@ struct TrainingJobStatus {
   // Pods recreated alone within the attempt (in-place recovery), by pod name: the incarnation
   // the next one gets (lockstep.io/incarnation). A group restart clears it.
   std::map<std::string, int32_t> incarnations;
+  // Pods of the training group deleted or evicted by another party (kubectl delete, a drain's
+  // eviction, a preemption) and replaced alone within the attempt, by pod name: the cause, until
+  // the replacement has rejoined (the recovery that names it carries the cause on). Such a
+  // disruption is not counted against backoffLimit.
+  std::map<std::string, std::string> disruptions;
   std::vector<RecoveryRecord> recoveries;  // the last kMaxRecoveryRecords, oldest first
   std::optional<ElasticStatus> elastic;    // elastic jobs
   std::optional<absl::Time> start_time;

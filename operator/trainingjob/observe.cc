@@ -29,6 +29,7 @@ ChildMeta ObserveChildMeta(const api::ObjectMeta& m) {
   c.replica_type = ReplicaTypeLabel(m.labels);
   c.replica_index = LabelInt(m.labels, kReplicaIndexLabel);
   c.attempt = LabelInt(m.labels, kAttemptLabel);
+  c.incarnation = std::max(0, LabelInt(m.labels, kIncarnationLabel));
   return c;
 }
 
@@ -59,7 +60,11 @@ ObservedPod ObservePod(const kube::Pod& pod) {
   if (!pod.message.empty()) out.mutable_detail().message = pod.message;
   for (const api::PodCondition& c : pod.conditions) {
     if (c.type == "Ready") out.ready = c.status == "True";
-    if (c.type == "DisruptionTarget") out.disruption_target = c.status == "True";
+    if (c.type == "DisruptionTarget" && c.status == "True") {
+      out.disruption_target = true;
+      if (!c.reason.empty()) out.mutable_detail().disruption_reason = c.reason;
+      if (!c.message.empty()) out.mutable_detail().disruption_message = c.message;
+    }
     if (c.type == "PodScheduled" && c.status == "False") {
       out.unschedulable = true;
       if (!c.message.empty()) out.mutable_detail().unschedulable_message = c.message;

@@ -73,6 +73,7 @@ class ChildMeta {
   std::optional<api::ReplicaType> replica_type;
   int32_t replica_index = -1;
   int32_t attempt = -1;
+  int32_t incarnation = 0;  // lockstep.io/incarnation (0 when absent)
 
  private:
   // The characters, and where the namespace, name, UID, resourceVersion, controller UID and
@@ -114,6 +115,10 @@ inline std::string_view ResourceVersionOf(const ChildMeta& m) { return m.resourc
 struct PodDetail {
   std::string reason;   // status.reason (Evicted, Preempted, ...)
   std::string message;  // status.message
+  // The DisruptionTarget condition's reason (EvictionByEvictionAPI, PreemptionByScheduler,
+  // DeletionByTaintManager, TerminationByKubelet) and message, when it is True.
+  std::string disruption_reason;
+  std::string disruption_message;
   // PodScheduled False's message: why the pod cannot be scheduled.
   std::string unschedulable_message;
   // The first container waiting for a reason (ErrImagePull: ...): why a pod is Pending.

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <map>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 
 #include "common/str_util.h"
@@ -90,6 +91,7 @@ class Planner {
     SupportObjects();
     DeleteStale();
     if (SuccessMet()) return Finish();
+    NoteDisruptions();
     HandleFailures();
     if (api::IsTerminal(st_.state)) return Finish();
     CreateMissing();
@@ -113,7 +115,10 @@ class Planner {
       }
       Slot& slot = slots_[{*type, index}];
       slot.blocked = true;
-      if (pod->metadata.deletion_timestamp) continue;
+      if (pod->metadata.deletion_timestamp) {
+        deleting_.push_back({*type, index, pod});
+        continue;
+      }
       slot.pod = pod;
       pods_.push_back({*type, index, pod});
       if (pod->phase == PodPhase::kSucceeded && job_.spec.replica_specs.contains(*type)) {
@@ -211,6 +216,10 @@ class Planner {
       if (pod->phase == PodPhase::kSucceeded) continue;
       PodFailure f = DescribeFailure(*pod, type, index);
       f.new_failures = n - before;
+      // A trainer stopped by SIGTERM while a member of its job was disrupted stopped for that
+      // disruption (the group checkpoints and stops when its coordinator's host goes): it is
+      // a disruption too, not counted against backoffLimit.
+      if (!st_.disruptions.empty() && f.reason == "Terminated") f.disruption = true;
       failures.push_back(std::move(f));
     }
     st_.counted_failures = std::move(counted);
@@ -274,6 +283,7 @@ class Planner {
     if (group_cause != nullptr) {
       st_.attempt += 1;
       st_.incarnations.clear();
+      st_.disruptions.clear();
       for (auto& [key, slot] : slots_) {
         if (!slot.pod || !InGroup(key.first) || slot.pod->phase == PodPhase::kSucceeded) continue;
         DeletePod(*slot.pod, StrCat("group restart to attempt ", st_.attempt));
@@ -297,6 +307,83 @@ class Planner {
                FailureMessage(f), "; restarting ", f.restarted_in_place ? "in place" : "the pod",
                group_member ? " alone: the other replicas keep their state and hand it over" : ""));
     }
+  }
+
+  // A pod of the job deleted or evicted by another party (kubectl delete, a drain's eviction,
+  // a preemption, a NoExecute taint) while it ran: its replica is replaced alone, within the
+  // attempt, as the next incarnation, and the disruption spends nothing of backoffLimit. A
+  // member of a group that recovers in place left it at a step boundary on SIGTERM (the trainer's
+  // graceful leave); the others wait for its replacement and hand it their state. Seen once per
+  // incarnation: the one being deleted is then older than the next.
+  void NoteDisruptions() {
+    for (const auto& [type, index, pod] : deleting_) {
+      if (index >= api::ReplicaCount(job_.spec, type)) continue;  // scaled down
+      if (InGroup(type) && pod->metadata.attempt < st_.attempt) continue;
+      if (pod->phase == PodPhase::kSucceeded || pod->phase == PodPhase::kFailed) continue;
+      const std::string name(pod->metadata.name());
+      auto inc = st_.incarnations.find(name);
+      if (pod->metadata.incarnation < (inc == st_.incarnations.end() ? 0 : inc->second)) continue;
+      st_.incarnations[name] = pod->metadata.incarnation + 1;
+      const auto [reason, cause] = DisruptionCause(*pod);
+      st_.disruptions[name] = cause;
+      const std::string_view type_name = api::NameOf<ReplicaType>(api::kReplicaTypeNames, type);
+      const bool in_place_member =
+          InGroup(type) && api::EffectiveRecovery(job_.spec) == api::Recovery::kInPlace;
+      PodFailure as_failure{.pod_name = name, .type = type, .index = index};
+      std::string how = "replacing the pod alone";
+      if (in_place_member && !HostsCoordinator(as_failure, job_.spec)) {
+        how +=
+            ": it left the group at a step boundary, the other replicas keep their state and "
+            "take its replacement in";
+      } else if (InGroup(type) &&
+                 api::EffectiveStrategy(job_.spec) != api::Strategy::kParameterServer) {
+        how += HostsCoordinator(as_failure, job_.spec)
+                   ? ": it hosts the coordination service, so the group checkpoints, stops and "
+                     "resumes from that checkpoint with it"
+                   : ": the group checkpoints, stops and resumes from that checkpoint with it";
+      }
+      const std::string message =
+          StrCat(type_name, " ", index, " (pod ", name, ") was ", cause, "; ", how,
+                 " (a disruption: not counted against runPolicy.backoffLimit)");
+      const std::string event_reason = StrCat(type_name, reason);
+      if (st_.state == JobState::kRestarting ||
+          !Move(JobState::kRestarting, event_reason, message)) {
+        Event(EventType::kWarning, event_reason, message, /*essential=*/true);
+      }
+    }
+    // Outside a group that recovers in place, a disruption is over once the replacement runs.
+    std::erase_if(st_.disruptions, [&](const auto& entry) {
+      for (const auto& [type, index, pod] : pods_) {
+        if (pod->metadata.name() != entry.first) continue;
+        const bool reported_by_trainer =
+            InGroup(type) && api::EffectiveRecovery(job_.spec) == api::Recovery::kInPlace;
+        return !reported_by_trainer && PodRunning(*pod);
+      }
+      return false;
+    });
+  }
+
+  // What a disruption is called in a condition reason (WorkerEvicted) and said in a message,
+  // from the pod's DisruptionTarget condition (none: a plain delete).
+  static std::pair<std::string, std::string> DisruptionCause(const ObservedPod& pod) {
+    const PodDetail& why = pod.why();
+    std::pair<std::string, std::string> out;
+    const std::string& r = why.disruption_reason;
+    if (!pod.disruption_target) {
+      out = {"Deleted", "deleted by another party (not the operator)"};
+    } else if (r == "EvictionByEvictionAPI") {
+      out = {"Evicted", "evicted through the Eviction API (a node drain or an eviction request)"};
+    } else if (r == "PreemptionByScheduler" || r == "PreemptionByKubeScheduler") {
+      out = {"Preempted", "preempted by the scheduler for a pod of higher priority"};
+    } else if (r == "DeletionByTaintManager") {
+      out = {"Evicted", "deleted by the taint manager (its node has a NoExecute taint)"};
+    } else if (r == "TerminationByKubelet") {
+      out = {"Evicted", "terminated by the kubelet (node pressure or shutdown)"};
+    } else {
+      out = {"Disrupted", StrCat("disrupted (DisruptionTarget ", r.empty() ? "True" : r, ")")};
+    }
+    if (!why.disruption_message.empty()) out.second += StrCat(": ", why.disruption_message);
+    return out;
   }
 
   // ---- creation and state ----
@@ -413,8 +500,11 @@ class Planner {
         st_.recoveries.push_back(std::move(r));
         continue;
       }
+      TakeDisruptionCause(r);
       Event(EventType::kNormal, "RecoveredInPlace",
-            StrCat(r.replaced.empty() ? "the group" : r.replaced + " replaced;",
+            StrCat(r.replaced.empty() ? "the group"
+                   : r.cause.empty()  ? r.replaced + " replaced;"
+                                      : r.replaced + " replaced (" + r.cause + ");",
                    " training again at step ", r.resumed_step, " ",
                    absl::StrFormat("%.2f", r.recovery_seconds), "s after the failure (rendezvous ",
                    absl::StrFormat("%.2f", r.rendezvous_seconds), "s, state handed over in ",
@@ -424,6 +514,29 @@ class Planner {
     }
     if (st_.recoveries.size() > api::kMaxRecoveryRecords) {
       st_.recoveries.erase(st_.recoveries.begin(), st_.recoveries.end() - api::kMaxRecoveryRecords);
+    }
+  }
+
+  // A recovery whose replaced replica was disrupted names the disruption too, which is then
+  // over.
+  void TakeDisruptionCause(api::RecoveryRecord& r) {
+    for (auto it = st_.disruptions.begin(); it != st_.disruptions.end();) {
+      bool named = false;
+      for (const auto& [type, spec] : job_.spec.replica_specs) {
+        for (int32_t i = 0; i < spec.replicas && !named; ++i) {
+          if (api::ReplicaName(job_.metadata.name, type, i) != it->first) continue;
+          std::string task = absl::AsciiStrToLower(
+              std::string(api::NameOf<ReplicaType>(api::kReplicaTypeNames, type)));
+          named = r.replaced.find(StrCat(task, " ", i)) != std::string::npos;
+        }
+      }
+      if (!named) {
+        ++it;
+        continue;
+      }
+      r.cause =
+          StrCat(r.cause, r.cause.empty() ? "" : "; ", "pod ", it->first, " was ", it->second);
+      it = st_.disruptions.erase(it);
     }
   }
 
@@ -539,7 +652,8 @@ class Planner {
   api::TrainingJobStatus st_;
   Plan plan_;
   std::map<std::pair<ReplicaType, int32_t>, Slot> slots_;
-  std::vector<ReplicaPod> pods_;  // live pods, in the order observed
+  std::vector<ReplicaPod> pods_;      // live pods, in the order observed
+  std::vector<ReplicaPod> deleting_;  // pods being deleted
   std::map<ReplicaType, std::set<int32_t>> completed_;
 };
 

@@ -670,7 +670,8 @@ TEST(PlannerInPlaceTest, ReportedRecoveriesAreRecordedOnceWithAnEvent) {
   ASSERT_EQ(p.events.size(), 1u);
   EXPECT_EQ(p.events[0].reason, "RecoveredInPlace");
   EXPECT_EQ(p.events[0].message,
-            "worker 2 replaced; training again at step 100 1.50s after the failure (rendezvous "
+            "worker 2 replaced (rank 2 (worker 2) was replaced); training again at step 100 1.50s "
+            "after the failure (rendezvous "
             "1.25s, state handed over in 0.05s); 0 completed steps lost");
   EXPECT_TRUE(w.Step().events.empty());  // the same report again: nothing new
   for (int e = 2; e <= 7; ++e) progress.recoveries.push_back({.epoch = e, .resumed_step = e});
@@ -679,6 +680,91 @@ TEST(PlannerInPlaceTest, ReportedRecoveriesAreRecordedOnceWithAnEvent) {
   ASSERT_EQ(w.job.status->recoveries.size(), api::kMaxRecoveryRecords);
   EXPECT_EQ(w.job.status->recoveries.front().epoch, 3);
   EXPECT_EQ(w.Step().events.size(), 0u);  // epochs trimmed from the status are not new again
+}
+
+// A worker's pod deleted or evicted by another party (kubectl delete, a drain's eviction): the
+// pod is replaced alone as the next incarnation, the job passes through Restarting with an
+// event naming the pod and the cause, nothing is counted against backoffLimit, and the
+// recovery the trainer reports carries the cause on; a repeated reconcile adds nothing.
+TEST(PlannerInPlaceTest, ADisruptedWorkerIsReplacedAloneUncountedAndNamedWithItsCause) {
+  World w = Mwm(3);
+  w.job.spec.run_policy.backoff_limit = 0;  // a counted restart would fail the job
+  AllRunning(w);
+  w.Step();
+  ASSERT_EQ(w.state(), JobState::kRunning);
+  w.pods[1].metadata.deletion_timestamp = w.now;
+  PodDetail& why = w.pods[1].mutable_detail();
+  w.pods[1].disruption_target = true;
+  why.disruption_reason = "EvictionByEvictionAPI";
+  why.disruption_message = "Eviction API: evicting";
+  Plan p = w.Step();
+  EXPECT_EQ(w.state(), JobState::kRestarting);
+  EXPECT_EQ(w.job.status->restart_count, 0);
+  EXPECT_EQ(w.job.status->attempt, 0);
+  EXPECT_TRUE(Deleted(p).empty());
+  EXPECT_TRUE(Created(p).empty());  // not while the old pod is still there
+  ASSERT_EQ(p.events.size(), 1u);
+  EXPECT_EQ(p.events[0].reason, "WorkerEvicted");
+  EXPECT_TRUE(p.events[0].essential);
+  EXPECT_EQ(p.events[0].message,
+            "Worker 1 (pod t-worker-1) was evicted through the Eviction API (a node drain or an "
+            "eviction request): Eviction API: evicting; replacing the pod alone: it left the group "
+            "at a step boundary, the other replicas keep their state and take its replacement in "
+            "(a disruption: not counted against runPolicy.backoffLimit)");
+  EXPECT_EQ(w.job.status->incarnations["t-worker-1"], 1);
+  EXPECT_TRUE(w.Step().events.empty());  // seen once
+  EXPECT_EQ(w.job.status->incarnations["t-worker-1"], 1);
+
+  // The old pod is gone (it exited 143 as it left): the replacement is incarnation 1.
+  w.pods.erase(w.pods.begin() + 1);
+  p = w.Step();
+  ASSERT_EQ(Created(p), V{"t-worker-1"});
+  for (const Action& a : p.actions) {
+    if (a.child != ChildKind::kPod) continue;
+    EXPECT_EQ(a.object["metadata"]["labels"]["lockstep.io/incarnation"], "1");
+    EXPECT_EQ(a.why, "attempt 0, incarnation 1");
+  }
+  w.pods.insert(
+      w.pods.begin() + 1,
+      WithUid(MakePod(w.job, ReplicaType::kWorker, 1, 0, PodPhase::kRunning), "t-worker-1-i1"));
+  w.Step();
+  EXPECT_EQ(w.state(), JobState::kRunning);
+  api::Progress progress{.step = 50};
+  progress.recoveries.push_back({.epoch = 1,
+                                 .replaced = "worker 1",
+                                 .cause = "worker 1 left the group (stopped by SIGTERM)",
+                                 .resumed_step = 50});
+  w.progress = progress;
+  p = w.Step();
+  ASSERT_EQ(w.job.status->recoveries.size(), 1u);
+  EXPECT_EQ(w.job.status->recoveries[0].cause,
+            "worker 1 left the group (stopped by SIGTERM); pod t-worker-1 was evicted through the "
+            "Eviction API (a node drain or an eviction request): Eviction API: evicting");
+  EXPECT_TRUE(w.job.status->disruptions.empty());
+  EXPECT_EQ(w.job.status->restart_count, 0);
+  EXPECT_NE(w.state(), JobState::kFailed);
+}
+
+// The coordinator's host deleted: the group checkpoints and stops (exit 143, "Terminated");
+// those stops are the disruption's, not failures counted against backoffLimit.
+TEST(PlannerInPlaceTest, TheGroupsStopsForADisruptedChiefAreNotCounted) {
+  World w = {.job = Job("MultiWorkerMirrored", {{"Chief", 1}, {"Worker", 2}})};
+  w.job.spec.run_policy.backoff_limit = 0;
+  AllRunning(w);
+  w.Step();
+  w.pods[0].metadata.deletion_timestamp = w.now;  // kubectl delete pod t-chief-0
+  Plan p = w.Step();
+  ASSERT_EQ(p.events.size(), 1u);
+  EXPECT_EQ(p.events[0].reason, "ChiefDeleted");
+  EXPECT_THAT(p.events[0].message, HasSubstr("it hosts the coordination service"));
+  const std::string stopped = R"({"reason":"Terminated","retryable":true,"message":"stopped"})";
+  w.pods[1] = RestartedInPlace(w.pods[1], 143);
+  w.pods[1].mutable_detail().failure->message = stopped;
+  w.pods[2] = RestartedInPlace(w.pods[2], 143);
+  w.pods[2].mutable_detail().failure->message = stopped;
+  w.Step();
+  EXPECT_NE(w.state(), JobState::kFailed) << w.Cond(api::ConditionType::kFailed).message;
+  EXPECT_EQ(w.job.status->restart_count, 0);
 }
 
 // ---- success ----

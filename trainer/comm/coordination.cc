@@ -114,13 +114,17 @@ class Service final : public pb::Coordination::Service {
     left_.insert(req->incarnation());
     lobby_.erase(t);
     if (!members_.contains(t) && !expected_.contains(t)) return grpc::Status::OK;
-    const std::string what = absl::StrCat(NameOf(t), " left the group");
+    // An elastic group goes on without the task; a fixed one keeps its place for the
+    // replacement (its pod is recreated), which the next epoch waits for.
+    const std::string what =
+        absl::StrCat(NameOf(t), " left the group",
+                     elastic() ? "" : " (stopped by SIGTERM); its replacement is awaited");
     if (!forming_) {
       BeginEpoch(what, /*planned=*/true);
     } else {
       AddCause(what);
     }
-    expected_.erase(t);
+    if (elastic()) expected_.erase(t);
     joining_.erase(t);
     last_seen_.erase(t);
     Admit();

@@ -28,7 +28,9 @@
 // order. A task new to the group (a worker added by a scale-up, whose TF_CONFIG lists more
 // workers than the chief's) waits in a lobby until it can be admitted: it begins a *planned*
 // epoch of the members and the lobby, all or none, when that size divides the global batch.
-// A member asked to go (a scale-down) leaves, which begins a planned epoch without it. Members
+// A member asked to go (a scale-down) leaves, which begins a planned epoch without it (in a fixed
+// group that recovers in place, a member stopped alone leaves too, and the planned epoch waits
+// for its replacement instead). Members
 // hear of a planned epoch through heartbeats, finish the step in flight and rejoin at the step
 // boundary. An epoch forms only at a size that divides the global batch. Every call presents the
 // job token; the server refuses others. Thread-safety: thread-safe.
@@ -120,7 +122,9 @@ class CoordinationClient final : public Coordinator {
   // why, when the size it would make does not divide the global batch.
   // `planned`: a member rejoining at the step boundary of a planned change.
   absl::StatusOr<Membership> Join(absl::Duration timeout, bool planned = false) override;
-  // Leaves an elastic group (scaled down); heartbeats then end.
+  // Leaves the group at a step boundary; heartbeats then end. An elastic group re-forms
+  // without the task (scaled down); a fixed one (in place) keeps its place, and the next
+  // epoch forms when its replacement joins.
   absl::Status Leave() override;
   int64_t epoch() const { return epoch_; }
   absl::Status Barrier(const std::string& name, absl::Duration timeout);

@@ -314,10 +314,13 @@ struct Announcement {
   }
 };
 
-std::vector<absl::StatusOr<Membership>> JoinTogether(std::vector<CoordinationClient*> clients) {
+std::vector<absl::StatusOr<Membership>> JoinTogether(std::vector<CoordinationClient*> clients,
+                                                     absl::Duration timeout = absl::Seconds(20),
+                                                     bool planned = false) {
   std::vector<std::future<absl::StatusOr<Membership>>> f;
   for (CoordinationClient* c : clients) {
-    f.push_back(std::async(std::launch::async, [c] { return c->Join(absl::Seconds(20)); }));
+    f.push_back(std::async(std::launch::async,
+                           [c, timeout, planned] { return c->Join(timeout, planned); }));
   }
   std::vector<absl::StatusOr<Membership>> out;
   for (auto& x : f) out.push_back(x.get());
@@ -380,6 +383,40 @@ TEST(CoordinationTest, ElasticAMemberLeavesAndTheOthersReform) {
                        [&] { return g.clients[0]->Barrier("after", absl::Seconds(20)); });
   EXPECT_TRUE(g.clients[2]->Barrier("after", absl::Seconds(20)).ok());
   EXPECT_TRUE(b0.get().ok());
+  EXPECT_FALSE(a.lost);
+}
+
+// A fixed group that recovers in place: a member stopped alone (its pod deleted or evicted)
+// leaves at a step boundary; the planned epoch keeps its place, so the others cannot form it
+// alone, and its replacement (a new process) completes it with the state handed over.
+TEST(CoordinationTest, InPlaceAMemberThatLeavesKeepsItsPlaceForItsReplacement) {
+  Announcement a;  // outlives the heartbeat threads, which the group joins
+  Group g = MakeGroup(3, absl::Seconds(30), /*in_place=*/true);
+  ASSERT_TRUE(JoinAll(g).ok());
+  a.Listen(*g.clients[0]);
+  ASSERT_TRUE(g.clients[1]->Leave().ok());
+  auto [epoch, why, planned] = a.Wait();
+  EXPECT_EQ(epoch, 1);
+  EXPECT_TRUE(planned);
+  EXPECT_NE(why.find("worker 1 left the group (stopped by SIGTERM); its replacement is awaited"),
+            std::string::npos)
+      << why;
+  // Without the replacement the epoch cannot form: the survivors' joins run out of time.
+  auto alone = JoinTogether({g.clients[0].get(), g.clients[2].get()}, absl::Milliseconds(300),
+                            /*planned=*/true);
+  for (const auto& m : alone) {
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kDeadlineExceeded) << m.status();
+  }
+  CoordinationClient replacement(g.address, "tok", 1, 3, "worker 1");
+  auto members = JoinTogether({g.clients[0].get(), &replacement, g.clients[2].get()},
+                              absl::Seconds(20), /*planned=*/true);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(members[i].ok()) << members[i].status();
+    EXPECT_EQ(members[i]->epoch, 1);
+    EXPECT_EQ(members[i]->rank, i);
+    EXPECT_EQ(members[i]->tasks, (std::vector<int>{0, 1, 2}));
+    EXPECT_EQ(members[i]->replaced, std::vector<int>{1});
+  }
   EXPECT_FALSE(a.lost);
 }
 

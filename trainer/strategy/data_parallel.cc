@@ -218,7 +218,15 @@ absl::Status Recover(Run& run, const absl::Status& failed, Position& pos) {
   absl::Status last = failed;
   for (;;) {
     absl::StatusOr<Regrouped> g = run.r.regroup(last);
-    if (!g.ok()) return g.status();
+    if (!g.ok()) {
+      // Stopped while the group re-forms (the whole job is stopping: its members left first,
+      // or it is suspended while waiting for a replacement): the state is the step boundary's
+      // (a failed step's update was never applied), so the chief checkpoints it.
+      if (absl::IsCancelled(g.status()) && run.chief()) {
+        if (absl::Status s = Save(run, pos); !s.ok()) return s;
+      }
+      return g.status();
+    }
     const double formed = MonotonicSeconds();
     run.comm = g->comm;
     run.rank = g->comm->rank();
@@ -240,7 +248,9 @@ absl::Status Recover(Run& run, const absl::Status& failed, Position& pos) {
     rec.transfer_seconds = MonotonicSeconds() - formed;
     rec.resumed_step = pos.step;
     rec.steps_lost = std::max<int64_t>(0, before - pos.step);
-    rec.planned = planned;
+    // A change at a step boundary that replaced a member (one stopped alone, taken in by its
+    // replacement) is a recovery; one that only added or removed members is a planned change.
+    rec.planned = planned && g->replaced.empty();
     rec.replicas = run.size;
     common::LogInfo("recovery", "the group re-formed in epoch ", g->epoch, " (", g->cause, "), ",
                     run.size, " replicas", g->replaced.empty() ? "" : " with a new " + g->replaced,

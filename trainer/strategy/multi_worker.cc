@@ -173,7 +173,9 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
   if (c.recover_in_place || elastic) {
     r.regroup = [&](const absl::Status& why) { return group.Regroup(why); };
   }
-  if (elastic) r.regroup_due = [&] { return group.RegroupDue(); };
+  // A planned change (a member joins or leaves, or one stopped alone is replaced) is due at
+  // a step boundary.
+  if (c.recover_in_place || elastic) r.regroup_due = [&] { return group.RegroupDue(); };
   absl::StatusOr<TrainResult> result = group.Finish(RunReplica(c, *data, r));
   if (!result.ok()) return result.status();
   // 5. The chief's coordination service stays up until every rank is done with it.

@@ -617,6 +617,80 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_pair("LostDuringTheRendezvous", Deaths{{{2, {5, -1}}}})),
     [](const auto& p) { return p.param.first; });
 
+// A fixed group that recovers in place, one of whose pods is deleted or evicted (SIGTERM to
+// that rank alone): the rank leaves at a step boundary, the others finish the step and wait
+// for its replacement, which takes the state over. No step is lost and none trained twice:
+// the run ends with an unbroken run's weights, bit for bit.
+TEST(InPlaceLeaveTest, AMemberStoppedAloneLeavesAtABoundaryAndItsReplacementGoesOn) {
+  const std::string straight = TempDir("leave-straight");
+  const std::string broken = TempDir("leave-broken");
+  TrainerConfig c = Config(straight, "adam", 48, 30);
+  auto data = LoadDatasets(c);
+  ASSERT_TRUE(data.ok());
+  for (auto& r : RunRecovering(c, *data, 3, {}, nullptr)) ASSERT_TRUE(r.ok()) << r.status();
+
+  TrainerConfig b = Config(broken, "adam", 48, 30);
+  ProgressTracker progress(30);
+  Regrouper regroup(3);
+  auto first = comm::InProcessGroup::Create(3, absl::Seconds(60));
+  std::vector<absl::StatusOr<TrainResult>> out(3, absl::UnknownError("not run"));
+  absl::Status left;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      for (int incarnation = 0; incarnation < 2; ++incarnation) {
+        const bool leaves = i == 1 && incarnation == 0;
+        int steps = 0;  // this process's own
+        std::unique_ptr<comm::Collective> initial;
+        Replica r{.evaluate = false, .replacement = incarnation > 0};
+        r.progress = i == 0 ? &progress : nullptr;
+        if (incarnation == 0) {
+          initial = first->Member(i);
+          r.comm = initial.get();
+        } else {
+          r.comm = regroup.Join(i);
+        }
+        r.stop_requested = [&] {
+          ++steps;
+          return false;
+        };
+        // SIGTERM reaches worker 1 before its 10th step: it leaves at that step's boundary.
+        r.regroup_due = [&] { return leaves && steps == 10; };
+        r.regroup = [&](const absl::Status&) -> absl::StatusOr<Regrouped> {
+          if (leaves) return absl::CancelledError("worker 1 left the group at a step boundary");
+          return Regrouped{.comm = regroup.Join(i),
+                           .epoch = regroup.epochs(),
+                           .replaced = "worker 1",
+                           .cause = "worker 1 left the group (stopped by SIGTERM)"};
+        };
+        absl::StatusOr<TrainResult> result = RunReplica(b, *data, r);
+        if (leaves) {
+          left = result.status();
+          continue;  // the replacement pod starts
+        }
+        out[i] = std::move(result);
+        return;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(absl::IsCancelled(left)) << left;
+  for (auto& r : out) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->steps, 30);
+  }
+  ExpectClose(FinalParams(straight), FinalParams(broken), 0.0f);
+  nlohmann::json p = progress.ProgressJson();
+  ASSERT_EQ(p["recoveries"].size(), 1u) << p.dump();
+  EXPECT_EQ(p["recoveries"][0]["resumedStep"], 10);
+  EXPECT_EQ(p["recoveries"][0]["stepsLost"], 0);
+  EXPECT_EQ(p["recoveries"][0]["replicas"], 3);
+  EXPECT_EQ(p["recoveries"][0]["replaced"], "worker 1");
+  EXPECT_FALSE(p["recoveries"][0]["planned"].get<bool>());  // a replacement: a recovery
+  fs::remove_all(straight);
+  fs::remove_all(broken);
+}
+
 // An elastic group grows from two replicas to three after 10 steps (a worker joins and takes
 // the state over) and shrinks back to two after 20 (it leaves at a step boundary); the global
 // batch stays 48, each replica's share going 24 -> 16 -> 24. The run ends with the weights of

@@ -162,9 +162,11 @@ void TrainingGroup::OnNewEpoch(int64_t epoch, const std::string& why, bool plann
 
 bool TrainingGroup::StopRequested() {
   const bool stop = stop_->load();
-  // A member of an elastic group that does not host the coordinator leaves on its own; the
-  // others go on. Elsewhere a stop is the whole group's.
-  if (stop && o_.elastic && !o_.hosts_coordinator) {
+  // A member of a group that re-forms in place (elastic, or recovering in place) and does not
+  // host the coordinator leaves on its own at the step boundary: the others go on (an elastic
+  // group without it, a fixed one with its replacement). Elsewhere a stop is the whole
+  // group's, and so is a stop the coordinator's host was asked for.
+  if (stop && (o_.elastic || o_.regroups) && !o_.hosts_coordinator) {
     std::lock_guard<std::mutex> lock(mu_);
     Apply(GroupEvent::kStopAsked);
     return coord_->StopSeen();
@@ -204,9 +206,10 @@ absl::StatusOr<Regrouped> TrainingGroup::Regroup(const absl::Status& why) {
       }
       std::lock_guard<std::mutex> lock(mu_);
       Apply(GroupEvent::kLeft);
-      return absl::CancelledError(absl::StrCat(o_.task,
-                                               " left the group at a step boundary (stopped by "
-                                               "SIGTERM; the other members go on without it)"));
+      return absl::CancelledError(absl::StrCat(
+          o_.task,
+          " left the group at a step boundary (stopped by SIGTERM; the other members go on ",
+          o_.elastic ? "without it)" : "and take its replacement in)"));
     }
     const absl::Duration left = regroup_deadline_ - clock_.Monotonic();
     if (left <= absl::ZeroDuration()) {

@@ -8,7 +8,9 @@
 //   Training    a formed epoch's collective is connected and the replica trains over it;
 //   ChangeDue   a planned change (a worker joins or leaves an elastic group) was announced:
 //               the replica finishes its step and regroups at the boundary;
-//   Leaving     this task was asked to stop in an elastic group: it leaves at the boundary;
+//   Leaving     this task was asked to stop in a group that re-forms in place (elastic, or
+//               recovering in place) and it does not host the coordinator: it leaves at the
+//               boundary, the others go on (with its replacement, in a fixed group);
 //   Regrouping  rejoining the next epoch and connecting its collective (in-place recovery
 //               after a collective failed, or a planned change), until --rejoin-timeout;
 //   Left, Stopped, Lost: the end (left the group; stopped by SIGTERM while re-forming; the
@@ -52,7 +54,7 @@ enum class GroupEvent {
   kPlannedChange,   // heartbeat: a planned epoch began (a join or leave at a step boundary)
   kMemberLost,      // heartbeat: an epoch began around a lost member (in place)
   kGroupLost,       // heartbeat: the coordinator is gone or declared the group lost
-  kStopAsked,       // SIGTERM on this task, in an elastic group it does not coordinate
+  kStopAsked,       // SIGTERM on this task, in a regrouping group it does not coordinate
   kRegroup,         // the replica begins regrouping (its collective failed, or at a boundary)
   kLeft,            // this task told the group it leaves
   kStopSeen,        // a stop request reached the group while it re-formed
@@ -77,14 +79,14 @@ inline constexpr std::array<GroupTransition, 24> kGroupTransitions{{
     {GroupState::kTraining, GroupEvent::kMemberLost, GroupState::kTraining,
      "the collective is aborted: the step fails and the replica regroups"},
     {GroupState::kTraining, GroupEvent::kStopAsked, GroupState::kLeaving,
-     "elastic: leave at the next step boundary, the others go on"},
+     "leave at the next step boundary, the others go on"},
     {GroupState::kTraining, GroupEvent::kRegroup, GroupState::kRegrouping,
      "a collective failed: rejoin the next epoch"},
     {GroupState::kTraining, GroupEvent::kGroupLost, GroupState::kLost, "the group is gone"},
     {GroupState::kChangeDue, GroupEvent::kMemberLost, GroupState::kChangeDue,
      "the collective is aborted; the regroup at the boundary follows"},
     {GroupState::kChangeDue, GroupEvent::kStopAsked, GroupState::kLeaving,
-     "elastic: leave at the boundary instead"},
+     "leave at the boundary instead"},
     {GroupState::kChangeDue, GroupEvent::kRegroup, GroupState::kRegrouping,
      "the step boundary: rejoin the planned epoch"},
     {GroupState::kChangeDue, GroupEvent::kGroupLost, GroupState::kLost, "the group is gone"},
@@ -98,7 +100,7 @@ inline constexpr std::array<GroupTransition, 24> kGroupTransitions{{
     {GroupState::kRegrouping, GroupEvent::kFormed, GroupState::kTraining,
      "the next epoch formed and its collective connected"},
     {GroupState::kRegrouping, GroupEvent::kStopAsked, GroupState::kLeaving,
-     "elastic: leave instead of rejoining"},
+     "leave instead of rejoining"},
     {GroupState::kRegrouping, GroupEvent::kStopSeen, GroupState::kStopped,
      "stopped by SIGTERM while the group re-formed"},
     {GroupState::kRegrouping, GroupEvent::kRejoinTimedOut, GroupState::kLost,

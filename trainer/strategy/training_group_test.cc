@@ -325,6 +325,32 @@ TEST(TrainingGroupTest, AStoppedElasticMemberLeavesAndTheOthersGoOn) {
   EXPECT_EQ(f.group->state(), GroupState::kLeft);
 }
 
+// A fixed group that recovers in place: a member stopped alone (a deleted or evicted pod)
+// leaves at the boundary as in an elastic group, and its replacement takes its place; the
+// coordinator's host, stopped, still stops the whole group.
+TEST(TrainingGroupTest, AStoppedMemberOfAnInPlaceGroupLeavesAndTheHostStopsTheGroup) {
+  Fixture f(/*elastic=*/false, /*hosts=*/false, /*regroups=*/true);
+  f.Form();
+  f.stop = true;
+  EXPECT_FALSE(f.group->StopRequested());
+  EXPECT_FALSE(f.coord.stop_requested);
+  EXPECT_EQ(f.group->state(), GroupState::kLeaving);
+  EXPECT_TRUE(f.group->RegroupDue());
+  absl::StatusOr<Regrouped> g = f.group->Regroup(absl::OkStatus());
+  EXPECT_TRUE(absl::IsCancelled(g.status())) << g.status();
+  EXPECT_NE(g.status().message().find("take its replacement in"), std::string::npos) << g.status();
+  EXPECT_EQ(f.coord.leaves, 1);
+  EXPECT_EQ(f.group->state(), GroupState::kLeft);
+
+  Fixture host(/*elastic=*/false, /*hosts=*/true, /*regroups=*/true);
+  host.Form();
+  host.stop = true;
+  EXPECT_TRUE(host.group->StopRequested());
+  EXPECT_TRUE(host.coord.stop_requested);
+  EXPECT_EQ(host.group->state(), GroupState::kTraining);
+  EXPECT_EQ(host.coord.leaves, 0);
+}
+
 TEST(TrainingGroupTest, AStopOutsideAnElasticGroupIsTheWholeGroups) {
   Fixture f(/*elastic=*/false);
   f.Form();
