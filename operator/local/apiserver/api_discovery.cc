@@ -162,6 +162,15 @@ std::optional<ApiResponse> ApiServer::Impl::Discovery(const ApiRequest& r) {
                            {"kind", "Binding"},
                            {"verbs", json::array({"create"})}});
     }
+    if (t->eviction_subresource) {
+      resources.push_back({{"name", t->plural + "/eviction"},
+                           {"singularName", ""},
+                           {"namespaced", t->namespaced},
+                           {"group", "policy"},
+                           {"version", "v1"},
+                           {"kind", "Eviction"},
+                           {"verbs", json::array({"create"})}});
+    }
     if (t->scale_spec_path) {
       resources.push_back({{"name", t->plural + "/scale"},
                            {"singularName", ""},

@@ -375,6 +375,7 @@ ApiResponse ApiServer::Impl::Handle(const ApiRequest& r) {
     bool known = (route.subresource == "status" && t.status_subresource) ||
                  (route.subresource == "log" && t.log_subresource) ||
                  (route.subresource == "binding" && t.binding_subresource) ||
+                 (route.subresource == "eviction" && t.eviction_subresource) ||
                  (route.subresource == "scale" && t.scale_spec_path);
     if (!known) return Fail(404, "NotFound", "the server could not find the requested resource");
   }
@@ -458,6 +459,7 @@ ApiResponse ApiServer::Impl::Handle(const ApiRequest& r) {
     if (!obj.is_object()) return Fail(400, "BadRequest", "the request body is not a JSON object");
     if (r.method == "POST") {
       if (route.subresource == "binding") return Bind(route, obj);
+      if (route.subresource == "eviction") return Evict(route, obj);
       if (!route.name.empty()) return Fail(405, "MethodNotAllowed", "POST to a named object");
       return Create(route, std::move(obj));
     }

@@ -113,6 +113,8 @@ class ApiServer::Impl final : public ServerContext {
   ApiResponse Update(const Route& route, nlohmann::json body);
   // POST pods/<name>/binding: what a scheduler does to put a pod on a node.
   ApiResponse Bind(const Route& route, const nlohmann::json& binding);
+  // api_eviction.cc: POST pods/<name>/eviction (the Eviction API, PodDisruptionBudgets kept).
+  ApiResponse Evict(const Route& route, const nlohmann::json& eviction);
   ApiResponse Patch(const Route& route, const ApiRequest& r);
   // Checks and fills a new or updated object; `old` is null on create.
   std::optional<ApiResponse> Admit(const Route& route, nlohmann::json& obj,

@@ -39,6 +39,7 @@ ResourceRegistry::ResourceRegistry() {
   pods.status_subresource = true;
   pods.log_subresource = true;
   pods.binding_subresource = true;
+  pods.eviction_subresource = true;
   Add(pods);
   ResourceType services = Builtin("", "v1", "services", "service", "Service", true, {"svc"});
   services.status_subresource = true;

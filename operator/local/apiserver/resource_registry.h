@@ -27,6 +27,7 @@ struct ResourceType {
   bool status_subresource = false;
   bool log_subresource = false;      // pods
   bool binding_subresource = false;  // pods: what a scheduler posts
+  bool eviction_subresource = false;  // pods: the Eviction API (kubectl drain)
   // The scale subresource of a custom resource: JSON paths like
   // ".spec.replicaSpecs.Worker.replicas".
   std::optional<std::string> scale_spec_path;

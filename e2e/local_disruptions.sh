@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Disruptions as a cluster causes them, on `lockstep local` with the real trainer: a
+# MultiWorkerMirrored job (a chief and two workers, in-place recovery) has one worker's pod
+# deleted (`kubectl delete pod`: SIGTERM) and the other evicted through the Eviction API (what
+# `kubectl drain` calls). Each time the worker leaves the group at a step boundary and is
+# replaced alone: the job ends Succeeded with restartCount 0 and attempt 0, both recoveries in
+# status.recoveries lost no step and name the pod and the cause, and the events name them too.
+# Before that, a PodDisruptionBudget the eviction would break refuses it (429), and a dry-run
+# eviction leaves the pod.
+# Usage: local_disruptions.sh LOCKSTEP_BINARY SOURCE_DIR
+set -euo pipefail
+lockstep=$1
+src=$2
+source "$(dirname "$0")/lib.sh"
+
+job=drained
+sed -e "s/name: fmnist-mwm$/name: $job/" -e "s/fmnist-mwm-checkpoints/$job-checkpoints/" \
+  -e 's/--dataset=fashion-mnist/--dataset=synthetic", "--synthetic-size=16384/' \
+  -e 's/--epochs=5/--epochs=100/' "$src/examples/multi-worker-mirrored.yaml" >"$work/job.yaml"
+grep -q synthetic "$work/job.yaml" || fail "the example changed: $work/job.yaml"
+"$lockstep" local up >/dev/null
+k apply -f "$work/job.yaml" >/dev/null
+
+step() { k get tj "$job" -o jsonpath='{.status.progress.step}' 2>/dev/null || true; }
+recoveries() { k get tj "$job" -o jsonpath='{range .status.recoveries[*]}{.replaced}{"\n"}{end}' | grep -c . || true; }
+wait_for() {  # wait_for WHAT COMMAND...: until COMMAND succeeds (3 minutes at most)
+  local what=$1; shift
+  for _ in $(seq 1800); do "$@" && return 0; sleep 0.1; done
+  fail "$what: $(k get tj "$job" -o yaml)"
+}
+stepping() { local s; s=$(step); [[ -n $s ]] && (( s > 300 )); }
+wait_for "the job never trained" stepping
+
+evict() {  # evict POD [QUERY]: the Eviction API; prints the server's answer
+  printf '{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"%s"}}' "$1" >"$work/eviction.json"
+  k create --raw "/api/v1/namespaces/default/pods/$1/eviction${2:-}" -f "$work/eviction.json" 2>&1 || true
+}
+
+# A budget of three available pods: evicting any would break it.
+k apply -f - >/dev/null <<YAML
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: $job-budget}
+spec:
+  minAvailable: 3
+  selector: {matchLabels: {lockstep.io/job-name: $job}}
+YAML
+expect "Cannot evict pod as it would violate the pod's disruption budget" evict "$job-worker-0"
+k delete pdb "$job-budget" >/dev/null
+uid=$(k get pod "$job-worker-0" -o jsonpath='{.metadata.uid}')
+expect '"status":"Success"' evict "$job-worker-0" "?dryRun=All"
+[[ $(k get pod "$job-worker-0" -o jsonpath='{.metadata.uid}{.metadata.deletionTimestamp}') == "$uid" ]] ||
+  fail "a dry-run eviction touched the pod: $(k get pod "$job-worker-0" -o yaml)"
+
+# 1. Worker 1's pod deleted.
+k delete pod "$job-worker-1" --wait=false >/dev/null
+one() { [[ $(recoveries) -ge 1 ]]; }
+wait_for "worker 1 was not replaced in place" one
+# 2. Worker 0 evicted.
+expect '"status":"Success"' evict "$job-worker-0"
+two() { [[ $(recoveries) -ge 2 ]]; }
+wait_for "worker 0 was not replaced in place" two
+
+done_() { [[ $(k get tj "$job" -o jsonpath='{.status.state}') == Succeeded ]]; }
+wait_for "the job did not succeed" done_
+[[ $(k get tj "$job" -o jsonpath='{.status.restartCount}/{.status.attempt}') == 0/0 ]] ||
+  fail "a disruption was counted or restarted the group: $(k get tj "$job" -o yaml)"
+causes=$(k get tj "$job" -o jsonpath='{range .status.recoveries[*]}{.replaced}: {.cause} lost {.stepsLost}{"\n"}{end}')
+grep -q "^worker 1: .*pod $job-worker-1 was deleted by another party" <<<"$causes" ||
+  fail "the deletion is not named: $causes"
+grep -q "^worker 0: .*pod $job-worker-0 was evicted through the Eviction API" <<<"$causes" ||
+  fail "the eviction is not named: $causes"
+if grep -v " lost 0$" <<<"$causes"; then fail "steps were lost: $causes"; fi
+events=$(k get events --field-selector "involvedObject.name=$job")
+for reason in WorkerDeleted WorkerEvicted RecoveredInPlace ChiefSucceeded; do
+  grep -q "$reason" <<<"$events" || fail "no $reason event: $events"
+done
+echo "a deleted and an evicted worker replaced in place: $(k get tj "$job" -o jsonpath='{range .status.recoveries[*]}{.replaced} {.recoverySeconds}s; {end}')"
