@@ -25,8 +25,8 @@ struct ResourceType {
   std::vector<std::string> categories;
   bool namespaced = true;
   bool status_subresource = false;
-  bool log_subresource = false;      // pods
-  bool binding_subresource = false;  // pods: what a scheduler posts
+  bool log_subresource = false;       // pods
+  bool binding_subresource = false;   // pods: what a scheduler posts
   bool eviction_subresource = false;  // pods: the Eviction API (kubectl drain)
   // The scale subresource of a custom resource: JSON paths like
   // ".spec.replicaSpecs.Worker.replicas".
