@@ -11,8 +11,17 @@
 #   caught up the kill -> the chief past the step it had reached at the kill (the lost steps
 #             trained again), polled from its /progress every 20 ms.
 # Usage: bench/recovery.sh [BUILD_DIR] [KILLS] [MODELS...]   (default build/release 3 mlp cnn)
+#        bench/recovery.sh BUILD_DIR faults [MODEL]             (default mlp)
+# `faults`: one InPlace job meets each fault a cluster causes, one after another, mid-way
+# between checkpoints: worker 1's pod deleted (SIGTERM), worker 0 evicted through the Eviction
+# API, worker 1 SIGKILLed, the chief's pod deleted (SIGTERM), the chief SIGKILLed. Per fault:
+# seconds to training again (the fault -> the chief's "every rank is stepping again" line, its
+# replacement's for the chief's faults), completed steps lost, restarts counted against
+# backoffLimit by it, and the attempt after it.
 set -euo pipefail
 build=$(cd "${1:-build/release}" && pwd)
+mode=kills
+if [[ ${2:-} == faults ]]; then mode=faults; set -- "$1" 1 "${@:3}"; fi
 kills=${2:-3}
 shift 2 || shift $#
 models=("${@:-mlp}")
@@ -108,6 +117,67 @@ run_case() {  # MODEL RECOVERY: one job, `kills` kills; prints one line per kill
   k delete tj "$name" >/dev/null
 }
 
+# The chief's line for the recovery from a fault at time T0: its (or its replacement's) first
+# "every rank is stepping again" after T0.
+stepping_line() {  # JOB T0
+  for _ in $(seq 2400); do
+    local line t
+    line=$(k logs "$1-chief-0" 2>/dev/null | grep "every rank is stepping again" | tail -1 || true)
+    if [[ -n $line ]]; then
+      t=$(log_time "$line")
+      awk -v a="$t" -v b="$2" 'BEGIN { exit !(a > b) }' && { echo "$line"; return 0; }
+    fi
+    sleep 0.1
+  done
+  fail "$1: no rank stepped again after the fault"
+}
+
+fault_case() {  # MODEL: one InPlace job, each fault in turn; prints one line per fault
+  local model=$1 name
+  name=$(tr '[:upper:]' '[:lower:]' <<<"$model-faults")
+  manifest "$name" "$model" InPlace 4 >"$work/$name.yaml"
+  "$lockstep" run "$work/$name.yaml" --timeout 1800 >"$work/$name.out" 2>&1 &
+  local run_pid=$! n=0
+  printf '{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"%s-worker-0"}}' "$name" \
+    >"$work/eviction.json"
+  for fault in sigterm-worker evict-worker sigkill-worker sigterm-chief sigkill-chief; do
+    n=$((n + 1))
+    wait_chief_step "$name" $(( 200 * n + 100 ))
+    local before restarts0 t0 line resumed
+    before=$(chief_step "$name")
+    restarts0=$(k get tj "$name" -o jsonpath='{.status.restartCount}')
+    t0=$(date +%s.%N)
+    case $fault in
+      sigterm-worker) k delete pod "$name-worker-1" --wait=false >/dev/null ;;
+      evict-worker) k create --raw "/api/v1/namespaces/default/pods/$name-worker-0/eviction" \
+                      -f "$work/eviction.json" >/dev/null ;;
+      sigkill-worker) kill -KILL "$(pid_of "$name" worker 1)" ;;
+      sigterm-chief) k delete pod "$name-chief-0" --wait=false >/dev/null ;;
+      sigkill-chief) kill -KILL "$(pid_of "$name" chief 0)" ;;
+    esac
+    line=$(stepping_line "$name" "$t0")
+    if [[ $line == *"resumed from the checkpoint of step"* ]]; then
+      resumed=$(sed -n 's/.*resumed from the checkpoint of step \([0-9]*\).*/\1/p' <<<"$line")
+    else
+      resumed=$(sed -n 's/.*stepping again at step \([0-9]*\).*/\1/p' <<<"$line")
+      resumed=$((resumed - 1))  # the line names the first step completed again
+    fi
+    printf '%-4s %-14s at step %5d: training again after %6.2f s, %4d completed steps lost, %d restart(s) counted, attempt %s\n' \
+      "$model" "$fault" "$before" "$(awk -v a="$(log_time "$line")" -v b="$t0" 'BEGIN { print a - b }')" \
+      "$(( before > resumed ? before - resumed : 0 ))" \
+      "$(( $(k get tj "$name" -o jsonpath='{.status.restartCount}') - restarts0 ))" \
+      "$(k get tj "$name" -o jsonpath='{.status.attempt}')"
+  done
+  wait "$run_pid" || fail "$name: $(tail -5 "$work/$name.out")"
+  echo "$model faults: $(k get tj "$name" -o jsonpath='{.status.state}, attempt {.status.attempt}, restartCount {.status.restartCount}'); $(k logs "$name-chief-0" | grep -o 'final test accuracy: [0-9.]*')"
+  k delete tj "$name" >/dev/null
+}
+
+if [[ $mode == faults ]]; then
+  echo "chief + 3 workers on lockstep local, $(nproc) cores; one fault after another, InPlace"
+  fault_case "${models[0]}"
+  exit 0
+fi
 echo "chief + 3 workers on lockstep local, $(nproc) cores; worker 1 SIGKILLed $kills times per job"
 for model in "${models[@]}"; do
   for recovery in InPlace RestartGroup; do run_case "$model" "$recovery"; done
