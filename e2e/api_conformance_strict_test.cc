@@ -551,5 +551,137 @@ TEST_P(ApiServerStrictTest, QueryParametersParseAsTheRealServerParsesThem) {
   EXPECT_EQ(Call("GET", Path(kPods, "a")).status, 200);
 }
 
+// A built-in object is decoded into its Go type before anything else: a value of the wrong
+// JSON type is a 400 naming the field, as Go's decoder does (the finding: a ConfigMap
+// whose data held a number was stored). A custom resource's metadata is decoded the same way.
+TEST_P(ApiServerStrictTest, WronglyTypedFieldsOfBuiltInKindsAreBadRequests) {
+  const std::string config_maps = "/api/v1/namespaces/default/configmaps";
+  json cm = {{"apiVersion", "v1"},
+             {"kind", "ConfigMap"},
+             {"metadata", {{"name", "settings"}}},
+             {"data", {{"epochs", 5}}}};
+  Answer number = Call("POST", config_maps, cm);
+  EXPECT_EQ(number.status, 400) << number.body.dump();
+  EXPECT_EQ(number.body["reason"], "BadRequest");
+  EXPECT_EQ(number.body["message"],
+            "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot "
+            "unmarshal number into Go struct field ConfigMap.data of type string");
+  EXPECT_EQ(Call("GET", Path(config_maps, "settings")).status, 404);
+  cm["data"]["epochs"] = "5";
+  ASSERT_EQ(Call("POST", config_maps, cm).status, 201);
+  // An update too, and the pod's fields, and labels of any kind.
+  cm["data"] = {{"epochs", true}};
+  EXPECT_EQ(Call("PUT", Path(config_maps, "settings"), cm).status, 400);
+  json pod = Pod("typed");
+  pod["spec"]["containers"][0]["ports"] = {{{"containerPort", "2222"}}};
+  Answer port = Call("POST", kPods, pod);
+  EXPECT_EQ(port.status, 400) << port.body.dump();
+  EXPECT_THAT(port.body["message"].get<std::string>(),
+              HasSubstr("Pod.spec.containers.ports.containerPort of type int64"));
+  pod = Pod("typed");
+  pod["spec"]["containers"][0]["args"] = "--epochs=5";
+  EXPECT_EQ(Call("POST", kPods, pod).status, 400);
+  pod = Pod("typed", {{"replica", 1}});
+  EXPECT_EQ(Call("POST", kPods, pod).status, 400);
+  InstallCrd();
+  json job = Job("typed");
+  job["metadata"]["labels"] = {{"team", 7}};
+  Answer label = Call("POST", conformance::kJobs, job);
+  EXPECT_EQ(label.status, 400) << label.body.dump();
+  EXPECT_THAT(label.body["message"].get<std::string>(),
+              HasSubstr("TrainingJob.metadata.labels of type string"));
+  // null is every type's zero value; a quantity may be a number.
+  pod = Pod("fits");
+  pod["spec"]["containers"][0]["resources"] = {{"limits", {{"cpu", 2}, {"memory", "1Gi"}}}};
+  pod["spec"]["containers"][0]["args"] = nullptr;
+  EXPECT_EQ(Call("POST", kPods, pod).status, 201);
+}
+
+// A custom resource is never updated unconditionally: a PUT without metadata.resourceVersion
+// is 422 (the finding: the local server took it). A built-in one may be.
+TEST_P(ApiServerStrictTest, ACustomResourceUpdateWithoutResourceVersionIsInvalid) {
+  InstallCrd();
+  ASSERT_EQ(Call("POST", conformance::kJobs, Job("versioned")).status, 201);
+  json job = Job("versioned", 3);
+  Answer put = Call("PUT", Path(conformance::kJobs, "versioned"), job);
+  EXPECT_EQ(put.status, 422) << put.body.dump();
+  EXPECT_THAT(put.body["message"].get<std::string>(),
+              HasSubstr("metadata.resourceVersion: Invalid value: 0x0: must be specified for an "
+                        "update"));
+  EXPECT_EQ(Call("PUT", Path(conformance::kJobs, "versioned") + "/status", job).status, 422);
+  job["metadata"]["resourceVersion"] =
+      Call("GET", Path(conformance::kJobs, "versioned")).body["metadata"]["resourceVersion"];
+  EXPECT_EQ(Call("PUT", Path(conformance::kJobs, "versioned"), job).status, 200);
+  ASSERT_EQ(Call("POST", kPods, Pod("plain")).status, 201);
+  json pod = Call("GET", Path(kPods, "plain")).body;
+  pod["metadata"].erase("resourceVersion");
+  pod["metadata"]["labels"] = {{"x", "y"}};
+  EXPECT_EQ(Call("PUT", Path(kPods, "plain"), pod).status, 200);
+}
+
+// The Eviction API (what kubectl drain calls): a budget it would break refuses it (429), a dry
+// run (query or DeleteOptions) leaves the pod, otherwise the pod is marked DisruptionTarget and
+// deleted.
+TEST_P(ApiServerStrictTest, EvictionsHonourDisruptionBudgetsAndDryRuns) {
+  ASSERT_EQ(Call("POST", kPods, Pod("evicted", {{"app", "train"}})).status, 201);
+  json running = Call("GET", Path(kPods, "evicted")).body;
+  running["status"] = {{"phase", "Running"},
+                       {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}};
+  ASSERT_EQ(Call("PUT", Path(kPods, "evicted") + "/status", running).status, 200);
+  const json eviction = {
+      {"apiVersion", "policy/v1"}, {"kind", "Eviction"}, {"metadata", {{"name", "evicted"}}}};
+  const std::string pdbs = "/apis/policy/v1/namespaces/default/poddisruptionbudgets";
+  json pdb = {{"apiVersion", "policy/v1"},
+              {"kind", "PodDisruptionBudget"},
+              {"metadata", {{"name", "keep-one"}}},
+              {"spec", {{"minAvailable", 1}, {"selector", {{"matchLabels", {{"app", "train"}}}}}}}};
+  ASSERT_EQ(Call("POST", pdbs, pdb).status, 201);
+  Answer refused = Call("POST", Path(kPods, "evicted") + "/eviction", eviction);
+  EXPECT_EQ(refused.status, 429) << refused.body.dump();
+  EXPECT_EQ(refused.body["message"],
+            "Cannot evict pod as it would violate the pod's disruption budget.");
+  EXPECT_EQ(refused.body["details"]["causes"][0]["reason"], "DisruptionBudget");
+  ASSERT_EQ(Call("DELETE", Path(pdbs, "keep-one")).status, 200);
+  EXPECT_EQ(Call("POST", Path(kPods, "evicted") + "/eviction?dryRun=All", eviction).status, 201);
+  json body_dry = eviction;
+  body_dry["deleteOptions"] = {{"dryRun", {"All"}}};
+  EXPECT_EQ(Call("POST", Path(kPods, "evicted") + "/eviction", body_dry).status, 201);
+  json after = Call("GET", Path(kPods, "evicted")).body;
+  EXPECT_FALSE(after["metadata"].contains("deletionTimestamp")) << after.dump();
+  Answer evicted = Call("POST", Path(kPods, "evicted") + "/eviction", eviction);
+  EXPECT_EQ(evicted.status, 201) << evicted.body.dump();
+  EXPECT_EQ(evicted.body["status"], "Success");
+  Answer gone = Call("GET", Path(kPods, "evicted"));
+  if (gone.status == 200) {  // on a node it stops first: marked, with the condition
+    EXPECT_TRUE(gone.body["metadata"].contains("deletionTimestamp"));
+    bool marked = false;
+    for (const json& c : gone.body["status"]["conditions"]) {
+      marked =
+          marked || (c["type"] == "DisruptionTarget" && c["reason"] == "EvictionByEvictionAPI");
+    }
+    EXPECT_TRUE(marked) << gone.body.dump();
+  } else {
+    EXPECT_EQ(gone.status, 404);
+  }
+  EXPECT_EQ(Call("POST", Path(kPods, "nobody") + "/eviction", eviction).status, 400);  // names
+  json nobody = eviction;
+  nobody["metadata"]["name"] = "nobody";
+  EXPECT_EQ(Call("POST", Path(kPods, "nobody") + "/eviction", nobody).status, 404);
+}
+
+// A pod's volumeMounts name volumes of the pod (the finding: the local server and
+// lockstep validate took one naming nothing, which a real server refuses).
+TEST_P(ApiServerStrictTest, APodsVolumeMountsMustNameItsVolumes) {
+  json pod = Pod("mounts");
+  pod["spec"]["containers"][0]["volumeMounts"] = {{{"name", "data"}, {"mountPath", "/data"}}};
+  Answer missing = Call("POST", kPods, pod);
+  EXPECT_EQ(missing.status, 422) << missing.body.dump();
+  EXPECT_THAT(CauseFields(missing),
+              ::testing::ElementsAre("spec.containers[0].volumeMounts[0].name"));
+  EXPECT_EQ(missing.body["details"]["causes"][0]["reason"], "FieldValueNotFound");
+  pod["spec"]["volumes"] = {{{"name", "data"}, {"emptyDir", json::object()}}};
+  EXPECT_EQ(Call("POST", kPods, pod).status, 201);
+}
+
 }  // namespace
 }  // namespace lockstep::local

@@ -35,6 +35,9 @@ std::string FieldError::ToString() const {
     case FieldErrorType::kUnknownField:
       absl::StrAppend(&out, ": Unknown field");
       break;
+    case FieldErrorType::kNotFound:
+      absl::StrAppend(&out, ": Not found: ", value);
+      break;
   }
   if (!detail.empty()) absl::StrAppend(&out, ": ", detail);
   return out;
@@ -73,6 +76,10 @@ FieldError Forbidden(const FieldPath& path, std::string detail) {
 
 FieldError Duplicate(const FieldPath& path, std::string value_json) {
   return {FieldErrorType::kDuplicate, path.str(), std::move(value_json), ""};
+}
+
+FieldError NotFound(const FieldPath& path, std::string value_json) {
+  return {FieldErrorType::kNotFound, path.str(), std::move(value_json), ""};
 }
 
 absl::Status ToStatus(std::string_view what, const FieldErrors& errors) {

@@ -23,6 +23,7 @@ enum class FieldErrorType {
   kTooLong,       // "Too long: ..."
   kForbidden,     // "Forbidden: ..."
   kUnknownField,  // "Unknown field"
+  kNotFound,      // "Not found: <value>" (a reference to nothing)
 };
 
 struct FieldError {
@@ -59,6 +60,7 @@ FieldError NotSupported(const FieldPath& path, std::string value_json,
                         const std::vector<std::string_view>& supported);
 FieldError Forbidden(const FieldPath& path, std::string detail);
 FieldError Duplicate(const FieldPath& path, std::string value_json);
+FieldError NotFound(const FieldPath& path, std::string value_json);
 
 // OK when `errors` is empty; otherwise InvalidArgument "<what> is invalid: <e1>; <e2>; ...".
 absl::Status ToStatus(std::string_view what, const FieldErrors& errors);

@@ -4,6 +4,7 @@
 
 #include "common/str_util.h"
 #include "operator/api/json_reader.h"
+#include "operator/api/object_meta.h"
 
 namespace lockstep::api {
 namespace {
@@ -64,6 +65,61 @@ Container DecodeContainer(const json& j, const FieldPath& path, FieldErrors* err
 
 }  // namespace
 
+FieldErrors ValidatePodVolumes(const json& spec, const FieldPath& spec_path) {
+  FieldErrors errors;
+  if (!spec.is_object()) return errors;
+  std::set<std::string> volumes;
+  if (auto vs = spec.find("volumes"); vs != spec.end() && vs->is_array()) {
+    for (size_t i = 0; i < vs->size(); ++i) {
+      const json& v = (*vs)[i];
+      const FieldPath path = spec_path.Child("volumes").Index(i).Child("name");
+      const std::string name = v.is_object() && v.contains("name") && v["name"].is_string()
+                                   ? v["name"].get<std::string>()
+                                   : "";
+      if (name.empty()) {
+        errors.push_back(Required(path, ""));
+        continue;
+      }
+      for (std::string& why : CheckDns1123Label(name)) {
+        errors.push_back(Invalid(path, QuoteJson(name), why));
+      }
+      if (!volumes.insert(name).second) errors.push_back(Duplicate(path, QuoteJson(name)));
+    }
+  }
+  for (const char* list : {"initContainers", "containers"}) {
+    auto cs = spec.find(list);
+    if (cs == spec.end() || !cs->is_array()) continue;
+    for (size_t i = 0; i < cs->size(); ++i) {
+      const json& c = (*cs)[i];
+      if (!c.is_object()) continue;
+      auto mounts = c.find("volumeMounts");
+      if (mounts == c.end() || !mounts->is_array()) continue;
+      std::set<std::string> paths;
+      for (size_t m = 0; m < mounts->size(); ++m) {
+        const json& vm = (*mounts)[m];
+        const FieldPath path = spec_path.Child(list).Index(i).Child("volumeMounts").Index(m);
+        if (!vm.is_object()) continue;
+        const std::string name =
+            vm.contains("name") && vm["name"].is_string() ? vm["name"].get<std::string>() : "";
+        const std::string mount = vm.contains("mountPath") && vm["mountPath"].is_string()
+                                      ? vm["mountPath"].get<std::string>()
+                                      : "";
+        if (name.empty()) {
+          errors.push_back(Required(path.Child("name"), ""));
+        } else if (!volumes.contains(name)) {
+          errors.push_back(NotFound(path.Child("name"), QuoteJson(name)));
+        }
+        if (mount.empty()) {
+          errors.push_back(Required(path.Child("mountPath"), ""));
+        } else if (!paths.insert(mount).second) {
+          errors.push_back(Invalid(path.Child("mountPath"), QuoteJson(mount), "must be unique"));
+        }
+      }
+    }
+  }
+  return errors;
+}
+
 const EnvVar* Container::FindEnv(std::string_view env_name) const {
   for (const EnvVar& e : env) {
     if (e.name == env_name) return &e;
@@ -102,6 +158,8 @@ PodTemplate PodTemplate::Decode(const json& j, const FieldPath& path, FieldError
     }
     return t;
   }
+  FieldErrors volumes = ValidatePodVolumes(*spec, r.Path("spec"));
+  errors->insert(errors->end(), volumes.begin(), volumes.end());
   std::set<std::string> names;
   for (size_t i = 0; i < containers->size(); ++i) {
     FieldPath cpath = s.Path("containers").Index(i);

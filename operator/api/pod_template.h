@@ -53,6 +53,12 @@ struct Container {
   const ContainerPort* FindPort(std::string_view port_name) const;
 };
 
+// What a Kubernetes API server refuses in a pod spec's volumes (ValidatePodSpec): a volume
+// without a name or whose name is not a DNS-1123 label or is repeated; a container's
+// volumeMount without a name or a mountPath, naming no volume of the pod ("Not found"), or
+// repeating a mountPath. Paths are under `spec` (the pod's spec).
+FieldErrors ValidatePodVolumes(const nlohmann::json& spec, const FieldPath& spec_path);
+
 class PodTemplate {
  public:
   PodTemplate() = default;

@@ -152,6 +152,20 @@ INSTANTIATE_TEST_SUITE_P(
                       Pod(j, "Worker")["containers"][0]["ports"] = {{{"name", "lockstep"}, {"containerPort", 70000}}};
                     },
                     "spec.replicaSpecs.Worker.template.spec.containers[0].ports[0].containerPort", "between 1 and 65535"},
+        testing::ManifestCase{"VolumeMountOfNoVolume", [](json& j) {
+                      Pod(j, "Worker")["containers"][0]["volumeMounts"] = {{{"name", "data"}, {"mountPath", "/data"}}};
+                    },
+                    "spec.replicaSpecs.Worker.template.spec.containers[0].volumeMounts[0].name", "Not found: \"data\""},
+        testing::ManifestCase{"DuplicateVolumes", [](json& j) {
+                      Pod(j, "Worker")["volumes"] = {{{"name", "data"}, {"emptyDir", json::object()}},
+                                                     {{"name", "data"}, {"emptyDir", json::object()}}};
+                    },
+                    "spec.replicaSpecs.Worker.template.spec.volumes[1].name", "Duplicate value: \"data\""},
+        testing::ManifestCase{"VolumeMountWithoutPath", [](json& j) {
+                      Pod(j, "Worker")["volumes"] = {{{"name", "data"}, {"emptyDir", json::object()}}};
+                      Pod(j, "Worker")["containers"][0]["volumeMounts"] = {{{"name", "data"}}};
+                    },
+                    "spec.replicaSpecs.Worker.template.spec.containers[0].volumeMounts[0].mountPath", "Required value"},
         testing::ManifestCase{"NegativeBackoff", [](json& j) { j["spec"]["runPolicy"] = {{"backoffLimit", -3}}; },
                     "spec.runPolicy.backoffLimit", "must be greater than or equal to 0"},
         testing::ManifestCase{"ZeroDeadline", [](json& j) { j["spec"]["runPolicy"] = {{"activeDeadlineSeconds", 0}}; },

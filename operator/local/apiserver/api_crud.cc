@@ -7,6 +7,7 @@
 #include "operator/api/json_reader.h"
 #include "operator/api/object_meta.h"
 #include "operator/local/apiserver/api_server_impl.h"
+#include "operator/local/apiserver/kinds/builtin_types.h"
 #include "operator/local/apiserver/patch.h"
 #include "operator/local/apiserver/table.h"
 #include "operator/local/kubelet/resolve_container.h"
@@ -213,6 +214,12 @@ std::optional<ApiResponse> ApiServer::Impl::Admit(const Route& route, json& obj,
   }
   obj["apiVersion"] = t.ApiVersion();
   obj["kind"] = t.kind;
+  // Decoding into the kind's Go types comes first: a value of the wrong type is a bad request.
+  if (std::string bad = BuiltinTypeError(t.kind, !t.custom(), obj); !bad.empty()) {
+    return Fail(400, "BadRequest",
+                StrCat(t.kind, " in version \"", t.version, "\" cannot be handled as a ", t.kind,
+                       ": ", bad));
+  }
   json& meta = Meta(obj);
   std::string name = api::StringAt(meta, "name");
   api::FieldErrors errors;
@@ -315,6 +322,13 @@ ApiResponse ApiServer::Impl::Update(const Route& route, json body) {
   }
   Meta(body)["name"] = route.name;
   std::string rv = MetaString(body, "resourceVersion");
+  // A custom resource is never updated unconditionally (its strategy's
+  // AllowUnconditionalUpdate is false); a Scale is applied to the object as it is.
+  if (rv.empty() && t.custom() && route.subresource != "scale") {
+    return Invalid(t, route.name,
+                   {api::Invalid(api::FieldPath("metadata.resourceVersion"), "0x0",
+                                 "must be specified for an update")});
+  }
   if (rv.empty()) rv = MetaString(*old, "resourceVersion");
   // A stale resourceVersion is a conflict before anything is validated, as in Kubernetes'
   // registry: validated against a newer object, an update made from an older one could fail

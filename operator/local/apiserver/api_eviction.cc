@@ -180,7 +180,10 @@ ApiResponse ApiServer::Impl::Evict(const Route& route, const json& eviction) {
       }
     }
   }
-  if (route.dry_run) return Reply(201, success);
+  // The dry run of kubectl drain --dry-run=server comes in the Eviction's DeleteOptions.
+  const bool dry_run =
+      route.dry_run || (options.contains("dryRun") && options["dryRun"] == json::array({"All"}));
+  if (dry_run) return Reply(201, success);
 
   // The condition first, then the graceful delete, as the registry does.
   json marked = *pod;

@@ -27,6 +27,8 @@ const char* CauseReason(api::FieldErrorType t) {
       return "FieldValueNotSupported";
     case api::FieldErrorType::kDuplicate:
       return "FieldValueDuplicate";
+    case api::FieldErrorType::kNotFound:
+      return "FieldValueNotFound";
     case api::FieldErrorType::kTooMany:
       return "FieldValueTooMany";
     case api::FieldErrorType::kTooLong:

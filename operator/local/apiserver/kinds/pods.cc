@@ -9,6 +9,7 @@
 #include "common/str_util.h"
 #include "operator/api/json_reader.h"
 #include "operator/api/object_meta.h"
+#include "operator/api/pod_template.h"
 #include "operator/local/apiserver/kinds/kind_strategy.h"
 
 namespace lockstep::local {
@@ -221,6 +222,8 @@ class Pods final : public KindStrategy {
         }
       }
     }
+    api::FieldErrors volumes = api::ValidatePodVolumes(*spec, api::FieldPath("spec"));
+    errors.insert(errors.end(), volumes.begin(), volumes.end());
     std::string restart = api::StringAt(*spec, "restartPolicy");
     if (restart != "Always" && restart != "OnFailure" && restart != "Never") {
       errors.push_back(api::NotSupported(api::FieldPath("spec.restartPolicy"),
