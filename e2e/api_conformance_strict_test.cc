@@ -602,7 +602,8 @@ TEST_P(ApiServerStrictTest, WronglyTypedFieldsOfBuiltInKindsAreBadRequests) {
 TEST_P(ApiServerStrictTest, ACustomResourceUpdateWithoutResourceVersionIsInvalid) {
   InstallCrd();
   ASSERT_EQ(Call("POST", conformance::kJobs, Job("versioned")).status, 201);
-  json job = Job("versioned", 3);
+  json job = Job("versioned");
+  job["spec"]["runPolicy"] = {{"backoffLimit", 7}};
   Answer put = Call("PUT", Path(conformance::kJobs, "versioned"), job);
   EXPECT_EQ(put.status, 422) << put.body.dump();
   EXPECT_THAT(put.body["message"].get<std::string>(),

@@ -144,9 +144,9 @@ TEST_P(ApiServerTest, GenerationFollowsSpecAndStatusHasItsOwnEndpoint) {
   ASSERT_EQ(s.status, 200) << s.body.dump();
   EXPECT_EQ(s.body["status"]["state"], "Running");
   EXPECT_EQ(s.body["metadata"]["generation"], 1);
-  Answer spec = Call("PATCH", std::string(kJobs) + "/j",
-                     {{"spec", {{"replicaSpecs", {{"Worker", {{"replicas", 3}}}}}}}},
-                     "application/merge-patch+json");
+  Answer spec =
+      Call("PATCH", std::string(kJobs) + "/j", {{"spec", {{"runPolicy", {{"backoffLimit", 7}}}}}},
+           "application/merge-patch+json");
   ASSERT_EQ(spec.status, 200) << spec.body.dump();
   EXPECT_EQ(spec.body["metadata"]["generation"], 2);
   EXPECT_EQ(spec.body["status"]["state"], "Running");  // kept
@@ -161,9 +161,22 @@ TEST_P(ApiServerTest, ScaleSubresource) {
   EXPECT_EQ(scale.body["spec"]["replicas"], 2);
   json s = scale.body;
   s["spec"]["replicas"] = 5;
-  ASSERT_EQ(Call("PUT", std::string(kJobs) + "/j/scale", s).status, 200);
+  // A job that is not elastic keeps its count (kubectl scale is refused, not fatal later).
+  Answer refused = Call("PUT", std::string(kJobs) + "/j/scale", s);
+  EXPECT_EQ(refused.status, 422) << refused.body.dump();
+  EXPECT_THAT(refused.body["message"].get<std::string>(),
+              ::testing::HasSubstr("replica counts are fixed while the job runs"));
   EXPECT_EQ(
-      Call("GET", std::string(kJobs) + "/j").body["spec"]["replicaSpecs"]["Worker"]["replicas"], 5);
+      Call("GET", std::string(kJobs) + "/j").body["spec"]["replicaSpecs"]["Worker"]["replicas"], 2);
+  // An elastic one scales within its bounds.
+  json elastic = Job("e", 2);
+  elastic["spec"]["runPolicy"] = {{"elastic", {{"minReplicas", 1}, {"maxReplicas", 8}}}};
+  ASSERT_EQ(Call("POST", kJobs, elastic).status, 201);
+  s = Call("GET", std::string(kJobs) + "/e/scale").body;
+  s["spec"]["replicas"] = 5;
+  ASSERT_EQ(Call("PUT", std::string(kJobs) + "/e/scale", s).status, 200);
+  EXPECT_EQ(
+      Call("GET", std::string(kJobs) + "/e").body["spec"]["replicaSpecs"]["Worker"]["replicas"], 5);
 }
 
 TEST_P(ApiServerTest, PatchFormats) {

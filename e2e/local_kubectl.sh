@@ -40,9 +40,13 @@ spec:
   replicaSpecs:
     Worker: {replicas: -1, template: {spec: {containers: [{name: lockstep, image: x}]}}}
 YAML
+# A job that is not elastic keeps its replica counts while it runs; suspended, it may be resized.
+expect "replica counts are fixed while the job runs" kubectl scale tj fmnist-mwm --replicas=4
+expect "2" kubectl get tj fmnist-mwm -o 'jsonpath={.spec.replicaSpecs.Worker.replicas}'
+expect "patched" kubectl patch tj fmnist-mwm --type=merge -p '{"spec":{"runPolicy":{"suspend":true}}}'
 expect "scaled" kubectl scale tj fmnist-mwm --replicas=4
 expect "4" kubectl get tj fmnist-mwm -o 'jsonpath={.spec.replicaSpecs.Worker.replicas}'
-expect "2" kubectl get tj fmnist-mwm -o 'jsonpath={.metadata.generation}'
+expect "3" kubectl get tj fmnist-mwm -o 'jsonpath={.metadata.generation}'
 expect "Replica Specs" kubectl describe tj fmnist-mwm
 expect "patched" kubectl patch tj fmnist-mwm --type=merge -p '{"metadata":{"labels":{"team":"ml"}}}'
 expect "fmnist-mwm" kubectl get tj -l team=ml -o name

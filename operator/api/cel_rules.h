@@ -19,7 +19,27 @@ inline constexpr std::string_view kElasticBoundsRule =
     "(self.replicaSpecs.Worker.replicas >= self.runPolicy.elastic.minReplicas && "
     "self.replicaSpecs.Worker.replicas <= self.runPolicy.elastic.maxReplicas)";
 
-// Whether `self` satisfies `rule`; nullopt when the rule has no native counterpart.
-std::optional<bool> EvaluateKnownRule(std::string_view rule, const nlohmann::json& self);
+// A transition rule (an update's old spec is `oldSelf`): replica counts do not change, except an
+// elastic job's Worker count and any count of a job suspended before and after.
+inline constexpr std::string_view kFixedReplicasRule =
+    "(has(self.runPolicy) && has(self.runPolicy.suspend) && self.runPolicy.suspend && has(oldSe"
+    "lf.runPolicy) && has(oldSelf.runPolicy.suspend) && oldSelf.runPolicy.suspend) || ((!has(se"
+    "lf.replicaSpecs.Chief) || !has(oldSelf.replicaSpecs.Chief) || self.replicaSpecs.Chief.repl"
+    "icas == oldSelf.replicaSpecs.Chief.replicas) && (!has(self.replicaSpecs.PS) || !has(oldSel"
+    "f.replicaSpecs.PS) || self.replicaSpecs.PS.replicas == oldSelf.replicaSpecs.PS.replicas) &"
+    "& (!has(self.replicaSpecs.Evaluator) || !has(oldSelf.replicaSpecs.Evaluator) || self.repli"
+    "caSpecs.Evaluator.replicas == oldSelf.replicaSpecs.Evaluator.replicas) && ((has(self.runPo"
+    "licy) && has(self.runPolicy.elastic)) || !has(self.replicaSpecs.Worker) || !has(oldSelf.re"
+    "plicaSpecs.Worker) || self.replicaSpecs.Worker.replicas == oldSelf.replicaSpecs.Worker.rep"
+    "licas))";
+inline constexpr std::string_view kFixedReplicasMessage =
+    "replica counts are fixed while the job runs: set runPolicy.elastic to scale its Workers, or "
+    "suspend the job first";
+
+// Whether `self` satisfies `rule`; nullopt when the rule has no native counterpart. A
+// transition rule (one naming oldSelf) is evaluated only on an update (`old` set), as an API
+// server does; on a create it holds.
+std::optional<bool> EvaluateKnownRule(std::string_view rule, const nlohmann::json& self,
+                                      const nlohmann::json* old = nullptr);
 
 }  // namespace lockstep::api

@@ -297,7 +297,8 @@ std::vector<std::string> PruneUnknownFields(const json& schema, json* value, boo
   return pruned;
 }
 
-FieldErrors ValidateAgainstSchema(const json& schema, const json& value, const FieldPath& path) {
+FieldErrors ValidateAgainstSchema(const json& schema, const json& value, const FieldPath& path,
+                                  const json* old) {
   FieldErrors errors;
   if (!schema.is_object()) return errors;
   if (value.is_null()) {
@@ -398,7 +399,7 @@ FieldErrors ValidateAgainstSchema(const json& schema, const json& value, const F
       for (const json& rule : *rules) {
         if (!rule.is_object() || !rule.contains("rule") || !rule["rule"].is_string()) continue;
         const std::string text = rule["rule"].get<std::string>();
-        if (EvaluateKnownRule(text, value) == false) {
+        if (EvaluateKnownRule(text, value, old) == false) {
           const std::string message = rule.value("message", "");
           // As an API server reports a failed rule.
           errors.push_back(
@@ -418,7 +419,9 @@ FieldErrors ValidateAgainstSchema(const json& schema, const json& value, const F
       if (sub == nullptr) continue;
       FieldPath child =
           props != schema.end() && props->contains(name) ? path.Child(name) : path.Key(name);
-      FieldErrors e = ValidateAgainstSchema(*sub, v, child);
+      const json* old_v =
+          old != nullptr && old->is_object() && old->contains(name) ? &(*old)[name] : nullptr;
+      FieldErrors e = ValidateAgainstSchema(*sub, v, child, old_v);
       errors.insert(errors.end(), e.begin(), e.end());
     }
   }

@@ -31,7 +31,9 @@ std::vector<std::string> PruneUnknownFields(const nlohmann::json& schema, nlohma
                                             bool is_root = true);
 
 // Checks `value` against `schema`: types, enums, bounds, lengths, patterns, required fields.
+// `old`: the value at the same place in the object an update replaces (null on a create, or
+// where it has none): transition rules (oldSelf) are checked against it.
 FieldErrors ValidateAgainstSchema(const nlohmann::json& schema, const nlohmann::json& value,
-                                  const FieldPath& path);
+                                  const FieldPath& path, const nlohmann::json* old = nullptr);
 
 }  // namespace lockstep::api

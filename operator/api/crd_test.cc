@@ -120,9 +120,12 @@ TEST(CrdTest, CelRulesHaveNativeCounterpartsAndTheElasticBoundsHold) {
     }
   };
   walk(Schema(crd));
-  ASSERT_EQ(rules.size(), 1u);
+  ASSERT_EQ(rules.size(), 2u);
   EXPECT_EQ(rules[0], kElasticBoundsRule);
-  EXPECT_TRUE(EvaluateKnownRule(rules[0], json::object()).has_value());
+  EXPECT_EQ(rules[1], kFixedReplicasRule);
+  for (const std::string& r : rules) {
+    EXPECT_TRUE(EvaluateKnownRule(r, json::object()).has_value()) << r;
+  }
 
   json j = MinimalJob();
   ApplySchemaDefaults(Schema(crd), &j);
@@ -141,6 +144,37 @@ TEST(CrdTest, CelRulesHaveNativeCounterpartsAndTheElasticBoundsHold) {
   }
   j["spec"]["replicaSpecs"]["Worker"]["replicas"] = 0;
   EXPECT_FALSE(Render(ValidateAgainstSchema(Schema(crd), j, FieldPath())).empty());
+}
+
+// Issue 42's finding: kubectl scale on a job that is not elastic answered "scaled" and the job
+// then failed. The transition rule refuses a changed replica count on an update (not on a
+// create), except an elastic job's Worker count, and any count while the job was and stays
+// suspended.
+TEST(CrdTest, ReplicaCountsAreFixedOnUpdateUnlessElasticOrSuspended) {
+  json crd = Crd();
+  json old = MinimalJob();
+  ApplySchemaDefaults(Schema(crd), &old);
+  json j = old;
+  j["spec"]["replicaSpecs"]["Worker"]["replicas"] = 3;
+  EXPECT_THAT(Render(ValidateAgainstSchema(Schema(crd), j, FieldPath())), ::testing::IsEmpty());
+  EXPECT_THAT(Render(ValidateAgainstSchema(Schema(crd), j, FieldPath(), &old)),
+              ::testing::Contains(HasSubstr(std::string(kFixedReplicasMessage))));
+  EXPECT_THAT(Render(ValidateAgainstSchema(Schema(crd), old, FieldPath(), &old)),
+              ::testing::IsEmpty());
+  json suspended = old;
+  suspended["spec"]["runPolicy"]["suspend"] = true;
+  json resized = suspended;
+  resized["spec"]["replicaSpecs"]["Worker"]["replicas"] = 3;
+  EXPECT_THAT(Render(ValidateAgainstSchema(Schema(crd), resized, FieldPath(), &suspended)),
+              ::testing::IsEmpty());
+  EXPECT_THAT(Render(ValidateAgainstSchema(Schema(crd), resized, FieldPath(), &old)),
+              ::testing::Not(::testing::IsEmpty()));  // suspending and resizing at once
+  json elastic = old;
+  elastic["spec"]["runPolicy"]["elastic"] = {{"minReplicas", 1}, {"maxReplicas", 4}};
+  json grown = elastic;
+  grown["spec"]["replicaSpecs"]["Worker"]["replicas"] = 3;
+  EXPECT_THAT(Render(ValidateAgainstSchema(Schema(crd), grown, FieldPath(), &elastic)),
+              ::testing::IsEmpty());
 }
 
 // The enums in the CRD are exactly the C++ enum tables.

@@ -28,8 +28,9 @@ class CustomResources final : public KindStrategy {
     return absl::InvalidArgumentError(StrCat("strict decoding error: ", StrJoin(parts, ", ")));
   }
 
-  api::FieldErrors Validate(const ResourceType& type, const json& obj, const json*) const override {
-    return api::ValidateAgainstSchema(type.schema, obj, api::FieldPath());
+  api::FieldErrors Validate(const ResourceType& type, const json& obj,
+                            const json* old) const override {
+    return api::ValidateAgainstSchema(type.schema, obj, api::FieldPath(), old);
   }
 
   std::vector<TableColumn> TableColumns(const ResourceType& type) const override {
