@@ -6,7 +6,9 @@
 # replaced alone: the job ends Succeeded with restartCount 0 and attempt 0, both recoveries in
 # status.recoveries lost no step and name the pod and the cause, and the events name them too.
 # Before that, a PodDisruptionBudget the eviction would break refuses it (429), and a dry-run
-# eviction leaves the pod.
+# eviction leaves the pod, and a worker serves its own /progress. At the end the status holds
+# the chief's final figures (progress 100%, its evaluation as the Result column) and the
+# workers' pods are kept, Completed, with their logs.
 # Usage: local_disruptions.sh LOCKSTEP_BINARY SOURCE_DIR
 set -euo pipefail
 lockstep=$1
@@ -30,6 +32,9 @@ wait_for() {  # wait_for WHAT COMMAND...: until COMMAND succeeds (3 minutes at m
 }
 stepping() { local s; s=$(step); [[ -n $s ]] && (( s > 300 )); }
 wait_for "the job never trained" stepping
+ip=$(k get pod "$job-worker-0" -o jsonpath='{.status.podIP}')
+worker_step=$(curl -sf "http://$ip:9464/progress" | sed -n 's/.*"step":\([0-9]*\).*/\1/p')
+[[ ${worker_step:-0} -gt 0 ]] || fail "worker 0's /progress: $(curl -s "http://$ip:9464/progress")"
 
 evict() {  # evict POD [QUERY]: the Eviction API; prints the server's answer
   printf '{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"%s"}}' "$1" >"$work/eviction.json"
@@ -71,6 +76,15 @@ grep -q "^worker 1: .*pod $job-worker-1 was deleted by another party" <<<"$cause
 grep -q "^worker 0: .*pod $job-worker-0 was evicted through the Eviction API" <<<"$causes" ||
   fail "the eviction is not named: $causes"
 if grep -v " lost 0$" <<<"$causes"; then fail "steps were lost: $causes"; fi
+total=$(k get tj "$job" -o jsonpath='{.status.progress.totalSteps}')
+[[ $(k get tj "$job" -o jsonpath='{.status.progress.summary}') == "100% ($total/$total)" ]] ||
+  fail "the status does not end on the last step: $(k get tj "$job" -o jsonpath='{.status.progress}')"
+result=$(k get tj "$job" -o jsonpath='{.status.evaluation.summary}')
+[[ $result == "accuracy "*", loss "* ]] || fail "no final evaluation: $(k get tj "$job" -o yaml)"
+k get tj "$job" | grep -q "$result" || fail "no Result column: $(k get tj "$job")"
+for w in 0 1; do
+  expect "training done after $total steps" k logs "$job-worker-$w"
+done
 events=$(k get events --field-selector "involvedObject.name=$job")
 for reason in WorkerDeleted WorkerEvicted RecoveredInPlace ChiefSucceeded; do
   grep -q "$reason" <<<"$events" || fail "no $reason event: $events"

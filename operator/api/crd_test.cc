@@ -61,7 +61,8 @@ TEST(CrdTest, NamesSubresourcesAndColumns) {
             ".status.replicaStatuses.Worker.active");
   std::vector<std::string> columns;
   for (const json& c : v["additionalPrinterColumns"]) columns.push_back(c["name"]);
-  EXPECT_EQ(columns, (std::vector<std::string>{"State", "Ready", "Restarts", "Progress", "Age"}));
+  EXPECT_EQ(columns,
+            (std::vector<std::string>{"State", "Ready", "Restarts", "Progress", "Result", "Age"}));
 }
 
 // The printer columns and the scale subresource point at fields the status really has.
@@ -73,6 +74,7 @@ TEST(CrdTest, ColumnsAndScalePointAtEncodedFields) {
   status.ready = "3/3";
   status.replica_statuses[ReplicaType::kWorker] = {2, 2, 0, 0, 0, "lockstep.io/job-name=job"};
   status.progress = Progress{.step = 1, .summary = "1%"};
+  status.evaluation = Evaluation{.loss = 0.3, .summary = "loss 0.3000"};
   job.status = status;
   job.metadata.creation_timestamp = absl::FromUnixSeconds(1);
   json encoded = EncodeTrainingJob(job);

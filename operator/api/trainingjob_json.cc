@@ -340,6 +340,30 @@ Progress DecodeProgress(const json& j, const FieldPath& path, FieldErrors* error
   return p;
 }
 
+Evaluation DecodeEvaluation(const json& j, const FieldPath& path, FieldErrors* errors,
+                            const DecodeOptions& options) {
+  ObjectReader r(j, path, errors);
+  Evaluation e;
+  e.loss = r.Number("loss");
+  if (const json* m = r.Object("metrics")) {
+    ObjectReader mr(*m, r.Path("metrics"), errors);
+    for (const auto& [k, v] : m->items()) {
+      if (auto d = mr.Number(k)) e.metrics.emplace(k, *d);
+    }
+  }
+  e.summary = r.String("summary").value_or("");
+  Finish(r, options);
+  return e;
+}
+
+json EncodeEvaluation(const Evaluation& e) {
+  json j = json::object();
+  if (e.loss) j["loss"] = *e.loss;
+  if (!e.metrics.empty()) j["metrics"] = e.metrics;
+  if (!e.summary.empty()) j["summary"] = e.summary;
+  return j;
+}
+
 json EncodeProgress(const Progress& p) {
   json j = {{"step", p.step}};
   if (p.total_steps) j["totalSteps"] = *p.total_steps;
@@ -427,6 +451,9 @@ TrainingJobStatus DecodeTrainingJobStatus(const json& j, const FieldPath& path, 
   if (const json* p = r.Get("progress")) {
     s.progress = DecodeProgress(*p, r.Path("progress"), errors, options);
   }
+  if (const json* e = r.Get("evaluation")) {
+    s.evaluation = DecodeEvaluation(*e, r.Path("evaluation"), errors, options);
+  }
   Finish(r, options);
   return s;
 }
@@ -477,6 +504,7 @@ json EncodeTrainingJobStatus(const TrainingJobStatus& s) {
   if (s.last_reconcile_time) j["lastReconcileTime"] = FormatKubeTime(*s.last_reconcile_time);
   j["observedGeneration"] = s.observed_generation;
   if (s.progress) j["progress"] = EncodeProgress(*s.progress);
+  if (s.evaluation) j["evaluation"] = EncodeEvaluation(*s.evaluation);
   return j;
 }
 

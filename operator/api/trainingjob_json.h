@@ -33,5 +33,8 @@ nlohmann::json EncodeTrainingJobStatus(const TrainingJobStatus& status);
 Progress DecodeProgress(const nlohmann::json& j, const FieldPath& path, FieldErrors* errors,
                         const DecodeOptions& options = {});
 nlohmann::json EncodeProgress(const Progress& p);
+Evaluation DecodeEvaluation(const nlohmann::json& j, const FieldPath& path, FieldErrors* errors,
+                            const DecodeOptions& options = {});
+nlohmann::json EncodeEvaluation(const Evaluation& e);
 
 }  // namespace lockstep::api

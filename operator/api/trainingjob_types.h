@@ -304,6 +304,16 @@ struct Progress {
   bool operator==(const Progress&) const = default;
 };
 
+// The chief's (else worker 0's) evaluation of the test set at the end of a successful run, from
+// its termination message (status.evaluation).
+struct Evaluation {
+  std::optional<double> loss;
+  std::map<std::string, double> metrics;  // "accuracy"
+  std::string summary;                    // "accuracy 0.8862, loss 0.3187": the Result column
+
+  bool operator==(const Evaluation&) const = default;
+};
+
 // An elastic job's Worker count as the operator runs it (status.elastic): the last count
 // accepted, and why the one asked for is not (a count outside runPolicy.elastic, or one whose
 // group would not divide the global batch).
@@ -341,6 +351,7 @@ struct TrainingJobStatus {
   std::optional<absl::Time> last_reconcile_time;
   int64_t observed_generation = 0;
   std::optional<Progress> progress;
+  std::optional<Evaluation> evaluation;  // a succeeded job's final figures
 
   bool operator==(const TrainingJobStatus&) const = default;
 };

@@ -1,6 +1,10 @@
 #include "operator/trainingjob/observe.h"
 
+#include <nlohmann/json.hpp>
+
+#include "operator/api/trainingjob_json.h"
 #include "operator/trainingjob/labels.h"
+#include "operator/trainingjob/progress.h"
 
 namespace lockstep::trainingjob {
 namespace {
@@ -49,6 +53,27 @@ const ContainerState* FailedContainer(const std::vector<api::ContainerStatus>& c
   return best->state.kind == ContainerState::Kind::kTerminated ? &best->state : &best->last_state;
 }
 
+// The final progress and evaluation a trainer that exited 0 left in its termination message;
+// a message that is not such JSON (another program's) is left alone.
+void ReadFinalFigures(const std::vector<api::ContainerStatus>& containers, ObservedPod& out) {
+  for (const api::ContainerStatus& c : containers) {
+    if (c.state.kind != ContainerState::Kind::kTerminated || c.state.exit_code != 0) continue;
+    nlohmann::json msg = nlohmann::json::parse(c.state.message, nullptr, false);
+    if (!msg.is_object()) continue;
+    if (auto p = msg.find("progress"); p != msg.end() && p->is_object()) {
+      absl::StatusOr<api::Progress> progress = ParseProgress(p->dump());  // as /progress is read
+      if (progress.ok()) out.mutable_detail().final_progress = std::move(*progress);
+    }
+    if (auto e = msg.find("evaluation"); e != msg.end() && e->is_object()) {
+      api::FieldErrors errors;
+      api::Evaluation eval = api::DecodeEvaluation(*e, api::FieldPath("evaluation"), &errors,
+                                                   {.reject_unknown_fields = false});
+      if (errors.empty()) out.mutable_detail().final_evaluation = std::move(eval);
+    }
+    return;
+  }
+}
+
 }  // namespace
 
 ObservedPod ObservePod(const kube::Pod& pod) {
@@ -82,6 +107,7 @@ ObservedPod ObservePod(const kube::Pod& pod) {
   if (const ContainerState* failed = FailedContainer(pod.container_statuses)) {
     out.mutable_detail().failure = *failed;
   }
+  if (out.phase == PodPhase::kSucceeded) ReadFinalFigures(pod.container_statuses, out);
   return out;
 }
 

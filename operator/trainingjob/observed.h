@@ -127,6 +127,11 @@ struct PodDetail {
   // one that restarted most after terminating; its state, or its last state when the
   // container restarted. Unset when no container failed.
   std::optional<ContainerState> failure;
+  // A succeeded pod's final figures, from its trainer's termination message
+  // ({"reason":"Completed","progress":{...},"evaluation":{...}}): the operator's last poll of
+  // /progress is up to an interval old when the chief exits.
+  std::optional<api::Progress> final_progress;
+  std::optional<api::Evaluation> final_evaluation;
 
   bool operator==(const PodDetail&) const = default;
 };

@@ -567,15 +567,64 @@ class Planner {
     }
   }
 
-  // Terminal: cleanPodPolicy, then the TTL.
+  // A succeeded job's final figures, which the pod that decided the success (the chief, else
+  // worker 0) left in its termination message: its last progress (the poll's is up to an
+  // interval old) and its test-set evaluation.
+  void TakeFinalFigures() {
+    if (st_.state != JobState::kSucceeded) return;
+    const ReplicaType t = api::ReplicaCount(job_.spec, ReplicaType::kChief) > 0
+                              ? ReplicaType::kChief
+                              : ReplicaType::kWorker;
+    auto it = slots_.find({t, 0});
+    if (it == slots_.end() || !it->second.pod || it->second.pod->phase != PodPhase::kSucceeded) {
+      return;
+    }
+    const PodDetail& why = it->second.pod->why();
+    if (why.final_progress) {
+      api::Progress p = *why.final_progress;
+      p.recoveries.clear();
+      p.update_time = st_.progress && st_.progress->step == p.step && st_.progress->update_time
+                          ? st_.progress->update_time
+                          : std::optional<absl::Time>(now_);
+      if (!p.replicas && st_.progress) p.replicas = st_.progress->replicas;
+      if (!p.global_batch && st_.progress) p.global_batch = st_.progress->global_batch;
+      p.summary = ProgressSummary(p);
+      st_.progress = std::move(p);
+    }
+    if (why.final_evaluation) {
+      api::Evaluation e = *why.final_evaluation;
+      std::vector<std::string> parts;
+      for (const auto& [name, value] : e.metrics) {
+        parts.push_back(absl::StrFormat("%s %.4f", name, value));
+      }
+      if (e.loss) parts.push_back(absl::StrFormat("loss %.4f", *e.loss));
+      e.summary = StrJoin(parts, ", ");
+      st_.evaluation = std::move(e);
+    }
+  }
+
+  // Terminal: the final figures, cleanPodPolicy, then the TTL.
   void Finish() {
     if (!st_.completion_time) st_.completion_time = now_;
+    TakeFinalFigures();
     api::CleanPodPolicy policy = job_.spec.run_policy.clean_pod_policy;
+    // The chief's and workers' pods of a succeeded job end on their own a moment after the pod
+    // that decided it (a MultiWorkerMirrored group's last barrier): they are given that moment,
+    // so they end Completed with their logs rather than deleted while running. Parameter
+    // servers, which serve until stopped, go at once.
+    const absl::Duration finishing = absl::Seconds(30);
     if (policy != api::CleanPodPolicy::kNone) {
       for (auto& [key, slot] : slots_) {
         if (!slot.pod) continue;
         bool finished =
             slot.pod->phase == PodPhase::kSucceeded || slot.pod->phase == PodPhase::kFailed;
+        if (policy == api::CleanPodPolicy::kRunning && !finished &&
+            st_.state == JobState::kSucceeded &&
+            (key.first == ReplicaType::kChief || key.first == ReplicaType::kWorker) &&
+            now_ - *st_.completion_time < finishing) {
+          Requeue(*st_.completion_time + finishing - now_);
+          continue;
+        }
         if (policy == api::CleanPodPolicy::kAll || !finished) {
           DeletePod(*slot.pod, StrCat("cleanPodPolicy ", api::NameOf<api::CleanPodPolicy>(
                                                              api::kCleanPodPolicyNames, policy)));

@@ -797,8 +797,55 @@ TEST(PlannerSuccessTest, ChiefDecidesUnderDefaultAndCleanPodPolicyRunning) {
   Plan p = w.Step();
   EXPECT_EQ(w.state(), JobState::kSucceeded);
   EXPECT_EQ(w.Cond(api::ConditionType::kSucceeded).reason, "ChiefSucceeded");
-  EXPECT_EQ(Deleted(p), (V{"t-ps-0", "t-worker-0"}));  // nothing lingers
+  // The parameter server goes at once; the worker is given a moment to end on its own (its
+  // logs are kept with it), and goes once that has passed.
+  EXPECT_EQ(Deleted(p), (V{"t-ps-0"}));
+  EXPECT_EQ(p.requeue_after, absl::Seconds(30));
   EXPECT_EQ(Names(p, Action::Kind::kDelete, ChildKind::kService).size(), 3u);
+  w.now += absl::Seconds(30);
+  EXPECT_EQ(Deleted(w.Step()), (V{"t-ps-0", "t-worker-0"}));  // nothing lingers
+}
+
+// A MultiWorkerMirrored group's workers end a moment after the chief: they are not deleted
+// while they do, so they end Completed with their logs.
+TEST(PlannerSuccessTest, WorkersEndingAfterTheChiefKeepTheirPods) {
+  World w = {.job = Job("MultiWorkerMirrored", {{"Chief", 1}, {"Worker", 2}})};
+  AllRunning(w);
+  w.Step();
+  w.pods[0] = MakePod(w.job, ReplicaType::kChief, 0, 0, PodPhase::kSucceeded);
+  EXPECT_TRUE(Deleted(w.Step()).empty());
+  w.now += absl::Seconds(1);
+  w.pods[1] = MakePod(w.job, ReplicaType::kWorker, 0, 0, PodPhase::kSucceeded);
+  w.pods[2] = MakePod(w.job, ReplicaType::kWorker, 1, 0, PodPhase::kSucceeded);
+  Plan p = w.Step();
+  EXPECT_TRUE(Deleted(p).empty());
+  EXPECT_FALSE(p.requeue_after.has_value());
+}
+
+// The chief's termination message carries its last progress and its evaluation: the status
+// ends on them (the last poll of /progress was up to an interval old), with a Result summary.
+TEST(PlannerSuccessTest, TheFinalFiguresComeFromTheChiefsTerminationMessage) {
+  World w = {.job = Job("MultiWorkerMirrored", {{"Chief", 1}, {"Worker", 1}})};
+  AllRunning(w);
+  w.progress = api::Progress{.step = 313, .total_steps = 372};
+  w.Step();
+  EXPECT_EQ(w.job.status->progress->summary, "84% (313/372)");
+  ObservedPod chief = MakePod(w.job, ReplicaType::kChief, 0, 0, PodPhase::kSucceeded);
+  chief.mutable_detail().final_progress =
+      api::Progress{.step = 372, .total_steps = 372, .loss = 0.31};
+  chief.mutable_detail().final_evaluation =
+      api::Evaluation{.loss = 0.3187, .metrics = {{"accuracy", 0.88626}}};
+  w.pods[0] = chief;
+  w.progress.reset();
+  w.Step();
+  EXPECT_EQ(w.state(), JobState::kSucceeded);
+  EXPECT_EQ(w.job.status->progress->summary, "100% (372/372)");
+  EXPECT_EQ(w.job.status->progress->step, 372);
+  ASSERT_TRUE(w.job.status->evaluation.has_value());
+  EXPECT_EQ(w.job.status->evaluation->summary, "accuracy 0.8863, loss 0.3187");
+  const api::TrainingJobStatus once = *w.job.status;
+  w.Step();
+  EXPECT_EQ(*w.job.status, once);  // again: nothing changes
 }
 
 TEST(PlannerSuccessTest, CleanPodPolicyAllAndNone) {
@@ -850,8 +897,11 @@ TEST(PlannerTimerTest, TtlDeletesTheJobWhenDue) {
   w.Step();
   w.pods[0] = MakePod(w.job, ReplicaType::kWorker, 0, 0, PodPhase::kSucceeded);
   Plan p = w.Step();
-  EXPECT_EQ(p.requeue_after, absl::Seconds(100));
-  w.now += absl::Seconds(100);
+  EXPECT_EQ(p.requeue_after, absl::Seconds(30));  // worker 1's moment to end on its own
+  w.now += absl::Seconds(30);
+  p = w.Step();
+  EXPECT_EQ(p.requeue_after, absl::Seconds(70));
+  w.now += absl::Seconds(70);
   p = w.Step();
   EXPECT_EQ(Names(p, Action::Kind::kDeleteJob, ChildKind::kTrainingJob), (V{"t"}));
 }

@@ -4,7 +4,10 @@
 // Codes 1-127 are permanent, 128 and above retryable.
 // Thread-safety: WriteTerminationMessage may be called once, from any thread.
 
+#include <optional>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 namespace lockstep::trainer {
 
@@ -18,5 +21,13 @@ inline constexpr int kExitTerminated = 143;  // SIGTERM: checkpointed, then exit
 // also prints it to stderr.
 void WriteTerminationMessage(const std::string& path, const std::string& reason, bool retryable,
                              const std::string& message);
+
+// A successful run's message: {"reason":"Completed","retryable":false,"message",
+// "progress" (GET /progress's JSON without its recoveries), "evaluation" ({"loss","metrics"},
+// where this task evaluated the test set)}, from which the operator takes the job's final
+// figures (the last poll of /progress is up to an interval old when the trainer exits). Kept
+// under the kubelet's 4096 bytes.
+void WriteCompletionMessage(const std::string& path, const std::string& message,
+                            nlohmann::json progress, std::optional<nlohmann::json> evaluation);
 
 }  // namespace lockstep::trainer

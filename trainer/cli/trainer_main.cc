@@ -10,6 +10,7 @@
 #include <new>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "trainer/cli/termination.h"
 #include "trainer/cli/trainer_flags.h"
@@ -231,5 +232,12 @@ int main(int argc, char** argv) {
   absl::StatusOr<TrainResult> r = RunTask(*config, &progress);
   if (!r.ok()) return ExitFor(r.status(), config->termination_log);
   PrintResult(*config, *r);
+  std::optional<nlohmann::json> evaluation;
+  if (r->evaluated) {
+    evaluation = nlohmann::json{{"loss", r->test_loss}};
+    if (!std::isnan(r->test_accuracy)) (*evaluation)["metrics"]["accuracy"] = r->test_accuracy;
+  }
+  WriteCompletionMessage(config->termination_log, absl::StrCat("trained ", r->steps, " steps"),
+                         progress.ProgressJson(), std::move(evaluation));
   return kExitOk;
 }

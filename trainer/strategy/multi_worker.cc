@@ -167,7 +167,9 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
             .placement = b.place,
             .collective_timeout = absl::Seconds(c.collective_timeout_seconds),
             .stop_requested = [&] { return group.StopRequested(); },
-            .progress = task_id == 0 ? progress : nullptr,
+            // Every rank tracks the group's progress (the trailer's loss and accuracy are the
+            // group's): each serves /progress and /metrics, and the chief's is polled.
+            .progress = progress,
             .evaluate = task_id == 0,
             .replacement = joined->epoch > 0};
   if (c.recover_in_place || elastic) {
