@@ -124,6 +124,42 @@ shell_job inplace "for i in \$(seq 300); do test -e $inc-1 && exit 0; sleep 0.1;
 [[ -e $inc-0-1 && ! -e $inc-1-0 ]] || fail "the worker was not incarnation 1 of attempt 0: $(ls "$work")"
 expect "restarting the pod alone" k get events --field-selector involvedObject.name=inplace
 
+# A worker whose ConfigMap volume names nothing cannot start: the job says so at once (Stalled
+# with the kubelet's reason, an event), then fails with it after runPolicy.pendingTimeoutSeconds.
+cat >"$work/noconfig.yaml" <<'YAML'
+apiVersion: lockstep.io/v1alpha1
+kind: TrainingJob
+metadata: {name: noconfig}
+spec:
+  replicaSpecs:
+    Worker:
+      replicas: 1
+      template:
+        spec:
+          containers:
+            - name: main
+              image: debian:bookworm-slim
+              command: ["/bin/sh", "-c", "sleep 30"]
+              volumeMounts: [{name: settings, mountPath: /etc/settings}]
+          volumes: [{name: settings, configMap: {name: settings}}]
+  runPolicy: {pendingTimeoutSeconds: 6}
+YAML
+k apply -f "$work/noconfig.yaml" >/dev/null
+said=""
+for _ in $(seq 100); do
+  said=$(k get tj noconfig -o jsonpath='{.status.conditions[?(@.type=="Stalled")].reason}' 2>/dev/null || true)
+  [[ $said == CreateContainerConfigError ]] && break
+  sleep 0.1
+done
+[[ $said == CreateContainerConfigError ]] || fail "not said within 10 s: $(k get tj noconfig -o yaml)"
+expect 'configmap "settings" not found' k get events --field-selector involvedObject.name=noconfig
+for _ in $(seq 300); do
+  [[ $(k get tj noconfig -o jsonpath='{.status.state}') == Failed ]] && break
+  sleep 0.1
+done
+[[ $(k get tj noconfig -o jsonpath='{.status.conditions[?(@.type=="Failed")].reason}') == \
+   *CreateContainerConfigError ]] || fail "not failed with the reason: $(k get tj noconfig -o yaml)"
+
 # An invalid manifest is refused before anything is sent.
 sed 's/replicas: 2/replicas: -1/; s/name: tf-config-check/name: invalid/' \
   "$src/examples/tf-config-check.yaml" >"$work/invalid.yaml"

@@ -97,6 +97,7 @@ class Planner {
     CreateMissing();
     RunningState();
     Watchdogs();
+    if (api::IsTerminal(st_.state)) Finish();
   }
 
   // ---- observation ----
@@ -430,6 +431,16 @@ class Planner {
          StrCat(running, " training pods of attempt ", st_.attempt, " are running"));
   }
 
+  // A container waiting for a reason that only a change of the cluster's objects or the pod's
+  // template ends (a missing ConfigMap or Secret, an image that cannot be pulled), as the
+  // kubelet reports it: the pod cannot start, whatever the wait.
+  static bool CannotStart(const ObservedPod& pod) {
+    const std::string& r = pod.why().waiting.reason;
+    return r == "CreateContainerConfigError" || r == "CreateContainerError" ||
+           r == "ErrImagePull" || r == "ImagePullBackOff" || r == "InvalidImageName" ||
+           r == "ErrImageNeverPull";
+  }
+
   void Watchdogs() {
     std::optional<std::string> stalled_reason;
     std::string stalled_message;
@@ -438,6 +449,30 @@ class Planner {
     for (const auto& [type, index, pod] : pods_) {
       if (pod->phase != PodPhase::kPending || !pod->metadata.creation_timestamp) continue;
       absl::Duration age = now_ - *pod->metadata.creation_timestamp;
+      if (CannotStart(*pod)) {
+        // Said at once (Stalled, with the kubelet's reason and an event); the job fails with
+        // it once the pod has waited runPolicy.pendingTimeoutSeconds, rather than waiting on.
+        const PodDetail& why = pod->why();
+        const std::string what =
+            StrCat("pod ", pod->metadata.name(), " cannot start: ", why.waiting.reason,
+                   why.waiting.message.empty() ? "" : ": ", why.waiting.message);
+        if (age >= pending_limit) {
+          Fail(StrCat(api::NameOf<ReplicaType>(api::kReplicaTypeNames, type), why.waiting.reason),
+               StrCat(what, " (still, after runPolicy.pendingTimeoutSeconds ",
+                      job_.spec.run_policy.pending_timeout_seconds, ")"));
+          return;
+        }
+        if (!stalled_reason) {
+          stalled_reason = why.waiting.reason;
+          stalled_message =
+              StrCat(what, "; the job fails if it still cannot at ",
+                     api::FormatKubeTime(*pod->metadata.creation_timestamp + pending_limit),
+                     " (runPolicy.pendingTimeoutSeconds ",
+                     job_.spec.run_policy.pending_timeout_seconds, ")");
+        }
+        Requeue(pending_limit - age);
+        continue;
+      }
       if (age >= pending_limit) {
         stalled_reason = "PodPending";
         // The fact and when it began, never an age: the status changes only when the fact does.
@@ -472,7 +507,13 @@ class Planner {
     }
     bool was = api::IsConditionTrue(st_.conditions, api::ConditionType::kStalled);
     if (stalled_reason) {
-      if (api::SetStalled(&st_, true, *stalled_reason, stalled_message, gen_, now_).ok() && !was) {
+      const api::Condition* before =
+          api::FindCondition(st_.conditions, api::ConditionType::kStalled);
+      const bool changed =
+          was && before != nullptr &&
+          (before->reason != *stalled_reason || before->message != stalled_message);
+      if (api::SetStalled(&st_, true, *stalled_reason, stalled_message, gen_, now_).ok() &&
+          (!was || changed)) {
         Event(EventType::kWarning, *stalled_reason, stalled_message, /*essential=*/true);
       }
     } else if (was) {

@@ -931,7 +931,9 @@ TEST(PlannerTimerTest, PendingTooLongIsStalledThenClears) {
   World w = Mwm(2, "ExitCode", {{"runPolicy", {{"pendingTimeoutSeconds", 60}}}});
   w.pods = {MakePod(w.job, ReplicaType::kWorker, 0, 0, PodPhase::kRunning),
             MakePod(w.job, ReplicaType::kWorker, 1, 0, PodPhase::kPending)};
-  w.pods[1].mutable_detail().waiting.reason = "ErrImagePull";
+  w.pods[1].unschedulable = true;  // waiting for room: a queue's wait is not a failure
+  w.pods[1].mutable_detail().waiting = {};
+  w.pods[1].mutable_detail().unschedulable_message = "0/1 nodes are available: 1 Insufficient gpu";
   w.now = kT0 + absl::Seconds(30);
   Plan p = w.Step();
   EXPECT_EQ(p.requeue_after, absl::Seconds(30));
@@ -941,11 +943,49 @@ TEST(PlannerTimerTest, PendingTooLongIsStalledThenClears) {
   EXPECT_TRUE(api::IsConditionTrue(w.job.status->conditions, api::ConditionType::kStalled));
   EXPECT_EQ(w.Cond(api::ConditionType::kStalled).reason, "PodPending");
   EXPECT_THAT(w.Cond(api::ConditionType::kStalled).message, HasSubstr("t-worker-1"));
-  EXPECT_THAT(w.Cond(api::ConditionType::kStalled).message, HasSubstr("ErrImagePull"));
+  EXPECT_THAT(w.Cond(api::ConditionType::kStalled).message, HasSubstr("Insufficient gpu"));
+  w.now = kT0 + absl::Seconds(600);
+  w.Step();
+  EXPECT_EQ(w.state(), JobState::kCreated);  // still waiting, never failed for it
   AllRunning(w);
   w.Step();
   EXPECT_FALSE(api::IsConditionTrue(w.job.status->conditions, api::ConditionType::kStalled));
   EXPECT_EQ(w.state(), JobState::kRunning);
+}
+
+// Issue 42's finding: a missing ConfigMap waited ten minutes in silence, then Stalled, never
+// Failed. A pod that cannot start (the kubelet's CreateContainerConfigError, ErrImagePull...)
+// is said at once (Stalled with the reason, an essential event) and fails the job once it has
+// waited runPolicy.pendingTimeoutSeconds, with the culprit named; its running pods go.
+TEST(PlannerTimerTest, APodThatCannotStartIsSaidAtOnceAndFailsTheJobAtTheTimeout) {
+  World w = Mwm(2, "ExitCode", {{"runPolicy", {{"pendingTimeoutSeconds", 60}}}});
+  w.pods = {MakePod(w.job, ReplicaType::kWorker, 0, 0, PodPhase::kRunning),
+            MakePod(w.job, ReplicaType::kWorker, 1, 0, PodPhase::kPending)};
+  w.pods[1].mutable_detail().waiting = {.kind = ContainerState::Kind::kWaiting,
+                                        .reason = "CreateContainerConfigError",
+                                        .message = "configmap \"settings\" not found"};
+  w.now = kT0 + absl::Seconds(2);
+  Plan p = w.Step();
+  ASSERT_TRUE(api::IsConditionTrue(w.job.status->conditions, api::ConditionType::kStalled));
+  EXPECT_EQ(w.Cond(api::ConditionType::kStalled).reason, "CreateContainerConfigError");
+  EXPECT_THAT(w.Cond(api::ConditionType::kStalled).message,
+              HasSubstr("pod t-worker-1 cannot start: CreateContainerConfigError: configmap "
+                        "\"settings\" not found; the job fails if it still cannot at"));
+  bool said = false;
+  for (const PlannedEvent& e : p.events) {
+    said = said || (e.reason == "CreateContainerConfigError" && e.essential);
+  }
+  EXPECT_TRUE(said);
+  EXPECT_EQ(p.requeue_after, absl::Seconds(58));
+  EXPECT_TRUE(w.Step().events.empty());  // said once
+  w.now = kT0 + absl::Seconds(60);
+  p = w.Step();
+  EXPECT_EQ(w.state(), JobState::kFailed);
+  EXPECT_EQ(w.Cond(api::ConditionType::kFailed).reason, "WorkerCreateContainerConfigError");
+  EXPECT_THAT(w.Cond(api::ConditionType::kFailed).message,
+              HasSubstr("configmap \"settings\" not found (still, after "
+                        "runPolicy.pendingTimeoutSeconds 60)"));
+  EXPECT_EQ(Deleted(p), (V{"t-worker-0", "t-worker-1"}));  // cleanPodPolicy Running
 }
 
 // A status changes only when something a user would act on does: a job held Stalled, one
