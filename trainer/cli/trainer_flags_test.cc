@@ -331,8 +331,9 @@ TEST(ProgressTrackerTest, ReportsStepLossRateCheckpointAndEta) {
 TEST(ProgressTrackerTest, CountsTheCorruptRecordsSkipped) {
   ProgressTracker p(100);
   EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_corrupt_records_skipped 0\n"));
-  p.SetCorruptRecordsSkipped(3);
+  p.SetCorruptData(3, 5000);
   EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_corrupt_records_skipped 3\n"));
+  EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_corrupt_bytes_unreadable 5000\n"));
 }
 
 TEST(ProgressTrackerTest, KeepsTheLastRecoveries) {

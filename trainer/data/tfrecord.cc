@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "trainer/data/crc32c.h"
@@ -123,7 +124,19 @@ absl::StatusOr<size_t> RecordReader::Read(char* out, size_t n) {
     if (r == 0) break;
     got += static_cast<size_t>(r);
   }
+  position_ += static_cast<int64_t>(got);
   return got;
+}
+
+absl::StatusOr<int64_t> RecordReader::UnreadableBytes() {
+  if (!framing_lost_) return 0;
+  std::vector<char> buffer(1 << 16);
+  for (;;) {
+    absl::StatusOr<size_t> got = Read(buffer.data(), buffer.size());
+    if (!got.ok()) return got.status();
+    if (*got == 0) break;
+  }
+  return position_ - offset_;
 }
 
 absl::Status RecordReader::Corrupt(int64_t at, const std::string& what) const {
@@ -147,6 +160,7 @@ absl::StatusOr<bool> RecordReader::Next(std::string* record) {
   }
   if (*got < sizeof(header)) {
     ended_ = true;
+    framing_lost_ = true;
     return Corrupt(offset_,
                    absl::StrCat("the file ends inside its 12-byte header (", *got, " bytes)"));
   }
@@ -154,10 +168,12 @@ absl::StatusOr<bool> RecordReader::Next(std::string* record) {
   if (UnmaskCrc(static_cast<uint32_t>(GetLe(header + 8, 4))) !=
       Crc32c(std::string_view(header, 8))) {
     ended_ = true;
+    framing_lost_ = true;
     return Corrupt(offset_, "the length's CRC does not match");
   }
   if (length > kMaxRecord) {
     ended_ = true;
+    framing_lost_ = true;
     return Corrupt(offset_, absl::StrCat("a length of ", length, " bytes, over the ", kMaxRecord,
                                          "-byte limit"));
   }
@@ -169,6 +185,7 @@ absl::StatusOr<bool> RecordReader::Next(std::string* record) {
   }
   if (*got < length + 4) {
     ended_ = true;
+    framing_lost_ = true;
     return Corrupt(offset_, absl::StrCat("the file ends inside its ", length, "-byte data"));
   }
   const uint32_t stored = static_cast<uint32_t>(GetLe(record->data() + length, 4));

@@ -54,6 +54,10 @@ class RecordReader {
   absl::StatusOr<bool> Next(std::string* record);
   // The offset of the next record in the uncompressed stream.
   int64_t offset() const { return offset_; }
+  // After Next ended the file on a bad length or a truncation: the bytes from the record that
+  // could not be framed to the end of the stream (uncompressed), which no reader can use.
+  // Reads the rest of the stream to count them; 0 when the file ended cleanly.
+  absl::StatusOr<int64_t> UnreadableBytes();
   bool compressed() const { return compressed_; }
   const std::string& path() const { return path_; }
 
@@ -72,7 +76,9 @@ class RecordReader {
   void* file_;  // gzFile
   bool compressed_;
   int64_t offset_ = 0;
+  int64_t position_ = 0;  // bytes of the uncompressed stream read so far
   bool ended_ = false;
+  bool framing_lost_ = false;  // ended on a bad length or a truncation
 };
 
 }  // namespace lockstep::trainer

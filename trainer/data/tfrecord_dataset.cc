@@ -78,6 +78,8 @@ struct FileRows {
   std::vector<std::vector<float>> values;
   int64_t rows = 0;
   int64_t skipped = 0;
+  int64_t unreadable_bytes = 0;
+  std::string first_problem;
 };
 
 // The input features, then the label features.
@@ -105,12 +107,16 @@ absl::Status ReadFile(const std::string& file, const DataSpec& spec, int threads
     absl::StatusOr<bool> more = (*reader)->Next(&record);
     if (!more.ok()) {
       if (!spec.skip_corrupt || !absl::IsDataLoss(more.status())) return more.status();
+      if (out->first_problem.empty()) out->first_problem = std::string(more.status().message());
       ++out->skipped;
       continue;  // past a bad data CRC the next record follows; else Next ends the file
     }
     if (!*more) break;
     raw.push_back({std::move(record), At{file, index, offset}});
   }
+  absl::StatusOr<int64_t> lost = (*reader)->UnreadableBytes();
+  if (!lost.ok()) return lost.status();
+  out->unreadable_bytes = *lost;
   const std::vector<const FeatureSpec*> features = Features(spec);
   out->rows = static_cast<int64_t>(raw.size());
   out->values.resize(features.size());
@@ -173,11 +179,18 @@ absl::StatusOr<Dataset> LoadTfRecords(const std::string& glob, const DataSpec& s
     values[k].reserve(static_cast<size_t>(n * features[k]->size()));
   }
   r.skipped = 0;
-  for (FileRows& f : rows) {
+  r.unreadable_bytes = 0;
+  r.corrupt.clear();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    FileRows& f = rows[i];
     for (size_t k = 0; k < features.size(); ++k) {
       values[k].insert(values[k].end(), f.values[k].begin(), f.values[k].end());
     }
     r.skipped += f.skipped;
+    r.unreadable_bytes += f.unreadable_bytes;
+    if (f.skipped > 0 || f.unreadable_bytes > 0) {
+      r.corrupt.push_back({(*files)[i], f.skipped, f.unreadable_bytes, f.first_problem});
+    }
     f = FileRows();
   }
   r.records = n;

@@ -15,12 +15,24 @@
 
 namespace lockstep::trainer {
 
+// A file in which skip_corrupt skipped something: the records whose data CRC failed, and the
+// bytes past a record that could not be framed (a bad length or a truncation: the rest of the
+// file, whose records cannot be told apart), with what was wrong there.
+struct CorruptFile {
+  std::string file;
+  int64_t records_skipped = 0;
+  int64_t unreadable_bytes = 0;
+  std::string first_problem;  // the reader's message for the first corruption
+};
+
 struct TfRecordReport {
-  std::vector<std::string> files;  // the files read
-  int64_t matched = 0;             // the files the glob matched
-  bool sharded = false;            // by file: `files` is this worker's part
-  int64_t records = 0;             // read into the dataset
-  int64_t skipped = 0;             // corrupt, skipped (skip_corrupt)
+  std::vector<std::string> files;    // the files read
+  int64_t matched = 0;               // the files the glob matched
+  bool sharded = false;              // by file: `files` is this worker's part
+  int64_t records = 0;               // read into the dataset
+  int64_t skipped = 0;               // corrupt, skipped (skip_corrupt)
+  int64_t unreadable_bytes = 0;      // past corrupt framing, summed over the files
+  std::vector<CorruptFile> corrupt;  // per file, in file order
 };
 
 // Every record of the files `glob` matches. DataLoss names the file, the record and its

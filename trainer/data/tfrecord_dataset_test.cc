@@ -227,6 +227,38 @@ TEST_F(TfRecordDatasetTest, BadRecordsAreNamedWithFileRecordAndFeature) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(report.skipped, 1);
   EXPECT_EQ(d->targets[0], Tensor({2}, {0, 1}));
+  ASSERT_EQ(report.corrupt.size(), 1u);
+  EXPECT_EQ(report.corrupt[0].file, Path("c.tfrecord"));
+  EXPECT_EQ(report.corrupt[0].records_skipped, 1);
+  EXPECT_EQ(report.corrupt[0].unreadable_bytes, 0);  // a bad data CRC: the next record follows
+  EXPECT_NE(report.corrupt[0].first_problem.find("the data's CRC does not match"),
+            std::string::npos);
+
+  // The issue's finding: a flipped length byte loses every record after it, and only "1
+  // corrupt record skipped" was said. The rest of the file is counted in bytes, per file, and
+  // a clean file beside it is not named.
+  std::vector<std::string> many(20, good);
+  Write(Path("d.tfrecord"), many);
+  Write(Path("e.tfrecord"), {good});
+  {
+    std::ifstream in(Path("d.tfrecord"), std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t record = 16 + good.size();
+  bytes[5 * record + 1] ^= 0x01;  // the sixth record's length
+  std::ofstream(Path("d.tfrecord"), std::ios::binary | std::ios::trunc) << bytes;
+  TfRecordReport lost;
+  absl::StatusOr<Dataset> partial =
+      LoadTfRecords(Path("[de].tfrecord"), TheSpec({{"skip_corrupt", true}}), &lost);
+  ASSERT_TRUE(partial.ok()) << partial.status();
+  EXPECT_EQ(lost.records, 6);  // five of d, one of e
+  ASSERT_EQ(lost.corrupt.size(), 1u);
+  EXPECT_EQ(lost.corrupt[0].file, Path("d.tfrecord"));
+  EXPECT_EQ(lost.corrupt[0].records_skipped, 1);
+  EXPECT_EQ(lost.corrupt[0].unreadable_bytes, static_cast<int64_t>(15 * record));
+  EXPECT_EQ(lost.unreadable_bytes, static_cast<int64_t>(15 * record));
+  EXPECT_NE(lost.corrupt[0].first_problem.find("the length's CRC does not match"),
+            std::string::npos);
 }
 
 TEST_F(TfRecordDatasetTest, ASampleWeightFeatureIsEachExamplesWeight) {

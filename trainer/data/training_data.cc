@@ -68,6 +68,7 @@ class SpecLoader {
       d.train = trainer::Rows(d.train, 0, n - held);
     }
     d.corrupt_records_skipped = skipped_;
+    d.corrupt_bytes_unreadable = unreadable_bytes_;
     d.train_sharded = sharded_;
     return d;
   }
@@ -101,12 +102,25 @@ class SpecLoader {
     absl::StatusOr<Dataset> loaded = LoadTfRecords(glob, spec_, &report, 0, part);
     if (!loaded.ok()) return loaded.status();
     skipped_ += report.skipped;
+    unreadable_bytes_ += report.unreadable_bytes;
     sharded_ = sharded_ || report.sharded;
     common::LogInfo("data", report.records, " records from ", report.files.size(), " file(s) of ",
                     glob, ShardNote(report.sharded, part, report.files.size(), report.matched),
                     report.skipped > 0
                         ? ", " + std::to_string(report.skipped) + " corrupt record(s) skipped"
                         : "");
+    // What skip_corrupt cost, file by file: a bad length loses the rest of its file, which a
+    // count of skipped records does not show.
+    for (const CorruptFile& f : report.corrupt) {
+      common::LogWarning(
+          "data", f.file, ": ", f.records_skipped, " corrupt record(s) skipped",
+          f.unreadable_bytes > 0
+              ? absl::StrCat(", and the last ", f.unreadable_bytes,
+                             " bytes could not be read (the records past a corrupt length "
+                             "cannot be framed: the rest of the file is lost)")
+              : "",
+          "; first: ", f.first_problem);
+    }
     *out = std::move(*loaded);
     return Fit(*out, glob);
   }
@@ -177,8 +191,9 @@ class SpecLoader {
   const std::vector<ModelInput>& inputs_;
   const std::vector<ModelOutput>& outputs_;
   DataSources sources_;
-  int64_t skipped_ = 0;   // corrupt TFRecord records (skip_corrupt)
-  bool sharded_ = false;  // the training files split by file (FileShard)
+  int64_t skipped_ = 0;           // corrupt TFRecord records (skip_corrupt)
+  int64_t unreadable_bytes_ = 0;  // past corrupt TFRecord framing (skip_corrupt)
+  bool sharded_ = false;          // the training files split by file (FileShard)
 };
 
 // Fashion-MNIST from --data-dir, for a model of one 28x28 input and at least 10 classes.

@@ -21,7 +21,8 @@ namespace lockstep::trainer {
 struct Datasets {
   Dataset train;
   Dataset test;
-  int64_t corrupt_records_skipped = 0;  // TFRecord records skipped under skip_corrupt
+  int64_t corrupt_records_skipped = 0;   // TFRecord records skipped under skip_corrupt
+  int64_t corrupt_bytes_unreadable = 0;  // past a corrupt TFRecord length (the rest of a file)
   // `train` is this worker's files only (FileShard): its batches are all its own, and the
   // workers agree on the steps of an epoch.
   bool train_sharded = false;

@@ -15,9 +15,10 @@ void ProgressTracker::SetTotalSteps(int64_t total) {
   total_ = total;
 }
 
-void ProgressTracker::SetCorruptRecordsSkipped(int64_t n) {
+void ProgressTracker::SetCorruptData(int64_t records, int64_t unreadable_bytes) {
   std::lock_guard lock(mu_);
-  corrupt_records_skipped_ = n;
+  corrupt_records_skipped_ = records;
+  corrupt_bytes_unreadable_ = unreadable_bytes;
 }
 
 void ProgressTracker::Step(int64_t step, int64_t epoch, double loss, double accuracy,
@@ -125,6 +126,9 @@ std::string ProgressTracker::MetricsText() const {
              "The last in-place recovery: failure seen to the first step completed again.");
   m.AddGauge("lockstep_trainer_corrupt_records_skipped",
              "Corrupt TFRecord records skipped while reading the data (skip_corrupt).");
+  m.AddGauge("lockstep_trainer_corrupt_bytes_unreadable",
+             "Bytes of TFRecord files that could not be read past a corrupt record length "
+             "(skip_corrupt: the rest of each such file is lost).");
   {
     std::lock_guard lock(mu_);
     m.Set("lockstep_trainer_step", {}, static_cast<double>(step_));
@@ -135,6 +139,8 @@ std::string ProgressTracker::MetricsText() const {
     m.Set("lockstep_trainer_samples_per_second", {}, recent_rate_);
     m.Set("lockstep_trainer_corrupt_records_skipped", {},
           static_cast<double>(corrupt_records_skipped_));
+    m.Set("lockstep_trainer_corrupt_bytes_unreadable", {},
+          static_cast<double>(corrupt_bytes_unreadable_));
     m.Set("lockstep_trainer_recoveries", {}, static_cast<double>(recoveries_total_));
     if (recoveries_total_ > 0) {
       m.Set("lockstep_trainer_last_recovery_seconds", {}, last_recovery_seconds_);

@@ -45,8 +45,9 @@ class ProgressTracker {
             double seconds);
   void Checkpointed(int64_t step);
   void SetTotalSteps(int64_t total);
-  // Corrupt records the data loading skipped (a data spec's skip_corrupt).
-  void SetCorruptRecordsSkipped(int64_t n);
+  // What the data loading lost under a data spec's skip_corrupt: corrupt records skipped, and
+  // bytes past a corrupt record length that could not be read.
+  void SetCorruptData(int64_t records, int64_t unreadable_bytes);
   void Recovered(RecoveryRecord r);
   // The group training now (its replicas) and the global batch they share.
   void SetGroup(int replicas, int64_t global_batch);
@@ -66,6 +67,7 @@ class ProgressTracker {
   std::optional<double> accuracy_;  // moving average
   std::optional<int64_t> last_checkpoint_;
   int64_t corrupt_records_skipped_ = 0;
+  int64_t corrupt_bytes_unreadable_ = 0;
   int replicas_ = 0;
   int64_t global_batch_ = 0;
   std::vector<RecoveryRecord> recoveries_;  // the last kKeptRecoveries

@@ -425,7 +425,8 @@ absl::StatusOr<TrainResult> RunOneDevice(const TrainerConfig& c, ProgressTracker
   if (!place.ok()) return place.status();
   absl::StatusOr<Datasets> data = LoadDatasets(c);
   if (!data.ok()) return data.status();
-  if (progress != nullptr) progress->SetCorruptRecordsSkipped(data->corrupt_records_skipped);
+  if (progress != nullptr)
+    progress->SetCorruptData(data->corrupt_records_skipped, data->corrupt_bytes_unreadable);
   return RunReplica(c, *data,
                     {.placement = *place,
                      .stop_requested = [stop] { return stop->load(); },
@@ -437,7 +438,8 @@ absl::StatusOr<TrainResult> RunMirrored(const TrainerConfig& c, ProgressTracker*
   cpu::SetCpuThreads(c.threads);
   absl::StatusOr<Datasets> data = LoadDatasets(c);
   if (!data.ok()) return data.status();
-  if (progress != nullptr) progress->SetCorruptRecordsSkipped(data->corrupt_records_skipped);
+  if (progress != nullptr)
+    progress->SetCorruptData(data->corrupt_records_skipped, data->corrupt_bytes_unreadable);
   const bool central = c.strategy == Strategy::kCentralStorage;
   comm::ReduceAlgorithm algo = comm::ReduceAlgorithm::kAllReduce;
   if (central || c.cross_device_ops == CrossDeviceOps::kReduceToOneDevice) {

@@ -107,7 +107,8 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
   absl::StatusOr<Datasets> data =
       LoadDatasets(c, elastic ? FileShard{} : FileShard{.index = task_id, .count = n});
   if (!data.ok()) return data.status();
-  if (progress != nullptr) progress->SetCorruptRecordsSkipped(data->corrupt_records_skipped);
+  if (progress != nullptr)
+    progress->SetCorruptData(data->corrupt_records_skipped, data->corrupt_bytes_unreadable);
 
   // 2. The device and the collective backend.
   absl::StatusOr<std::unique_ptr<Backend>> backend = ChooseBackend(c);

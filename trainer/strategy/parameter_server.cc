@@ -90,7 +90,8 @@ class PsTrainer {
     absl::StatusOr<Datasets> data = LoadDatasets(c_);
     if (!data.ok()) return data.status();
     data_ = *std::move(data);
-    if (progress_ != nullptr) progress_->SetCorruptRecordsSkipped(data_.corrupt_records_skipped);
+    if (progress_ != nullptr)
+      progress_->SetCorruptData(data_.corrupt_records_skipped, data_.corrupt_bytes_unreadable);
     if (c_.batch_size * trainers_ > data_.train.size()) {
       return absl::InvalidArgumentError("--batch-size times the training tasks exceeds the data");
     }
