@@ -77,4 +77,14 @@ absl::Status SetStalled(TrainingJobStatus* status, bool stalled, std::string rea
   return absl::OkStatus();
 }
 
+void SetSpecRefused(TrainingJobStatus* status, bool refused, std::string reason,
+                    std::string message, int64_t observed_generation, absl::Time now) {
+  if (!refused && FindCondition(status->conditions, ConditionType::kSpecRefused) == nullptr) {
+    return;
+  }
+  SetCondition(&status->conditions, ConditionType::kSpecRefused,
+               refused ? ConditionStatus::kTrue : ConditionStatus::kFalse, std::move(reason),
+               std::move(message), observed_generation, now);
+}
+
 }  // namespace lockstep::api

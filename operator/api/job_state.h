@@ -94,4 +94,9 @@ absl::Status TransitionTo(TrainingJobStatus* status, JobState to, std::string re
 absl::Status SetStalled(TrainingJobStatus* status, bool stalled, std::string reason,
                         std::string message, int64_t observed_generation, absl::Time now);
 
+// Sets or clears SpecRefused, in any state (orthogonal, as Stalled; kept once the job ends: the
+// spec still says what the job did not run with). Clearing it when absent does nothing.
+void SetSpecRefused(TrainingJobStatus* status, bool refused, std::string reason,
+                    std::string message, int64_t observed_generation, absl::Time now);
+
 }  // namespace lockstep::api

@@ -421,6 +421,7 @@ TrainingJobStatus DecodeTrainingJobStatus(const json& j, const FieldPath& path, 
   s.attempt = r.Int32("attempt").value_or(0);
   s.counted_failures = DecodeCounts(r, "countedFailures", errors);
   s.incarnations = DecodeCounts(r, "incarnations", errors);
+  s.replica_counts = DecodeCounts(r, "replicaCounts", errors);
   if (const json* d = r.Object("disruptions")) {
     for (const auto& [name, value] : d->items()) {
       if (value.is_string()) {
@@ -492,6 +493,7 @@ json EncodeTrainingJobStatus(const TrainingJobStatus& s) {
   j["attempt"] = s.attempt;
   if (!s.counted_failures.empty()) j["countedFailures"] = s.counted_failures;
   if (!s.incarnations.empty()) j["incarnations"] = s.incarnations;
+  if (!s.replica_counts.empty()) j["replicaCounts"] = s.replica_counts;
   if (!s.disruptions.empty()) j["disruptions"] = s.disruptions;
   for (const RecoveryRecord& rec : s.recoveries)
     j["recoveries"].push_back(EncodeRecoveryRecord(rec));

@@ -204,9 +204,10 @@ enum class ConditionType {
   kSucceeded,
   kFailed,
   kSuspended,
-  kStalled
+  kStalled,
+  kSpecRefused,  // a spec change the job cannot take while it runs (its replica counts)
 };
-inline constexpr std::array<EnumName<ConditionType>, 7> kConditionTypeNames{{
+inline constexpr std::array<EnumName<ConditionType>, 8> kConditionTypeNames{{
     {ConditionType::kCreated, "Created"},
     {ConditionType::kRunning, "Running"},
     {ConditionType::kRestarting, "Restarting"},
@@ -214,6 +215,7 @@ inline constexpr std::array<EnumName<ConditionType>, 7> kConditionTypeNames{{
     {ConditionType::kFailed, "Failed"},
     {ConditionType::kSuspended, "Suspended"},
     {ConditionType::kStalled, "Stalled"},
+    {ConditionType::kSpecRefused, "SpecRefused"},
 }};
 
 enum class ConditionStatus { kTrue, kFalse, kUnknown };
@@ -339,6 +341,11 @@ struct TrainingJobStatus {
   // Pods recreated alone within the attempt (in-place recovery), by pod name: the incarnation
   // the next one gets (lockstep.io/incarnation). A group restart clears it.
   std::map<std::string, int32_t> incarnations;
+  // The replica counts the job runs at, by replica type name, recorded when it starts (and
+  // while it is suspended): a change of the spec's counts while it runs is held off
+  // (SpecRefused), for servers without the CRD's CEL rule. An elastic job's Workers are
+  // status.elastic's.
+  std::map<std::string, int32_t> replica_counts;
   // Pods of the training group deleted or evicted by another party (kubectl delete, a drain's
   // eviction, a preemption) and replaced alone within the attempt, by pod name: the cause, until
   // the replacement has rejoined (the recovery that names it carries the cause on). Such a

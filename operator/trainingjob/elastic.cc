@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/str_util.h"
+#include "operator/api/conditions.h"
 #include "operator/api/job_state.h"
 #include "operator/api/validation.h"
 
@@ -37,6 +38,55 @@ std::string Refusal(const api::TrainingJob& job, int32_t requested, int32_t runn
 bool IsElastic(const api::TrainingJob& job) {
   return job.spec.run_policy.elastic.has_value() &&
          job.spec.replica_specs.contains(ReplicaType::kWorker);
+}
+
+std::vector<PlannedEvent> HoldReplicaCounts(Observed& o) {
+  std::vector<PlannedEvent> events;
+  api::TrainingJob& job = o.job;
+  api::TrainingJobStatus& st = job.status ? *job.status : job.status.emplace();
+  if (api::IsTerminal(st.state)) return events;
+  const bool elastic = IsElastic(job);
+  auto held_types = [&](ReplicaType t) { return !(elastic && t == ReplicaType::kWorker); };
+  auto name = [](ReplicaType t) {
+    return std::string(api::NameOf<ReplicaType>(api::kReplicaTypeNames, t));
+  };
+  // Before the job runs, and while it is suspended, its counts are the spec's.
+  if (st.state == api::JobState::kPending || st.state == api::JobState::kSuspended ||
+      job.spec.run_policy.suspend || st.replica_counts.empty()) {
+    st.replica_counts.clear();
+    for (const auto& [type, rs] : job.spec.replica_specs) {
+      if (held_types(type)) st.replica_counts[name(type)] = rs.replicas;
+    }
+    api::SetSpecRefused(&st, false, "SpecAccepted", "the job runs at its spec's replica counts",
+                        job.metadata.generation, o.now);
+    return events;
+  }
+  std::vector<std::string> refused;
+  for (auto& [type, rs] : job.spec.replica_specs) {
+    if (!held_types(type)) continue;
+    auto it = st.replica_counts.find(name(type));
+    const int32_t held = it == st.replica_counts.end() ? 0 : it->second;
+    if (rs.replicas == held) continue;
+    refused.push_back(StrCat(name(type), " ", held, " -> ", rs.replicas));
+    rs.replicas = held;
+  }
+  if (refused.empty()) {
+    api::SetSpecRefused(&st, false, "SpecAccepted", "the job runs at its spec's replica counts",
+                        job.metadata.generation, o.now);
+    return events;
+  }
+  const std::string why =
+      StrCat("replica counts are fixed while the job runs: ", StrJoin(refused, ", "),
+             " refused; the job goes on at the counts it started with (set runPolicy.elastic "
+             "to scale its Workers, or suspend the job first)");
+  const api::Condition* c = api::FindCondition(st.conditions, api::ConditionType::kSpecRefused);
+  const bool said = c != nullptr && c->status == api::ConditionStatus::kTrue && c->message == why;
+  api::SetSpecRefused(&st, true, "ReplicasFixed", why, job.metadata.generation, o.now);
+  if (!said) {
+    events.push_back(
+        {.type = EventType::kWarning, .reason = "ScaleRefused", .message = why, .essential = true});
+  }
+  return events;
 }
 
 std::vector<PlannedEvent> HoldElasticWorkers(Observed& o) {

@@ -21,6 +21,14 @@ namespace lockstep::trainingjob {
 // Whether `job` is elastic (the planner then plans through HoldElasticWorkers).
 bool IsElastic(const api::TrainingJob& job);
 
+// The replica counts a running job keeps (every type but an elastic job's Workers): recorded in
+// status.replicaCounts before it runs and while it is suspended; a spec count changed while it
+// runs is planned at the recorded one instead, with SpecRefused True and a ScaleRefused event
+// (the CRD's CEL rule refuses such a change from Kubernetes 1.25; this is the hold for servers
+// without it: a count that no TF_CONFIG of the running group lists would fail the job).
+// Sets o.job.status and o.job.spec's held counts. Returns the events to record.
+std::vector<PlannedEvent> HoldReplicaCounts(Observed& o);
+
 // Decides the Worker count of `o`'s elastic job: sets o.job.status.elastic, and the Worker
 // replicas of o.job.spec to the count accepted. Returns the events to record.
 std::vector<PlannedEvent> HoldElasticWorkers(Observed& o);

@@ -750,10 +750,12 @@ class Planner {
 }  // namespace
 
 Plan MakePlan(const Observed& observed, const PlannerOptions& options) {
-  if (!IsElastic(observed.job)) return Planner(observed, options).Run();
-  // An elastic job is planned at the Worker count accepted (elastic.h).
+  // A job is planned at the replica counts it runs at, an elastic one at the Worker count
+  // accepted (elastic.h).
   Observed held = observed;
-  std::vector<PlannedEvent> events = HoldElasticWorkers(held);
+  std::vector<PlannedEvent> events = HoldReplicaCounts(held);
+  std::vector<PlannedEvent> elastic = HoldElasticWorkers(held);
+  events.insert(events.end(), elastic.begin(), elastic.end());
   Plan plan = Planner(held, options).Run();
   plan.events.insert(plan.events.begin(), events.begin(), events.end());
   return plan;

@@ -273,16 +273,55 @@ TEST(PlannerTest, GangSchedulingCreatesPodGroup) {
   EXPECT_TRUE(Names(plain.Step(), Action::Kind::kCreate, ChildKind::kPodGroup).empty());
 }
 
-TEST(PlannerTest, ScaleDownDeletesSurplusPodAndService) {
-  World w = Mwm(3);
+TEST(PlannerTest, SurplusPodsAndServicesBeyondTheCountAreDeleted) {
+  World w = Mwm(2);
   AllRunning(w);
-  w.Step();
-  w.job.spec.replica_specs[ReplicaType::kWorker].replicas = 2;
+  w.pods.push_back(MakePod(w.job, ReplicaType::kWorker, 2, 0, PodPhase::kRunning));
   w.extra_services = {{"t-worker-2", "svc-2", ReplicaType::kWorker, 2, false}};
   Plan p = w.Step();
   EXPECT_EQ(Deleted(p), (V{"t-worker-2"}));
   EXPECT_EQ(Names(p, Action::Kind::kDelete, ChildKind::kService), (V{"t-worker-2"}));
   EXPECT_TRUE(Created(p).empty());
+}
+
+// Issue 42's finding: on a server without the CRD's CEL rule, a replica count changed while a
+// job that is not elastic runs made a worker whose TF_CONFIG the group did not list, which
+// failed the job. The operator holds the counts the job started with: SpecRefused True with
+// an essential ScaleRefused event, no pod created or deleted; cleared when the spec agrees
+// again; a suspended job takes the new count.
+TEST(PlannerTest, AReplicaCountChangedWhileRunningIsHeldWithAConditionAndAnEvent) {
+  World w = Mwm(3);
+  AllRunning(w);
+  w.Step();
+  EXPECT_EQ(w.job.status->replica_counts, (std::map<std::string, int32_t>{{"Worker", 3}}));
+  for (int n : {2, 4}) {
+    w.job.spec.replica_specs[ReplicaType::kWorker].replicas = n;
+    Plan p = w.Step();
+    EXPECT_TRUE(Deleted(p).empty()) << n;
+    EXPECT_TRUE(Created(p).empty()) << n;
+    EXPECT_EQ(w.state(), JobState::kRunning);
+    EXPECT_TRUE(api::IsConditionTrue(w.job.status->conditions, api::ConditionType::kSpecRefused));
+    EXPECT_THAT(w.Cond(api::ConditionType::kSpecRefused).message,
+                HasSubstr("Worker 3 -> " + std::to_string(n) + " refused"));
+    ASSERT_EQ(p.events.size(), 1u);
+    EXPECT_EQ(p.events[0].reason, "ScaleRefused");
+    EXPECT_TRUE(p.events[0].essential);
+    EXPECT_TRUE(w.Step().events.empty());  // said once
+  }
+  w.job.spec.replica_specs[ReplicaType::kWorker].replicas = 3;
+  w.Step();
+  EXPECT_FALSE(api::IsConditionTrue(w.job.status->conditions, api::ConditionType::kSpecRefused));
+  // Suspended, the job may be resized; resumed, it runs at the new count.
+  w.job.spec.run_policy.suspend = true;
+  w.Step();
+  w.pods.clear();
+  w.job.spec.replica_specs[ReplicaType::kWorker].replicas = 2;
+  w.Step();
+  w.job.spec.run_policy.suspend = false;
+  Plan p = w.Step();
+  EXPECT_EQ(Created(p), (V{"t-worker-0", "t-worker-1"}));
+  EXPECT_EQ(w.job.status->replica_counts, (std::map<std::string, int32_t>{{"Worker", 2}}));
+  EXPECT_FALSE(api::IsConditionTrue(w.job.status->conditions, api::ConditionType::kSpecRefused));
 }
 
 TEST(PlannerTest, TerminatingPodBlocksItsReplacement) {
