@@ -160,6 +160,18 @@ done
 [[ $(k get tj noconfig -o jsonpath='{.status.conditions[?(@.type=="Failed")].reason}') == \
    *CreateContainerConfigError ]] || fail "not failed with the reason: $(k get tj noconfig -o yaml)"
 
+# A worker that keeps failing: past the 25 events a job may have at once, the terminal reason
+# is still recorded (it was dropped by the spam filter, and kubectl describe ended on a restart).
+shell_job churn "sleep 60" "sleep 0.2; exit 137" |
+  sed 's/runPolicy: {backoffLimit: 2}/runPolicy: {backoffLimit: 12}/' >"$work/churn.yaml"
+if "$lockstep" run "$work/churn.yaml" --timeout 120 >"$work/churn.out" 2>&1; then
+  fail "a job over its backoffLimit succeeded: $(cat "$work/churn.out")"
+fi
+recorded=$(k get events --field-selector involvedObject.name=churn -o jsonpath='{range .items[*]}{.count}{"\n"}{end}' |
+  awk '{ n += $1 } END { print n }')
+(( recorded > 25 )) || fail "only $recorded events recorded: the test no longer passes the spam filter's burst"
+expect "BackoffLimitExceeded" k get events --field-selector involvedObject.name=churn,reason=BackoffLimitExceeded
+
 # An invalid manifest is refused before anything is sent.
 sed 's/replicas: 2/replicas: -1/; s/name: tf-config-check/name: invalid/' \
   "$src/examples/tf-config-check.yaml" >"$work/invalid.yaml"
