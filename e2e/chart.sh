@@ -159,6 +159,9 @@ done
 
 # 6. RBAC against the calls. The cluster stops first, so every request is in the log.
 "$lockstep" local down >/dev/null
+# Listing events is for a pod stuck in ContainerCreating (its FailedMount events), where
+# lockstep local's kubelet never leaves one (it reports CreateContainerConfigError instead).
 "$coverage" --manifests "$work/rendered.yaml" --audit "$work/audit.log" \
-  --user system:serviceaccount:$ns:lockstep || fail "the chart's RBAC does not match the calls"
+  --user system:serviceaccount:$ns:lockstep --may-go-unused "list events in group core" ||
+  fail "the chart's RBAC does not match the calls"
 echo "ok"

@@ -545,6 +545,45 @@ TEST_F(ControllerIntegrationTest, DeadlineFailsTheJobWithoutAnyOtherEvent) {
   EXPECT_TRUE(WaitFor([&] { return Pods("t").empty(); }, "pods cleaned up"));
 }
 
+// A volume whose ConfigMap does not exist keeps a pod in ContainerCreating, and the kubelet
+// says why only in FailedMount events: the controller reads them for a pod waiting past the
+// grace, and the job says so (Stalled FailedMount, naming the pod and the kubelet's message).
+TEST_F(ControllerIntegrationTest, AVolumeThatCannotMountIsReadFromThePodsEvents) {
+  StartOperator();
+  Create(MwmJob("mount", 1, {{"runPolicy", {{"pendingTimeoutSeconds", 600}}}}));
+  ASSERT_TRUE(WaitFor([&] { return Pods("mount").size() == 1; }, "the pod"));
+  const std::string pod_name = "mount-worker-0";
+  absl::StatusOr<json> pod = client_->Get(res::kPods, "ns", pod_name);
+  ASSERT_TRUE(pod.ok());
+  (*pod)["status"] = {{"phase", "Pending"},
+                      {"containerStatuses",
+                       {{{"name", "tensorflow"},
+                         {"ready", false},
+                         {"restartCount", 0},
+                         {"state", {{"waiting", {{"reason", "ContainerCreating"}}}}}}}}};
+  ASSERT_TRUE(client_->UpdateStatus(res::kPods, "ns", *pod).ok());
+  const std::string why =
+      "MountVolume.SetUp failed for volume \"settings\" : configmap \"settings\" not found";
+  json event = {{"apiVersion", "v1"},
+                {"kind", "Event"},
+                {"metadata", {{"name", pod_name + ".mount"}, {"namespace", "ns"}}},
+                {"involvedObject",
+                 {{"kind", "Pod"},
+                  {"namespace", "ns"},
+                  {"name", pod_name},
+                  {"uid", (*pod)["metadata"]["uid"]}}},
+                {"reason", "FailedMount"},
+                {"type", "Warning"},
+                {"message", why},
+                {"lastTimestamp", "2026-11-29T10:00:00Z"}};
+  ASSERT_TRUE(client_->Create(res::kEvents, "ns", event).ok());
+  // The pod has waited the grace (10 s) by then: the planner looks again at its end.
+  ASSERT_TRUE(WaitFor([&] { return Condition("mount", "Stalled")["reason"] == "FailedMount"; },
+                      "Stalled FailedMount"));
+  EXPECT_THAT(Condition("mount", "Stalled")["message"].get<std::string>(),
+              HasSubstr("pod mount-worker-0 cannot start: FailedMount: " + why));
+}
+
 TEST_F(ControllerIntegrationTest, TtlDeletesTheJobAndItsChildren) {
   StartOperator();
   Create(MwmJob("t", 2,

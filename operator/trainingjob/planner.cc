@@ -434,11 +434,18 @@ class Planner {
   // A container waiting for a reason that only a change of the cluster's objects or the pod's
   // template ends (a missing ConfigMap or Secret, an image that cannot be pulled), as the
   // kubelet reports it: the pod cannot start, whatever the wait.
-  static bool CannotStart(const ObservedPod& pod) {
-    const std::string& r = pod.why().waiting.reason;
-    return r == "CreateContainerConfigError" || r == "CreateContainerError" ||
-           r == "ErrImagePull" || r == "ImagePullBackOff" || r == "InvalidImageName" ||
-           r == "ErrImageNeverPull";
+  // A volume that cannot be mounted (FailedMount events) counts as the same kind of reason.
+  std::optional<std::pair<std::string, std::string>> CannotStart(const ObservedPod& pod) const {
+    const ContainerState& w = pod.why().waiting;
+    const std::string& r = w.reason;
+    if (r == "CreateContainerConfigError" || r == "CreateContainerError" || r == "ErrImagePull" ||
+        r == "ImagePullBackOff" || r == "InvalidImageName" || r == "ErrImageNeverPull") {
+      return std::pair{r, w.message};
+    }
+    auto mount = o_.mount_failures.find(std::string(pod.metadata.name()));
+    if (mount != o_.mount_failures.end())
+      return std::pair{std::string("FailedMount"), mount->second};
+    return std::nullopt;
   }
 
   void Watchdogs() {
@@ -449,21 +456,20 @@ class Planner {
     for (const auto& [type, index, pod] : pods_) {
       if (pod->phase != PodPhase::kPending || !pod->metadata.creation_timestamp) continue;
       absl::Duration age = now_ - *pod->metadata.creation_timestamp;
-      if (CannotStart(*pod)) {
+      if (auto blocked = CannotStart(*pod)) {
         // Said at once (Stalled, with the kubelet's reason and an event); the job fails with
         // it once the pod has waited runPolicy.pendingTimeoutSeconds, rather than waiting on.
-        const PodDetail& why = pod->why();
-        const std::string what =
-            StrCat("pod ", pod->metadata.name(), " cannot start: ", why.waiting.reason,
-                   why.waiting.message.empty() ? "" : ": ", why.waiting.message);
+        const auto& [reason, detail] = *blocked;
+        const std::string what = StrCat("pod ", pod->metadata.name(), " cannot start: ", reason,
+                                        detail.empty() ? "" : ": ", detail);
         if (age >= pending_limit) {
-          Fail(StrCat(api::NameOf<ReplicaType>(api::kReplicaTypeNames, type), why.waiting.reason),
+          Fail(StrCat(api::NameOf<ReplicaType>(api::kReplicaTypeNames, type), reason),
                StrCat(what, " (still, after runPolicy.pendingTimeoutSeconds ",
                       job_.spec.run_policy.pending_timeout_seconds, ")"));
           return;
         }
         if (!stalled_reason) {
-          stalled_reason = why.waiting.reason;
+          stalled_reason = reason;
           stalled_message =
               StrCat(what, "; the job fails if it still cannot at ",
                      api::FormatKubeTime(*pod->metadata.creation_timestamp + pending_limit),
@@ -472,6 +478,10 @@ class Planner {
         }
         Requeue(pending_limit - age);
         continue;
+      }
+      // Past the grace, the reconciler looks for the pod's FailedMount events.
+      if (age < kMountGrace && pod->why().waiting.reason == "ContainerCreating") {
+        Requeue(kMountGrace - age);
       }
       if (age >= pending_limit) {
         stalled_reason = "PodPending";
@@ -748,6 +758,12 @@ class Planner {
 };
 
 }  // namespace
+
+bool WaitsToMount(const ObservedPod& pod, absl::Time now) {
+  return pod.phase == PodPhase::kPending && !pod.metadata.deletion_timestamp &&
+         pod.metadata.creation_timestamp && now - *pod.metadata.creation_timestamp >= kMountGrace &&
+         pod.why().waiting.reason == "ContainerCreating";
+}
 
 Plan MakePlan(const Observed& observed, const PlannerOptions& options) {
   // A job is planned at the replica counts it runs at, an elastic one at the Worker count

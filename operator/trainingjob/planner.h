@@ -49,8 +49,19 @@ struct Observed {
   bool token_secret_exists = false;
   bool pod_group_exists = false;          // in the PodGroup informer's cache (gang scheduling)
   std::optional<api::Progress> progress;  // the progress poller's latest, while running
+  // Pods waiting in ContainerCreating past kMountGrace, by name: their latest FailedMount
+  // event's message (a volume whose ConfigMap, Secret or claim does not exist: the kubelet
+  // says so only in events, the pod's status stays ContainerCreating).
+  std::map<std::string, std::string> mount_failures;
   absl::Time now = absl::UnixEpoch();
 };
+
+// How long a pod waits in ContainerCreating before the reconciler looks for its FailedMount
+// events (mounting takes a moment; a volume that fails keeps failing).
+inline constexpr absl::Duration kMountGrace = absl::Seconds(10);
+
+// Whether a pending pod is one the reconciler looks up FailedMount events for.
+bool WaitsToMount(const ObservedPod& pod, absl::Time now);
 
 struct PlannerOptions {
   DesiredOptions desired;

@@ -34,6 +34,7 @@ struct World {
   bool pod_group = false;                // in the PodGroup informer's cache
   std::vector<ChildRef> extra_services;  // beyond one per replica of the spec
   std::optional<api::Progress> progress;
+  std::map<std::string, std::string> mount_failures;
   absl::Time now = kT0 + absl::Seconds(10);
   PlannerOptions options;
 
@@ -53,6 +54,7 @@ struct World {
     o.token_secret_exists = secret;
     o.pod_group_exists = pod_group;
     o.progress = progress;
+    o.mount_failures = mount_failures;
     o.now = now;
     Plan plan = MakePlan(o, options);
     job.status = plan.status;  // what the reconciler writes
@@ -1025,6 +1027,29 @@ TEST(PlannerTimerTest, APodThatCannotStartIsSaidAtOnceAndFailsTheJobAtTheTimeout
               HasSubstr("configmap \"settings\" not found (still, after "
                         "runPolicy.pendingTimeoutSeconds 60)"));
   EXPECT_EQ(Deleted(p), (V{"t-worker-0", "t-worker-1"}));  // cleanPodPolicy Running
+}
+
+// A volume that cannot mount shows only as ContainerCreating in the pod (its FailedMount events,
+// which the reconciler reads past the grace, say why): the planner looks again when the grace
+// ends, then treats the event's message as it does the kubelet's other reasons.
+TEST(PlannerTimerTest, AFailedMountIsAReasonThePodCannotStart) {
+  World w = Mwm(1, "ExitCode", {{"runPolicy", {{"pendingTimeoutSeconds", 60}}}});
+  w.pods = {MakePod(w.job, ReplicaType::kWorker, 0, 0, PodPhase::kPending)};  // ContainerCreating
+  w.now = kT0 + absl::Seconds(4);
+  EXPECT_EQ(w.Step().requeue_after, absl::Seconds(6));  // the grace's end
+  EXPECT_FALSE(WaitsToMount(w.pods[0], w.now));
+  w.now = kT0 + kMountGrace;
+  EXPECT_TRUE(WaitsToMount(w.pods[0], w.now));
+  w.mount_failures["t-worker-0"] =
+      "MountVolume.SetUp failed for volume \"data\" : "
+      "persistentvolumeclaim \"data\" not found";
+  w.Step();
+  EXPECT_EQ(w.Cond(api::ConditionType::kStalled).reason, "FailedMount");
+  w.now = kT0 + absl::Seconds(60);
+  w.Step();
+  EXPECT_EQ(w.Cond(api::ConditionType::kFailed).reason, "WorkerFailedMount");
+  EXPECT_THAT(w.Cond(api::ConditionType::kFailed).message,
+              HasSubstr("persistentvolumeclaim \"data\" not found"));
 }
 
 // A status changes only when something a user would act on does: a job held Stalled, one

@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "common/str_util.h"
+#include "operator/api/json_reader.h"
 #include "operator/api/trainingjob_json.h"
 #include "operator/api/validation.h"
 #include "operator/kube/api_error.h"
@@ -150,6 +151,31 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
     // The PodGroup is named after the job (DesiredPodGroup).
     o.pod_group_exists = d_.pod_groups->Get(runtime::ObjectKey(job.metadata.namespace_,
                                                                job.metadata.name)) != nullptr;
+  }
+  // Why a pod stuck in ContainerCreating cannot mount its volumes is said only in its events.
+  for (const std::shared_ptr<const ObservedPod>& pod : o.pods) {
+    if (!WaitsToMount(*pod, d_.clock->Now())) continue;
+    absl::StatusOr<json> events =
+        d_.client->List(kube::resources::kEvents, job.metadata.namespace_,
+                        {.field_selector = StrCat("involvedObject.uid=", pod->metadata.uid(),
+                                                  ",reason=FailedMount")});
+    if (!events.ok()) {
+      common::LogDebug(kLog, key, ": reading the events of pod ", pod->metadata.name(), ": ",
+                       events.status().message());
+      continue;
+    }
+    std::string latest_time;
+    std::string message;
+    auto items = events->find("items");
+    if (items == events->end() || !items->is_array()) continue;
+    for (const json& e : *items) {
+      const std::string t = api::StringAt(e, "lastTimestamp");
+      if (message.empty() || t >= latest_time) {
+        latest_time = t;
+        message = api::StringAt(e, "message");
+      }
+    }
+    if (!message.empty()) o.mount_failures[std::string(pod->metadata.name())] = message;
   }
   // The poller's latest reading, for a job whose chief is expected to be training.
   if (d_.progress != nullptr && IsPolled(cached->state)) o.progress = d_.progress->Latest(key);

@@ -91,7 +91,7 @@ test `e2e_chart` records them and compares). Shared by the ClusterRole and the n
   verbs: ["list", "watch", "create"]
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create", "patch", "list"]
 {{- if eq .Values.operator.gangScheduler "volcano" }}
 - apiGroups: ["scheduling.volcano.sh"]
   resources: ["podgroups"]
