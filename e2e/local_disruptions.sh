@@ -3,8 +3,10 @@
 # MultiWorkerMirrored job (a chief and two workers, in-place recovery) has one worker's pod
 # deleted (`kubectl delete pod`: SIGTERM) and the other evicted through the Eviction API (what
 # `kubectl drain` calls). Each time the worker leaves the group at a step boundary and is
-# replaced alone: the job ends Succeeded with restartCount 0 and attempt 0, both recoveries in
-# status.recoveries lost no step and name the pod and the cause, and the events name them too.
+# replaced alone; then the chief's pod is deleted, and the group checkpoints, stops and goes on
+# from that checkpoint. The job ends Succeeded with restartCount 0 and attempt 0, both worker
+# recoveries in status.recoveries lost no step and name the pod and the cause, and the events
+# name all three.
 # Before that, a PodDisruptionBudget the eviction would break refuses it (429), and a dry-run
 # eviction leaves the pod, and a worker serves its own /progress. At the end the status holds
 # the chief's final figures (progress 100%, its evaluation as the Result column) and the
@@ -65,6 +67,12 @@ wait_for "worker 1 was not replaced in place" one
 expect '"status":"Success"' evict "$job-worker-0"
 two() { [[ $(recoveries) -ge 2 ]]; }
 wait_for "worker 0 was not replaced in place" two
+# 3. The chief's pod deleted: it hosts the coordination service, so the group checkpoints at
+# one step and stops, and goes on from that checkpoint in the same attempt, uncounted.
+before=$(step)
+k delete pod "$job-chief-0" --wait=false >/dev/null
+resumed() { local s; s=$(step); [[ -n $s ]] && (( s > before + 200 )) && [[ $(k get tj "$job" -o jsonpath='{.status.state}') == Running ]]; }
+wait_for "the group did not go on after its chief was deleted" resumed
 
 done_() { [[ $(k get tj "$job" -o jsonpath='{.status.state}') == Succeeded ]]; }
 wait_for "the job did not succeed" done_
@@ -86,7 +94,7 @@ for w in 0 1; do
   expect "training done after $total steps" k logs "$job-worker-$w"
 done
 events=$(k get events --field-selector "involvedObject.name=$job")
-for reason in WorkerDeleted WorkerEvicted RecoveredInPlace ChiefSucceeded; do
+for reason in WorkerDeleted WorkerEvicted ChiefDeleted RecoveredInPlace ChiefSucceeded; do
   grep -q "$reason" <<<"$events" || fail "no $reason event: $events"
 done
 echo "a deleted and an evicted worker replaced in place: $(k get tj "$job" -o jsonpath='{range .status.recoveries[*]}{.replaced} {.recoverySeconds}s; {end}')"
