@@ -50,6 +50,10 @@ std::vector<PlannedEvent> HoldReplicaCounts(Observed& o) {
   auto name = [](ReplicaType t) {
     return std::string(api::NameOf<ReplicaType>(api::kReplicaTypeNames, t));
   };
+  auto accepted = [&] {
+    api::SetSpecRefused(&st, false, "SpecAccepted", "the job runs at its spec's replica counts",
+                        job.metadata.generation, o.now);
+  };
   // Before the job runs, and while it is suspended, its counts are the spec's.
   if (st.state == api::JobState::kPending || st.state == api::JobState::kSuspended ||
       job.spec.run_policy.suspend || st.replica_counts.empty()) {
@@ -57,8 +61,7 @@ std::vector<PlannedEvent> HoldReplicaCounts(Observed& o) {
     for (const auto& [type, rs] : job.spec.replica_specs) {
       if (held_types(type)) st.replica_counts[name(type)] = rs.replicas;
     }
-    api::SetSpecRefused(&st, false, "SpecAccepted", "the job runs at its spec's replica counts",
-                        job.metadata.generation, o.now);
+    accepted();
     return events;
   }
   std::vector<std::string> refused;
@@ -71,8 +74,7 @@ std::vector<PlannedEvent> HoldReplicaCounts(Observed& o) {
     rs.replicas = held;
   }
   if (refused.empty()) {
-    api::SetSpecRefused(&st, false, "SpecAccepted", "the job runs at its spec's replica counts",
-                        job.metadata.generation, o.now);
+    accepted();
     return events;
   }
   const std::string why =

@@ -4,7 +4,6 @@
 #include <charconv>
 #include <map>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 
 #include "common/str_util.h"
@@ -576,9 +575,7 @@ class Planner {
       for (const auto& [type, spec] : job_.spec.replica_specs) {
         for (int32_t i = 0; i < spec.replicas && !named; ++i) {
           if (api::ReplicaName(job_.metadata.name, type, i) != it->first) continue;
-          std::string task = absl::AsciiStrToLower(
-              std::string(api::NameOf<ReplicaType>(api::kReplicaTypeNames, type)));
-          named = r.replaced.find(StrCat(task, " ", i)) != std::string::npos;
+          named = r.replaced.find(StrCat(api::ReplicaTypeLower(type), " ", i)) != std::string::npos;
         }
       }
       if (!named) {

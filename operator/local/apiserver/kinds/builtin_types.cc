@@ -89,7 +89,6 @@ const char* JsonTypeName(const json& v) {
 }
 
 struct Walker {
-  std::string kind;
   std::string error;  // the first mismatch
 
   // `path` is the Go field path ("ConfigMap.spec.containers.image"): no indices or keys.
@@ -161,7 +160,7 @@ struct Walker {
 }  // namespace
 
 std::string BuiltinTypeError(const std::string& kind, bool builtin, const json& obj) {
-  Walker w{.kind = kind};
+  Walker w;
   if (auto meta = obj.find("metadata"); meta != obj.end()) {
     w.Walk(Types()["objectMeta"], *meta, kind + ".metadata");
   }
