@@ -3,10 +3,12 @@
 # MultiWorkerMirrored job (a chief and two workers, in-place recovery) has one worker's pod
 # deleted (`kubectl delete pod`: SIGTERM) and the other evicted through the Eviction API (what
 # `kubectl drain` calls). Each time the worker leaves the group at a step boundary and is
-# replaced alone; then the chief's pod is deleted, and the group checkpoints, stops and goes on
-# from that checkpoint. The job ends Succeeded with restartCount 0 and attempt 0, both worker
-# recoveries in status.recoveries lost no step and name the pod and the cause, and the events
-# name all three.
+# replaced alone. Then the chief's pod is deleted: the chief, which hosts the coordination
+# service, leaves as well, the service moves to worker 0 and the chief's replacement joins the
+# running group. Then worker 0, the host now, is killed (SIGKILL): the service moves back to
+# the chief; then the chief is killed: it moves to worker 0 again (a restart counted for each
+# kill). The job ends Succeeded with restartCount 2 and attempt 0, every recovery in
+# status.recoveries lost no step and names the pod and the cause, and the events name each.
 # Before that, a PodDisruptionBudget the eviction would break refuses it (429), and a dry-run
 # eviction leaves the pod, and a worker serves its own /progress. At the end the status holds
 # the chief's final figures (progress 100%, its evaluation as the Result column) and the
@@ -67,22 +69,39 @@ wait_for "worker 1 was not replaced in place" one
 expect '"status":"Success"' evict "$job-worker-0"
 two() { [[ $(recoveries) -ge 2 ]]; }
 wait_for "worker 0 was not replaced in place" two
-# 3. The chief's pod deleted: it hosts the coordination service, so the group checkpoints at
-# one step and stops, and goes on from that checkpoint in the same attempt, uncounted.
-before=$(step)
+# 3. The chief's pod deleted: it leaves too (after the 2 s in which a whole job's stop would
+# reach the others), the coordination service moves and its replacement joins, uncounted.
 k delete pod "$job-chief-0" --wait=false >/dev/null
-resumed() { local s; s=$(step); [[ -n $s ]] && (( s > before + 200 )) && [[ $(k get tj "$job" -o jsonpath='{.status.state}') == Running ]]; }
-wait_for "the group did not go on after its chief was deleted" resumed
+three() { [[ $(recoveries) -ge 3 ]]; }
+wait_for "the chief was not replaced in place" three
+# 4. Worker 0, which hosts the service now, killed (SIGKILL): the service moves back to the
+# chief, the lowest surviving replica; worker 0 is replaced in place, one restart counted.
+victim=$(pid_of "$job" worker 0) || fail "no process for $job-worker-0"
+kill -KILL "$victim"
+four() { [[ $(recoveries) -ge 4 ]]; }
+wait_for "the killed host was not replaced in place" four
+# 5. The chief, the host again, killed: the service moves to worker 0 again.
+victim=$(pid_of "$job" chief 0) || fail "no process for $job-chief-0"
+kill -KILL "$victim"
+five() { [[ $(recoveries) -ge 5 ]]; }
+wait_for "the killed chief was not replaced in place" five
 
 done_() { [[ $(k get tj "$job" -o jsonpath='{.status.state}') == Succeeded ]]; }
 wait_for "the job did not succeed" done_
-[[ $(k get tj "$job" -o jsonpath='{.status.restartCount}/{.status.attempt}') == 0/0 ]] ||
-  fail "a disruption was counted or restarted the group: $(k get tj "$job" -o yaml)"
+[[ $(k get tj "$job" -o jsonpath='{.status.restartCount}/{.status.attempt}') == 2/0 ]] ||
+  fail "a disruption was counted or the group restarted: $(k get tj "$job" -o yaml)"
 causes=$(k get tj "$job" -o jsonpath='{range .status.recoveries[*]}{.replaced}: {.cause} lost {.stepsLost}{"\n"}{end}')
 grep -q "^worker 1: .*pod $job-worker-1 was deleted by another party" <<<"$causes" ||
   fail "the deletion is not named: $causes"
 grep -q "^worker 0: .*pod $job-worker-0 was evicted through the Eviction API" <<<"$causes" ||
   fail "the eviction is not named: $causes"
+host_lost="the coordination service's host, was lost"
+grep -q "^chief 0: chief 0, $host_lost; worker 0 took the service over; pod $job-chief-0 was deleted by another party" <<<"$causes" ||
+  fail "the chief's deletion is not named: $causes"
+grep -q "^worker 0: worker 0, $host_lost; chief 0 took the service over lost 0$" <<<"$causes" ||
+  fail "worker 0's loss is not named: $causes"
+grep -q "^chief 0: chief 0, $host_lost; worker 0 took the service over lost 0$" <<<"$causes" ||
+  fail "the chief's loss is not named: $causes"
 if grep -v " lost 0$" <<<"$causes"; then fail "steps were lost: $causes"; fi
 total=$(k get tj "$job" -o jsonpath='{.status.progress.totalSteps}')
 [[ $(k get tj "$job" -o jsonpath='{.status.progress.summary}') == "100% ($total/$total)" ]] ||
@@ -94,7 +113,8 @@ for w in 0 1; do
   expect "training done after $total steps" k logs "$job-worker-$w"
 done
 events=$(k get events --field-selector "involvedObject.name=$job")
-for reason in WorkerDeleted WorkerEvicted ChiefDeleted RecoveredInPlace ChiefSucceeded; do
+for reason in WorkerDeleted WorkerEvicted ChiefDeleted WorkerExitedWithCode137 ChiefExitedWithCode137 \
+  RecoveredInPlace ChiefSucceeded; do
   grep -q "$reason" <<<"$events" || fail "no $reason event: $events"
 done
-echo "a deleted and an evicted worker replaced in place: $(k get tj "$job" -o jsonpath='{range .status.recoveries[*]}{.replaced} {.recoverySeconds}s; {end}')"
+echo "replaced in place (a deleted and an evicted worker, the deleted chief, the killed host twice): $(k get tj "$job" -o jsonpath='{range .status.recoveries[*]}{.replaced} {.recoverySeconds}s; {end}')"

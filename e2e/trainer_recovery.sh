@@ -7,7 +7,9 @@
 # unbroken run's (the ring reduces in a fixed order; the data position goes on exactly).
 # Then a worker is stopped alone with SIGTERM (a deleted or evicted pod): it leaves the group at
 # a step boundary and its replacement takes its place, again ending as the unbroken run. Then
-# the chief is killed: the workers exit retryable (PeerLost) instead of waiting forever.
+# the chief is killed: the service moves to worker 0 and the chief's replacement joins; then
+# the chief is stopped alone with SIGTERM, then every task at once (a checkpoint), and without
+# in-place recovery a lost chief ends the group (the workers exit retryable).
 # Usage: trainer_recovery.sh TRAINER_BINARY
 set -euo pipefail
 trainer=$1
@@ -111,10 +113,67 @@ cmp -s "$work/straight/$a" "$work/left/$c" ||
   fail "the run with a worker replaced after SIGTERM does not end as the unbroken run"
 echo "worker 2 left on SIGTERM and was replaced: $(grep -o 'stepping again at step [0-9]*, [0-9.]* s' "$work/chief.log" | tr '\n' ';')"
 
-# 4. The chief (and its coordination service) killed: the workers give up, retryable.
+# 4. The chief, which hosts the coordination service, killed past step 200: worker 0 (the
+# lowest surviving task) takes the service over, the others follow it, and the chief's
+# replacement finds it there and joins as any replacement does. No step is lost.
 rm -rf "$work/chief-lost"
 start chief chief 0 "$work/chief-lost" --metrics-port="$metrics"
 for i in 0 1 2; do start "w$i" worker "$i" "$work/chief-lost" --metrics-port=0; done
+step_past 200
+kill -KILL "${pids[chief]}"
+wait "${pids[chief]}" 2>/dev/null || true
+start chief chief 0 "$work/chief-lost" --metrics-port="$metrics"
+for t in chief w0 w1 w2; do finish "$t" 0; done
+grep -q "worker 0 takes the coordination service over" "$work/w0.log" ||
+  fail "worker 0 did not take the service over: $(grep collective "$work/w0.log")"
+grep -q "following the coordination service to worker 0" "$work/w1.log" ||
+  fail "worker 1 did not follow: $(grep collective "$work/w1.log")"
+grep "re-formed" "$work/w0.log" | grep -q "with a new chief 0.*(0 completed steps lost)" ||
+  fail "steps were lost: $(grep recovery "$work/w0.log")"
+grep -q "joined the running group" "$work/chief.log" ||
+  fail "the chief's replacement did not join: $(head -5 "$work/chief.log")"
+c=$(final_checkpoint "$work/chief-lost")
+cmp -s "$work/straight/$a" "$work/chief-lost/$c" ||
+  fail "the run whose chief was replaced does not end as the unbroken run"
+echo "chief lost, the service moved to worker 0: $(grep -o 'stepping again at step [0-9]*, [0-9.]* s' "$work/w0.log" | tr '\n' ';')"
+
+# 5. The chief stopped alone with SIGTERM (its pod deleted) past step 300: it trains on for
+# the window in which a whole job's stop would reach the others too (0.2 s here), then leaves at a step
+# boundary; the service moves to worker 0 and the chief's replacement joins. No step is lost.
+rm -rf "$work/chief-left"
+start chief chief 0 "$work/chief-left" --metrics-port="$metrics" --leave-window-ms=200
+for i in 0 1 2; do start "w$i" worker "$i" "$work/chief-left" --metrics-port=0; done
+step_past 300
+kill -TERM "${pids[chief]}"
+finish chief 143
+grep -q "chief 0 left the group at a step boundary" "$work/chief.term" ||
+  fail "the chief did not leave: $(cat "$work/chief.term")"
+start chief chief 0 "$work/chief-left" --metrics-port="$metrics"
+for t in chief w0 w1 w2; do finish "$t" 0; done
+grep "re-formed" "$work/w0.log" | grep -q "with a new chief 0.*(0 completed steps lost)" ||
+  fail "steps were lost: $(grep recovery "$work/w0.log")"
+c=$(final_checkpoint "$work/chief-left")
+cmp -s "$work/straight/$a" "$work/chief-left/$c" ||
+  fail "the run whose chief left on SIGTERM does not end as the unbroken run"
+echo "chief left on SIGTERM, the service moved to worker 0: $(grep -o 'stepping again at step [0-9]*, [0-9.]* s' "$work/w0.log" | tr '\n' ';')"
+
+# 6. Every task stopped with SIGTERM at once (the job deleted or suspended): the group
+# checkpoints at a step boundary and every task exits 143.
+rm -rf "$work/stopped"
+start chief chief 0 "$work/stopped" --metrics-port="$metrics" --checkpoint-every=100000
+for i in 0 1 2; do start "w$i" worker "$i" "$work/stopped" --metrics-port=0 --checkpoint-every=100000; done
+step_past 150
+kill -TERM "${pids[chief]}" "${pids[w0]}" "${pids[w1]}" "${pids[w2]}"
+for t in chief w0 w1 w2; do finish "$t" 143; done
+[[ -n $(final_checkpoint "$work/stopped") ]] ||
+  fail "the stopped job left no checkpoint: $(tail -3 "$work/chief.log")"
+echo "the whole job stopped: checkpoint $(final_checkpoint "$work/stopped")"
+
+# 7. Without in-place recovery the chief's loss ends the group: the workers give up,
+# retryable, instead of waiting forever.
+rm -rf "$work/restart"
+start chief chief 0 "$work/restart" --metrics-port="$metrics" --recovery=RestartGroup
+for i in 0 1 2; do start "w$i" worker "$i" "$work/restart" --metrics-port=0 --recovery=RestartGroup; done
 step_past 100
 kill -KILL "${pids[chief]}"
 wait "${pids[chief]}" 2>/dev/null || true
@@ -122,4 +181,4 @@ for i in 0 1 2; do
   finish "w$i" 128
   grep -q '"reason":"PeerLost"' "$work/w$i.term" || fail "w$i: $(cat "$work/w$i.term")"
 done
-echo "chief lost: the workers exited with PeerLost"
+echo "chief lost without in-place recovery: the workers exited with PeerLost"

@@ -526,7 +526,7 @@ TEST_F(ControllerIntegrationTest, PermanentFailureFailsNamingTheCulprit) {
 
 TEST_F(ControllerIntegrationTest, BackoffLimitExhausted) {
   StartOperator();
-  Create(MwmJob("t", 1, {{"runPolicy", {{"backoffLimit", 1}}}}));
+  Create(MwmJob("t", 1, {{"runPolicy", {{"backoffLimit", 1}, {"recovery", "RestartGroup"}}}}));
   RunAll("t", 0, 1);
   SetPod("t-worker-0", "Failed", 137);
   RunAll("t", 1, 1);

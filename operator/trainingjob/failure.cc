@@ -47,9 +47,7 @@ Remedy DefaultScope(const PodFailure& f, const api::TrainingJobSpec& spec) {
   if (api::EffectiveStrategy(spec) == api::Strategy::kParameterServer) {
     return f.type == ReplicaType::kWorker ? Remedy::kRestartPod : Remedy::kRestartGroup;
   }
-  if (api::EffectiveRecovery(spec) == api::Recovery::kInPlace && !HostsCoordinator(f, spec)) {
-    return Remedy::kRestartPod;
-  }
+  if (api::EffectiveRecovery(spec) == api::Recovery::kInPlace) return Remedy::kRestartPod;
   return Remedy::kRestartGroup;
 }
 
@@ -68,11 +66,6 @@ bool Retryable(const PodFailure& f, api::RestartPolicy policy) {
 }
 
 }  // namespace
-
-bool HostsCoordinator(const PodFailure& f, const api::TrainingJobSpec& spec) {
-  if (api::ReplicaCount(spec, ReplicaType::kChief) > 0) return f.type == ReplicaType::kChief;
-  return f.type == ReplicaType::kWorker && f.index == 0;
-}
 
 int32_t FailureCount(const ObservedPod& pod) {
   int32_t n = pod.phase == PodPhase::kFailed ? 1 : 0;

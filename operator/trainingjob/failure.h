@@ -18,9 +18,9 @@
 // Default scope: ParameterServer restarts a failed Worker alone and the group (every
 // non-evaluator replica, new attempt) for a PS or Chief. MultiWorkerMirrored with in-place
 // recovery (runPolicy.recovery, InPlace by default) restarts a failed pod alone, the survivors
-// keeping their state, unless it hosts the coordination service (the chief, else worker 0),
-// whose loss restarts the group. Every other strategy restarts the group, because one lost
-// rank breaks every collective.
+// keeping their state; the chief's too (the coordination service it hosts moves to the lowest
+// surviving rank, and its replacement joins there). Every other strategy restarts the group,
+// because one lost rank breaks every collective.
 // Thread-safety: pure functions.
 
 #include <cstdint>
@@ -60,10 +60,6 @@ struct FailureDecision {
 };
 
 FailureDecision DecideFailure(const PodFailure& f, const api::TrainingJobSpec& spec);
-
-// Whether the failed replica hosts a synchronous group's coordination service (the chief,
-// else worker 0): losing it ends every trainer's group, so no in-place recovery.
-bool HostsCoordinator(const PodFailure& f, const api::TrainingJobSpec& spec);
 
 // Condition reason naming the culprit: "WorkerExitedWithCode137", "PSEvicted", "ChiefFailed".
 std::string FailureReason(const PodFailure& f);

@@ -27,8 +27,9 @@ TEST(FailureTest, DescribesExitCodeAndTerminationMessage) {
   EXPECT_EQ(FailureReason(f), "WorkerExitedWithCode1");
   EXPECT_EQ(FailureMessage(f),
             "Worker 0 (pod t-worker-0) exited with code 1 (PeerLost: rank 1 gone)");
-  // The message said retryable, so exit code 1 restarts the group instead of failing.
-  EXPECT_EQ(DecideFailure(f, job.spec).remedy, Remedy::kRestartGroup);
+  // The message said retryable, so exit code 1 restarts the pod (alone: the group recovers in
+  // place) instead of failing.
+  EXPECT_EQ(DecideFailure(f, job.spec).remedy, Remedy::kRestartPod);
 }
 
 struct DecisionRow {
@@ -76,13 +77,29 @@ json Rules(json rules) { return {{"failurePolicy", {{"rules", std::move(rules)}}
 INSTANTIATE_TEST_SUITE_P(
     Rules, DecisionTest,
     ::testing::Values(
-        DecisionRow{"ExitCodeRetryableRestartsGroup",
+        DecisionRow{"ExitCodeRetryableRestartsThePodInPlace",
                     "MultiWorkerMirrored",
                     kMwmExitCode,
                     {},
                     ReplicaType::kWorker,
                     [](ObservedPod p) { return Code(p, 137); },
+                    Remedy::kRestartPod,
+                    true},
+        DecisionRow{"ExitCodeRetryableRestartsTheGroupWithoutInPlaceRecovery",
+                    "MultiWorkerMirrored",
+                    kMwmExitCode,
+                    {{"runPolicy", {{"recovery", "RestartGroup"}}}},
+                    ReplicaType::kWorker,
+                    [](ObservedPod p) { return Code(p, 137); },
                     Remedy::kRestartGroup,
+                    true},
+        DecisionRow{"TheChiefIsReplacedAloneInPlaceToo",
+                    "MultiWorkerMirrored",
+                    {{"Chief", 1, "ExitCode"}, {"Worker", 2, "ExitCode"}},
+                    {},
+                    ReplicaType::kChief,
+                    [](ObservedPod p) { return Code(p, 137); },
+                    Remedy::kRestartPod,
                     true},
         DecisionRow{"ExitCodePermanentFails",
                     "MultiWorkerMirrored",
@@ -98,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(
                     {},
                     ReplicaType::kWorker,
                     [](ObservedPod p) { return Code(p, 128); },
-                    Remedy::kRestartGroup,
+                    Remedy::kRestartPod,
                     true},
         DecisionRow{"Exit127IsPermanent",
                     "MultiWorkerMirrored",
@@ -116,13 +133,13 @@ INSTANTIATE_TEST_SUITE_P(
                     [](ObservedPod p) { return Code(p, 137); },
                     Remedy::kFailJob,
                     true},
-        DecisionRow{"OnFailureRestartsInPlaceThenGroup",
+        DecisionRow{"OnFailureRestartedByTheKubeletIsThePodsRestart",
                     "MultiWorkerMirrored",
                     {{"Worker", 2, "OnFailure"}},
                     {},
                     ReplicaType::kWorker,
                     [](ObservedPod p) { return testing::RestartedInPlace(p, 1); },
-                    Remedy::kRestartGroup,
+                    Remedy::kRestartPod,
                     true},
         DecisionRow{"PsStrategyWorkerRestartsAlone",
                     "ParameterServer",
@@ -170,7 +187,7 @@ INSTANTIATE_TEST_SUITE_P(
                     {},
                     ReplicaType::kWorker,
                     Evicted,
-                    Remedy::kRestartGroup,
+                    Remedy::kRestartPod,
                     false},
         DecisionRow{"DisruptionTargetIsNotCounted",
                     "ParameterServer",
@@ -201,7 +218,7 @@ INSTANTIATE_TEST_SUITE_P(
                     Rules(json::parse(R"([{"action":"Ignore","onReasons":["PeerLost"]}])")),
                     ReplicaType::kWorker,
                     [](ObservedPod p) { return Exited(p, 1, R"({"reason":"PeerLost"})"); },
-                    Remedy::kRestartGroup, false},
+                    Remedy::kRestartPod, false},
         DecisionRow{"RuleRestartPodInMwm", "MultiWorkerMirrored", kMwmExitCode,
                     Rules(json::parse(R"([{"action":"RestartPod","replicaTypes":["Worker"]}])")),
                     ReplicaType::kWorker, [](ObservedPod p) { return Code(p, 1); },
@@ -215,7 +232,7 @@ INSTANTIATE_TEST_SUITE_P(
         DecisionRow{"RuleForOtherTypeDoesNotMatch", "MultiWorkerMirrored", kMwmExitCode,
                     Rules(json::parse(R"([{"action":"FailJob","replicaTypes":["Chief"]}])")),
                     ReplicaType::kWorker, [](ObservedPod p) { return Code(p, 137); },
-                    Remedy::kRestartGroup, true},
+                    Remedy::kRestartPod, true},
         DecisionRow{"UntypedRuleSkipsEvaluator", "ParameterServer", kPs,
                     Rules(json::parse(R"([{"action":"FailJob"}])")), ReplicaType::kEvaluator,
                     [](ObservedPod p) { return Code(p, 137); }, Remedy::kRestartPod, true}),

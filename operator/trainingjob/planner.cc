@@ -290,14 +290,9 @@ class Planner {
         slot.pod = nullptr;
       }
       st_.replica_statuses[group_cause->type].restarts += 1;
-      const bool fell_back = api::EffectiveRecovery(job_.spec) == api::Recovery::kInPlace &&
-                             HostsCoordinator(*group_cause, job_.spec);
       Move(JobState::kRestarting, FailureReason(*group_cause),
            StrCat(FailureMessage(*group_cause), "; restarting the training group as attempt ",
-                  st_.attempt,
-                  fell_back ? " from the last checkpoint (the lost replica hosted the "
-                              "coordination service, so in-place recovery cannot hold)"
-                            : ""));
+                  st_.attempt));
     } else if (!pod_restarts.empty()) {
       const PodFailure& f = *pod_restarts.front();
       const bool group_member = InGroup(f.type) && api::EffectiveStrategy(job_.spec) ==
@@ -329,18 +324,14 @@ class Planner {
       const std::string_view type_name = api::NameOf<ReplicaType>(api::kReplicaTypeNames, type);
       const bool in_place_member =
           InGroup(type) && api::EffectiveRecovery(job_.spec) == api::Recovery::kInPlace;
-      PodFailure as_failure{.pod_name = name, .type = type, .index = index};
       std::string how = "replacing the pod alone";
-      if (in_place_member && !HostsCoordinator(as_failure, job_.spec)) {
+      if (in_place_member) {
         how +=
             ": it left the group at a step boundary, the other replicas keep their state and "
             "take its replacement in";
       } else if (InGroup(type) &&
                  api::EffectiveStrategy(job_.spec) != api::Strategy::kParameterServer) {
-        how += HostsCoordinator(as_failure, job_.spec)
-                   ? ": it hosts the coordination service, so the group checkpoints, stops and "
-                     "resumes from that checkpoint with it"
-                   : ": the group checkpoints, stops and resumes from that checkpoint with it";
+        how += ": the group checkpoints, stops and resumes from that checkpoint with it";
       }
       const std::string message =
           StrCat(type_name, " ", index, " (pod ", name, ") was ", cause, "; ", how,

@@ -463,7 +463,8 @@ TEST(PlannerRestartTest, EvaluatorFailuresAreIsolated) {
 }
 
 TEST(PlannerRestartTest, DisruptionRestartsWithoutSpendingBudget) {
-  World w = Mwm(2, "ExitCode", {{"runPolicy", {{"backoffLimit", 0}}}});
+  World w =
+      Mwm(2, "ExitCode", {{"runPolicy", {{"backoffLimit", 0}, {"recovery", "RestartGroup"}}}});
   AllRunning(w);
   w.Step();
   w.pods[0] = Exited(w.pods[0], 137);
@@ -630,29 +631,30 @@ TEST(PlannerInPlaceTest, ALostWorkerIsReplacedAloneAsItsNextIncarnation) {
   EXPECT_EQ(w.job.status->restart_count, 2);
 }
 
-TEST(PlannerInPlaceTest, TheCoordinatorsLossFallsBackToAGroupRestart) {
-  // Without a chief, worker 0 hosts the coordination service.
+// The coordination service moves to the lowest surviving replica, so the replica hosting it
+// (worker 0 without a chief, else the chief) is replaced alone like any other.
+TEST(PlannerInPlaceTest, TheCoordinatorsHostIsReplacedAloneToo) {
   World w = Mwm(2);
   AllRunning(w);
   w.Step();
   w.pods[0] = Exited(w.pods[0], 137);
   Plan p = w.Step();
-  EXPECT_EQ(Deleted(p), (V{"t-worker-0", "t-worker-1"}));
-  EXPECT_EQ(w.job.status->attempt, 1);
-  EXPECT_THAT(w.Cond(api::ConditionType::kRestarting).message,
-              HasSubstr("hosted the coordination service"));
-  // With a chief, the chief does; worker 0 is then replaced alone.
+  EXPECT_EQ(Deleted(p), (V{"t-worker-0"}));
+  EXPECT_EQ(w.job.status->attempt, 0);
   World c{.job = Job("MultiWorkerMirrored", {{"Chief", 1, "ExitCode"}, {"Worker", 2, "ExitCode"}})};
   AllRunning(c);
   c.Step();
-  c.pods[1] = Exited(c.pods[1], 137);  // pods: chief 0, worker 0, worker 1
-  EXPECT_EQ(Deleted(c.Step()), (V{"t-worker-0"}));
-  c.pods[0] = Exited(c.pods[0], 137);
+  c.pods[0] = Exited(c.pods[0], 137);  // pods: chief 0, worker 0, worker 1
   p = c.Step();
-  EXPECT_EQ(c.job.status->attempt, 1);
+  EXPECT_EQ(Deleted(p), (V{"t-chief-0"}));
+  EXPECT_EQ(c.job.status->attempt, 0);
+  EXPECT_EQ(c.job.status->restart_count, 1);
   EXPECT_THAT(c.Cond(api::ConditionType::kRestarting).message,
-              HasSubstr("hosted the coordination service"));
-  EXPECT_TRUE(c.job.status->incarnations.empty());  // a new attempt starts them over
+              HasSubstr("restarting the pod alone: the other replicas keep their state"));
+  c.pods.erase(c.pods.begin());
+  p = c.Step();
+  ASSERT_EQ(Created(p), (V{"t-chief-0"}));
+  EXPECT_EQ(p.actions.back().object["metadata"]["labels"]["lockstep.io/incarnation"], "1");
 }
 
 TEST(PlannerInPlaceTest, RestartJobRulesAndRestartGroupStillRestartTheGroup) {
@@ -786,8 +788,10 @@ TEST(PlannerInPlaceTest, ADisruptedWorkerIsReplacedAloneUncountedAndNamedWithIts
   EXPECT_NE(w.state(), JobState::kFailed);
 }
 
-// The coordinator's host deleted: the group checkpoints and stops (exit 143, "Terminated");
-// those stops are the disruption's, not failures counted against backoffLimit.
+// The chief (the coordination service's host) deleted: it leaves at a step boundary as any
+// member does and is replaced alone. Were the others stopped too (exit 143, "Terminated": a
+// group without in-place recovery checkpoints and stops), those stops are the disruption's,
+// not failures counted against backoffLimit.
 TEST(PlannerInPlaceTest, TheGroupsStopsForADisruptedChiefAreNotCounted) {
   World w = {.job = Job("MultiWorkerMirrored", {{"Chief", 1}, {"Worker", 2}})};
   w.job.spec.run_policy.backoff_limit = 0;
@@ -797,7 +801,8 @@ TEST(PlannerInPlaceTest, TheGroupsStopsForADisruptedChiefAreNotCounted) {
   Plan p = w.Step();
   ASSERT_EQ(p.events.size(), 1u);
   EXPECT_EQ(p.events[0].reason, "ChiefDeleted");
-  EXPECT_THAT(p.events[0].message, HasSubstr("it hosts the coordination service"));
+  EXPECT_THAT(p.events[0].message,
+              HasSubstr("replacing the pod alone: it left the group at a step boundary"));
   const std::string stopped = R"({"reason":"Terminated","retryable":true,"message":"stopped"})";
   w.pods[1] = RestartedInPlace(w.pods[1], 143);
   w.pods[1].mutable_detail().failure->message = stopped;

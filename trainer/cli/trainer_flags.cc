@@ -164,6 +164,10 @@ Strategies (LOCKSTEP_STRATEGY, or --strategy):
                                   LOCKSTEP_RECOVERY, else RestartGroup)
   --rejoin-timeout=SECONDS        InPlace: how long survivors wait for the group to re-form
                                   before exiting, retryable (default 300)
+  --leave-window-ms=MS            InPlace: how long the coordination service's host, stopped
+                                  by SIGTERM, trains on watching for other tasks stopping too
+                                  (the whole job: checkpoint and stop) before it leaves alone
+                                  and the service moves (default 2000)
   --elastic-max-workers=N         MultiWorkerMirrored: workers may join and leave the running
                                   group, up to N workers; SIGTERM makes a worker leave at a step
                                   boundary (default LOCKSTEP_ELASTIC_MAX_WORKERS, else fixed)
@@ -172,7 +176,8 @@ Strategies (LOCKSTEP_STRATEGY, or --strategy):
   --help                          this text
 
 Environment: TF_CONFIG, LOCKSTEP_STRATEGY, LOCKSTEP_POD_IP (address to bind),
-LOCKSTEP_JOB_TOKEN (presented to and required of peers), LOCKSTEP_TERMINATION_LOG
+LOCKSTEP_JOB_TOKEN (presented to and required of peers), LOCKSTEP_ATTEMPT (the job's
+attempt: a group's processes of other attempts are refused), LOCKSTEP_TERMINATION_LOG
 (default /dev/termination-log), LOCKSTEP_LOG=debug (debug log lines too),
 AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR (the defaults of --model-dir,
 --checkpoint-dir and --tensorboard-dir).
@@ -354,6 +359,7 @@ constexpr Flag kFlags[] = {
        return S();
      }},
     {"rejoin-timeout", [](FlagValue& f) { return f.Positive(&f.c.rejoin_timeout_seconds); }},
+    {"leave-window-ms", [](FlagValue& f) { return f.Positive(&f.c.leave_window_ms); }},
     {"elastic-max-workers",
      [](FlagValue& f) {
        f.elastic_max = f.value;
@@ -459,6 +465,12 @@ absl::Status ApplyEnvironment(const std::map<std::string, std::string>& env, Fla
     c.threads_auto = limit.Describe();
   }
   c.job_token = get("LOCKSTEP_JOB_TOKEN");
+  if (const std::string attempt = get("LOCKSTEP_ATTEMPT"); !attempt.empty()) {
+    if (!absl::SimpleAtoi(attempt, &c.attempt) || c.attempt < 0) {
+      return absl::InvalidArgumentError("LOCKSTEP_ATTEMPT \"" + attempt +
+                                        "\" is not a non-negative integer");
+    }
+  }
   if (c.tensorboard_dir.empty()) c.tensorboard_dir = get("AIP_TENSORBOARD_LOG_DIR");
   if (c.model_dir.empty()) c.model_dir = get("AIP_MODEL_DIR");
   if (c.checkpoint_dir.empty()) c.checkpoint_dir = get("AIP_CHECKPOINT_DIR");

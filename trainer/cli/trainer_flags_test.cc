@@ -113,6 +113,18 @@ TEST(TrainerFlagsTest, RecoveryFromTheOperatorsVariableOrTheFlag) {
   EXPECT_FALSE(flag->recover_in_place);  // the flag wins
 }
 
+TEST(TrainerFlagsTest, TheAttemptAndTheHostsLeaveWindow) {
+  absl::StatusOr<TrainerConfig> c =
+      ParseTrainerConfig({"--leave-window-ms=250"}, {{"LOCKSTEP_ATTEMPT", "3"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->attempt, 3);
+  EXPECT_EQ(c->leave_window_ms, 250);
+  absl::StatusOr<TrainerConfig> d = ParseTrainerConfig({}, {});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->attempt, 0);
+  EXPECT_EQ(d->leave_window_ms, 2000);
+}
+
 TEST(TrainerFlagsTest, GpuFlags) {
   absl::StatusOr<TrainerConfig> d = ParseTrainerConfig({}, {});
   ASSERT_TRUE(d.ok());
@@ -159,6 +171,8 @@ TEST(TrainerFlagsTest, ErrorsNameTheFlagOrVariable) {
             "--recovery: \"Sometimes\" is not InPlace or RestartGroup"},
            {{}, {{"LOCKSTEP_RECOVERY", "inplace"}}, "--recovery: \"inplace\""},
            {{"--rejoin-timeout=0"}, {}, "--rejoin-timeout"},
+           {{"--leave-window-ms=0"}, {}, "--leave-window-ms"},
+           {{}, {{"LOCKSTEP_ATTEMPT", "-1"}}, "LOCKSTEP_ATTEMPT \"-1\" is not a non-negative"},
            {{"--device=tpu"}, {}, "--device"},
            {{"--precision=fp8"}, {}, "--precision"},
            {{"--tf32=maybe"}, {}, "--tf32"},

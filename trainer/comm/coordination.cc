@@ -8,6 +8,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "trainer/comm/peer_lost.h"
 #include "trainer/comm/token.h"
@@ -20,8 +21,42 @@ namespace pb = lockstep::trainer::proto;
 
 class Service final : public pb::Coordination::Service {
  public:
-  explicit Service(CoordinationServer::Options o) : o_(WithClock(std::move(o))) {
+  explicit Service(CoordinationServer::Options o)
+      : o_(WithClock(std::move(o))), active_(!o_.standby) {
     for (int t = 0; t < o_.world_size; ++t) expected_.insert(t);
+  }
+
+  void Activate() {
+    std::lock_guard<std::mutex> lock(mu_);
+    active_ = true;
+  }
+
+  void SetInGroup() { in_group_ = true; }
+
+  // A standby takes the service over from a lost host: the next epoch after the last one it
+  // saw, whose members are the last epoch's (the lost host's replacement among them).
+  void TakeOver(int64_t epoch, const std::vector<int>& tasks, std::string why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (active_) return;
+    active_ = true;
+    taken_over_ = true;
+    epoch_ = epoch;
+    members_.clear();
+    BeginEpoch(std::move(why), /*planned=*/false);
+    expected_.insert(tasks.begin(), tasks.end());
+    cv_.notify_all();
+  }
+
+  grpc::Status Probe(grpc::ServerContext* ctx, const pb::ProbeRequest*,
+                     pb::ProbeResponse* resp) override {
+    if (grpc::Status s = CheckToken(ctx, o_.token); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    resp->set_hosting(active_);
+    resp->set_in_group(in_group_);
+    resp->set_epoch(active_ ? epoch_ : 0);
+    resp->set_attempt(o_.attempt);
+    resp->set_task_id(o_.task_id);
+    return grpc::Status::OK;
   }
 
   void Shutdown() {
@@ -33,7 +68,13 @@ class Service final : public pb::Coordination::Service {
   grpc::Status Join(grpc::ServerContext* ctx, const pb::JoinRequest* req,
                     pb::JoinResponse* resp) override {
     if (grpc::Status s = CheckToken(ctx, o_.token); !s.ok()) return s;
+    if (grpc::Status s = CheckHosting(); !s.ok()) return s;
     const int t = req->task_id();
+    if (req->attempt() != o_.attempt) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat(req->task(), " belongs to attempt ", req->attempt(),
+                                       " of the job; this group is attempt ", o_.attempt));
+    }
     if (elastic() ? (t < 0 || t >= o_.max_world_size)
                   : (req->world_size() != o_.world_size || t < 0 || t >= o_.world_size)) {
       return grpc::Status(
@@ -44,7 +85,10 @@ class Service final : public pb::Coordination::Service {
                                    " does not fit this group of ", o_.world_size));
     }
     std::unique_lock<std::mutex> lock(mu_);
-    const Member me{.incarnation = req->incarnation(), .task = req->task()};
+    const Member me{
+        .incarnation = req->incarnation(), .task = req->task(), .fresh = req->epoch_seen() < 0};
+    // Taken over from a lost host: the epoch forming follows the newest any survivor saw.
+    if (taken_over_ && forming_ && req->epoch_seen() >= epoch_) epoch_ = req->epoch_seen() + 1;
     if (!forming_ && req->epoch_seen() < epoch_ && IsMember(t, me.incarnation)) {
       // A member of the formed epoch whose join's answer never arrived (its call ended first):
       // the epoch is its own already.
@@ -108,6 +152,7 @@ class Service final : public pb::Coordination::Service {
   grpc::Status Leave(grpc::ServerContext* ctx, const pb::LeaveRequest* req,
                      pb::LeaveResponse*) override {
     if (grpc::Status s = CheckToken(ctx, o_.token); !s.ok()) return s;
+    if (grpc::Status s = CheckHosting(); !s.ok()) return s;
     std::lock_guard<std::mutex> lock(mu_);
     const int t = req->task_id();
     if (Superseded(t, req->incarnation())) return grpc::Status::OK;  // not its rank anymore
@@ -136,6 +181,7 @@ class Service final : public pb::Coordination::Service {
   grpc::Status Barrier(grpc::ServerContext* ctx, const pb::BarrierRequest* req,
                        pb::BarrierResponse*) override {
     if (grpc::Status s = CheckToken(ctx, o_.token); !s.ok()) return s;
+    if (grpc::Status s = CheckHosting(); !s.ok()) return s;
     std::unique_lock<std::mutex> lock(mu_);
     const std::string name = absl::StrCat(req->epoch(), "/", req->name());
     barriers_[name].insert(req->task_id());
@@ -148,6 +194,7 @@ class Service final : public pb::Coordination::Service {
   grpc::Status SetKey(grpc::ServerContext* ctx, const pb::SetKeyRequest* req,
                       pb::SetKeyResponse*) override {
     if (grpc::Status s = CheckToken(ctx, o_.token); !s.ok()) return s;
+    if (grpc::Status s = CheckHosting(); !s.ok()) return s;
     std::lock_guard<std::mutex> lock(mu_);
     kv_[req->key()] = req->value();
     cv_.notify_all();
@@ -157,6 +204,7 @@ class Service final : public pb::Coordination::Service {
   grpc::Status GetKey(grpc::ServerContext* ctx, const pb::GetKeyRequest* req,
                       pb::GetKeyResponse* resp) override {
     if (grpc::Status s = CheckToken(ctx, o_.token); !s.ok()) return s;
+    if (grpc::Status s = CheckHosting(); !s.ok()) return s;
     std::unique_lock<std::mutex> lock(mu_);
     grpc::Status s = WaitInEpoch(
         ctx, lock, req->epoch(), [&] { return kv_.contains(req->key()); }, "key " + req->key());
@@ -167,6 +215,7 @@ class Service final : public pb::Coordination::Service {
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const pb::HeartbeatRequest* req,
                          pb::HeartbeatResponse* resp) override {
     if (grpc::Status s = CheckToken(ctx, o_.token); !s.ok()) return s;
+    if (grpc::Status s = CheckHosting(); !s.ok()) return s;
     std::lock_guard<std::mutex> lock(mu_);
     const absl::Time now = o_.clock->Monotonic();
     const int t = req->task_id();
@@ -211,8 +260,17 @@ class Service final : public pb::Coordination::Service {
   struct Member {
     uint64_t incarnation = 0;
     std::string task;
-    uint64_t call = 0;  // the Join call waiting in the lobby
+    bool fresh = false;  // a process joining for the first time
+    uint64_t call = 0;   // the Join call waiting in the lobby
   };
+
+  grpc::Status CheckHosting() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (active_) return grpc::Status::OK;
+    return grpc::Status(
+        grpc::StatusCode::NOT_FOUND,
+        absl::StrCat("task ", o_.task_id, " does not host the coordination service (a standby)"));
+  }
 
   bool elastic() const { return o_.max_world_size > 0; }
 
@@ -321,7 +379,9 @@ class Service final : public pb::Coordination::Service {
     replaced_.clear();
     for (const auto& [t, m] : joining_) {
       auto old = members_.find(t);
-      if (old != members_.end() && old->second.incarnation != m.incarnation) {
+      // Taken over, the new host knows the survivors by their having joined before.
+      if (old != members_.end() ? old->second.incarnation != m.incarnation
+                                : taken_over_ && m.fresh) {
         replaced_.push_back(t);
       }
     }
@@ -366,6 +426,9 @@ class Service final : public pb::Coordination::Service {
   std::mutex mu_;
   std::condition_variable cv_;
   bool shutdown_ = false;
+  bool active_;                        // hosting (else a standby)
+  bool taken_over_ = false;            // from a lost host
+  std::atomic<bool> in_group_{false};  // this task's process trained in a formed epoch
   int64_t epoch_ = 0;
   bool forming_ = true;
   bool planned_ = false;
@@ -403,6 +466,14 @@ CoordinationServer::~CoordinationServer() {
 
 int CoordinationServer::port() const { return impl_->port; }
 
+void CoordinationServer::Activate() { impl_->service->Activate(); }
+
+void CoordinationServer::TakeOver(int64_t epoch, const std::vector<int>& tasks, std::string why) {
+  impl_->service->TakeOver(epoch, tasks, std::move(why));
+}
+
+void CoordinationServer::SetInGroup() { impl_->service->SetInGroup(); }
+
 absl::StatusOr<std::unique_ptr<CoordinationServer>> CoordinationServer::Start(
     const std::string& host, int port, Options options) {
   auto impl = std::make_unique<Impl>();
@@ -419,29 +490,84 @@ absl::StatusOr<std::unique_ptr<CoordinationServer>> CoordinationServer::Start(
   return std::unique_ptr<CoordinationServer>(new CoordinationServer(std::move(impl)));
 }
 
+absl::StatusOr<ProbeAnswer> ProbeCoordination(const std::string& address, const std::string& token,
+                                              absl::Duration timeout) {
+  auto stub =
+      pb::Coordination::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  AttachToken(&ctx, token);
+  ctx.set_deadline(GrpcDeadline(timeout));
+  pb::ProbeResponse resp;
+  if (absl::Status s = FromGrpc(stub->Probe(&ctx, pb::ProbeRequest{}, &resp),
+                                "probing the coordination service at " + address);
+      !s.ok()) {
+    return s;
+  }
+  return ProbeAnswer{.hosting = resp.hosting(),
+                     .in_group = resp.in_group(),
+                     .epoch = resp.epoch(),
+                     .attempt = resp.attempt(),
+                     .task_id = resp.task_id()};
+}
+
+namespace {
+
+// A host's connections refused (nothing listens at its address), its name gone, or its server
+// stopping: the process is gone, which a moment of it shows.
+bool Refused(const absl::Status& s) {
+  return absl::IsUnavailable(s) && (absl::StrContains(s.message(), "onnection refused") ||
+                                    absl::StrContains(s.message(), "DNS resolution failed") ||
+                                    absl::StrContains(s.message(), "coordinator stopping"));
+}
+
+constexpr absl::Duration kRefusedFor = absl::Milliseconds(300);
+
+}  // namespace
+
 struct CoordinationClient::Impl {
-  std::string address;
   std::string token;
   int rank;
   int world_size;
   std::string task;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<pb::Coordination::Stub> stub;
+  int attempt = 0;
+  absl::Duration peer_timeout = absl::Seconds(30);
+
+  // The host's address and stub, which MoveTo replaces.
+  mutable std::mutex mu;
+  std::string address;
+  std::shared_ptr<pb::Coordination::Stub> stub;
+  // The host's health: since when calls to it fail (InfiniteFuture: it answers).
+  absl::Time failing_since = absl::InfiniteFuture();
+  int failures = 0;
+  std::function<bool(const std::string&)> host_lost;
+  std::mutex lost_mu;  // one host-lost decision at a time
+
+  std::pair<std::string, std::shared_ptr<pb::Coordination::Stub>> Host() const {
+    std::lock_guard<std::mutex> lock(mu);
+    return {address, stub};
+  }
+  void Connect(const std::string& to) {
+    std::lock_guard<std::mutex> lock(mu);
+    address = to;
+    stub = pb::Coordination::NewStub(grpc::CreateChannel(to, grpc::InsecureChannelCredentials()));
+    failing_since = absl::InfiniteFuture();
+    failures = 0;
+  }
 };
 
 CoordinationClient::CoordinationClient(const std::string& address, std::string token, int rank,
-                                       int world_size, std::string task, common::Clock* clock)
+                                       int world_size, std::string task, common::Clock* clock,
+                                       int attempt)
     : impl_(std::make_unique<Impl>()),
       clock_(clock != nullptr ? clock : &common::SystemClock()),
       incarnation_(std::random_device{}() * 0x100000001ull ^
                    static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()))) {
-  impl_->address = address;
   impl_->token = std::move(token);
   impl_->rank = rank;
   impl_->world_size = world_size;
   impl_->task = std::move(task);
-  impl_->channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  impl_->stub = pb::Coordination::NewStub(impl_->channel);
+  impl_->attempt = attempt;
+  impl_->Connect(address);
 }
 
 CoordinationClient::~CoordinationClient() { StopHeartbeats(); }
@@ -453,11 +579,63 @@ void CoordinationClient::StopHeartbeats() {
   }
 }
 
+void CoordinationClient::OnHostLost(std::function<bool(const std::string&)> lost) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->host_lost = std::move(lost);
+}
+
+void CoordinationClient::MoveTo(const std::string& address) { impl_->Connect(address); }
+
+CoordinationClient::HostHealth CoordinationClient::NoteHost(const std::string& address,
+                                                            const absl::Status& s) {
+  std::function<bool(const std::string&)> handler;
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (address != impl_->address) return HostHealth::kMoved;  // another call moved already
+    if (s.ok()) {
+      impl_->failing_since = absl::InfiniteFuture();
+      impl_->failures = 0;
+      return HostHealth::kAnswers;
+    }
+    const absl::Time now = clock_->Monotonic();
+    if (impl_->failing_since == absl::InfiniteFuture()) impl_->failing_since = now;
+    ++impl_->failures;
+    const absl::Duration failing = now - impl_->failing_since;
+    if (absl::IsNotFound(s)) {
+      why = absl::StrCat("a standby answers at its address (", s.message(), ")");
+    } else if (Refused(s) && impl_->failures >= 2 && failing >= kRefusedFor) {
+      why = absl::StrCat("its connections were refused for ", absl::FormatDuration(failing), " (",
+                         s.message(), ")");
+    } else if (failing >= impl_->peer_timeout) {
+      why = absl::StrCat("it did not answer for ", absl::FormatDuration(failing), " (", s.message(),
+                         ")");
+    } else {
+      return HostHealth::kFailing;
+    }
+    handler = impl_->host_lost;
+  }
+  if (absl::IsNotFound(s)) {
+    // A standby that trained in the group is a survivor not hosting yet (it takes the service
+    // over as soon as it finds the host gone): wait for it. Anything else there means the host
+    // is gone: a fresh process (the host's replacement) or another attempt's.
+    absl::StatusOr<ProbeAnswer> p = ProbeCoordination(address, impl_->token, absl::Seconds(1));
+    if (p.ok() && p->in_group && p->attempt == impl_->attempt) return HostHealth::kFailing;
+  }
+  if (!handler) return HostHealth::kGone;
+  std::lock_guard<std::mutex> one(impl_->lost_mu);
+  if (impl_->Host().first != address) return HostHealth::kMoved;
+  return handler(absl::StrCat("the coordination service's host at ", address, " is gone: ", why))
+             ? HostHealth::kMoved
+             : HostHealth::kGone;
+}
+
 absl::StatusOr<Membership> CoordinationClient::Join(absl::Duration timeout, bool planned) {
   grpc::ClientContext ctx;
   AttachToken(&ctx, impl_->token);
   ctx.set_deadline(GrpcDeadline(timeout));
-  ctx.set_wait_for_ready(true);  // the server may not be up yet
+  // The first join waits for the server to come up; a rejoin hears at once that it is gone.
+  ctx.set_wait_for_ready(epoch_ < 0);
   pb::JoinRequest req;
   req.set_task_id(impl_->rank);
   req.set_world_size(impl_->world_size);
@@ -465,12 +643,17 @@ absl::StatusOr<Membership> CoordinationClient::Join(absl::Duration timeout, bool
   req.set_incarnation(incarnation_);
   req.set_epoch_seen(epoch_);
   req.set_planned(planned);
+  req.set_attempt(impl_->attempt);
   pb::JoinResponse resp;
-  if (absl::Status s = FromGrpc(impl_->stub->Join(&ctx, req, &resp),
-                                "joining the group at the coordinator " + impl_->address);
-      !s.ok()) {
-    return s;
+  const auto [address, stub] = impl_->Host();
+  absl::Status s =
+      FromGrpc(stub->Join(&ctx, req, &resp), "joining the group at the coordinator " + address);
+  // A rejoin tells the host's health (a first join waits for the host to come up; a join that
+  // timed out says nothing: the epoch may just not have formed yet).
+  if (epoch_ >= 0 && !absl::IsDeadlineExceeded(s)) {
+    NoteHost(address, absl::IsUnavailable(s) || absl::IsNotFound(s) ? s : absl::OkStatus());
   }
+  if (!s.ok()) return s;
   epoch_ = resp.epoch();
   return Membership{.epoch = resp.epoch(),
                     .replaced = {resp.replaced().begin(), resp.replaced().end()},
@@ -488,7 +671,7 @@ absl::Status CoordinationClient::Leave() {
   req.set_task_id(impl_->rank);
   req.set_incarnation(incarnation_);
   pb::LeaveResponse resp;
-  return FromGrpc(impl_->stub->Leave(&ctx, req, &resp), "leaving the group");
+  return FromGrpc(impl_->Host().second->Leave(&ctx, req, &resp), "leaving the group");
 }
 
 absl::Status CoordinationClient::Barrier(const std::string& name, absl::Duration timeout) {
@@ -500,7 +683,7 @@ absl::Status CoordinationClient::Barrier(const std::string& name, absl::Duration
   req.set_task_id(impl_->rank);
   req.set_epoch(epoch_);
   pb::BarrierResponse resp;
-  return FromGrpc(impl_->stub->Barrier(&ctx, req, &resp), "barrier " + name);
+  return FromGrpc(impl_->Host().second->Barrier(&ctx, req, &resp), "barrier " + name);
 }
 
 absl::Status CoordinationClient::Set(const std::string& key, const std::string& value) {
@@ -511,7 +694,7 @@ absl::Status CoordinationClient::Set(const std::string& key, const std::string& 
   req.set_key(absl::StrCat(epoch_.load(), "/", key));
   req.set_value(value);
   pb::SetKeyResponse resp;
-  return FromGrpc(impl_->stub->SetKey(&ctx, req, &resp), "setting " + key);
+  return FromGrpc(impl_->Host().second->SetKey(&ctx, req, &resp), "setting " + key);
 }
 
 absl::StatusOr<std::string> CoordinationClient::Get(const std::string& key,
@@ -523,7 +706,8 @@ absl::StatusOr<std::string> CoordinationClient::Get(const std::string& key,
   req.set_key(absl::StrCat(epoch_.load(), "/", key));
   req.set_epoch(epoch_);
   pb::GetKeyResponse resp;
-  if (absl::Status s = FromGrpc(impl_->stub->GetKey(&ctx, req, &resp), "getting " + key); !s.ok()) {
+  if (absl::Status s = FromGrpc(impl_->Host().second->GetKey(&ctx, req, &resp), "getting " + key);
+      !s.ok()) {
     return s;
   }
   return resp.value();
@@ -532,6 +716,7 @@ absl::StatusOr<std::string> CoordinationClient::Get(const std::string& key,
 void CoordinationClient::StartHeartbeats(
     absl::Duration interval, absl::Duration peer_timeout, std::function<void(absl::Status)> on_lost,
     std::function<void(int64_t, const std::string&, bool)> on_new_epoch) {
+  impl_->peer_timeout = peer_timeout;
   heartbeat_ = std::jthread([this, interval, peer_timeout, on_lost = std::move(on_lost),
                              on_new_epoch = std::move(on_new_epoch)](std::stop_token quit) {
     int64_t told = -1;  // the newest epoch on_new_epoch heard of
@@ -545,11 +730,14 @@ void CoordinationClient::StartHeartbeats(
       req.set_stop_requested(stop_requested_);
       req.set_incarnation(incarnation_);
       pb::HeartbeatResponse resp;
-      grpc::Status s = impl_->stub->Heartbeat(&ctx, req, &resp);
+      const auto [address, stub] = impl_->Host();
+      grpc::Status s = stub->Heartbeat(&ctx, req, &resp);
       const absl::Time now = clock_->Monotonic();
       std::string lost;
+      bool failing = false;
       if (s.ok()) {
         last_answer = now;
+        NoteHost(address, absl::OkStatus());
         if (resp.stop()) stop_seen_ = true;
         lost = resp.lost();
         if (lost.empty() && on_new_epoch && resp.epoch() > epoch_ && resp.epoch() > told) {
@@ -558,17 +746,36 @@ void CoordinationClient::StartHeartbeats(
         }
       } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
         lost = "the coordinator refused this task's job token";
+      } else if (HasHostLostHandler()) {
+        // The service may move: a host found gone is followed to the next one.
+        switch (NoteHost(address, FromGrpc(s, "heartbeat"))) {
+          case HostHealth::kGone:
+            lost = absl::StrCat("the coordinator at ", address, " is gone (", s.error_message(),
+                                ") and no task could take its service over");
+            break;
+          case HostHealth::kMoved:
+            last_answer = now;
+            continue;
+          default:
+            failing = true;
+        }
       } else if (now - last_answer > peer_timeout) {
-        lost = absl::StrCat("the coordinator at ", impl_->address, " did not answer for ",
+        lost = absl::StrCat("the coordinator at ", address, " did not answer for ",
                             absl::FormatDuration(now - last_answer), " (", s.error_message(), ")");
       }
       if (!lost.empty()) {
         on_lost(PeerLostError(lost));
         return;
       }
-      clock_->SleepFor(interval, quit);
+      // A failing host is asked again soon: a gone one is followed within moments.
+      clock_->SleepFor(failing ? std::min(interval, absl::Milliseconds(100)) : interval, quit);
     }
   });
+}
+
+bool CoordinationClient::HasHostLostHandler() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return static_cast<bool>(impl_->host_lost);
 }
 
 }  // namespace lockstep::trainer::comm

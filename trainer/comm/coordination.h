@@ -33,7 +33,17 @@
 // for its replacement instead). Members
 // hear of a planned epoch through heartbeats, finish the step in flight and rejoin at the step
 // boundary. An epoch forms only at a size that divides the global batch. Every call presents the
-// job token; the server refuses others. Thread-safety: thread-safe.
+// job token; the server refuses others.
+//
+// The service moves (groups that re-form in place). Every task listens on its TF_CONFIG address,
+// the first task's server hosting and the others' standing by (a standby answers Probe and
+// refuses the rest NOT_FOUND). When a client finds the host gone (connections refused or its
+// name gone for a moment, a fresh process at its address, or silence for the peer timeout), the
+// training group moves every survivor to the lowest task of the last epoch but the lost host:
+// that task's standby takes the service over (TakeOver: the next epoch, awaiting the same
+// members), and the lost host's replacement, finding it by Probe, joins there as any
+// replacement does. A process starting in such a group probes the others first, so it never
+// serves beside a running group. Thread-safety: thread-safe.
 
 #include <atomic>
 #include <functional>
@@ -64,6 +74,10 @@ class CoordinationServer {
     int64_t global_batch = 0;
     // What heartbeat silence is measured by (null: common::SystemClock()).
     common::Clock* clock = nullptr;
+    // Listen without hosting until Activate or TakeOver (a group that re-forms in place).
+    bool standby = false;
+    int task_id = 0;  // this task, for Probe and messages
+    int attempt = 0;  // the job's attempt; joins of another are refused
   };
   // Listens on host:port (port 0 picks one).
   static absl::StatusOr<std::unique_ptr<CoordinationServer>> Start(const std::string& host,
@@ -71,12 +85,32 @@ class CoordinationServer {
   ~CoordinationServer();
   int port() const;
 
+  // A standby begins hosting a new group (the first task, finding no group running).
+  void Activate();
+  // A standby takes the service over from a lost host: it begins the epoch after `epoch` (the
+  // last this task saw), awaiting `tasks` (that epoch's members), and names `why`.
+  void TakeOver(int64_t epoch, const std::vector<int>& tasks, std::string why);
+  // This task's process trained in a formed epoch (Probe tells a starting process so).
+  void SetInGroup();
+
   struct Impl;
 
  private:
   explicit CoordinationServer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// What Probe found at a task's address.
+struct ProbeAnswer {
+  bool hosting = false;
+  bool in_group = false;
+  int64_t epoch = 0;
+  int attempt = 0;
+  int task_id = 0;
+};
+// Asks the task listening at `address` what it is (no waiting for a server to come up).
+absl::StatusOr<ProbeAnswer> ProbeCoordination(const std::string& address, const std::string& token,
+                                              absl::Duration timeout);
 
 // A formed membership epoch, as Join answers it.
 struct Membership {
@@ -104,6 +138,12 @@ class Coordinator {
   virtual void StopHeartbeats() = 0;
   virtual void RequestStop() = 0;
   virtual bool StopSeen() const = 0;
+  // Groups whose service moves: `lost` is called when the host is found gone (from the thread
+  // whose call found it), with why; it answers whether the client moved to another host
+  // (MoveTo) and goes on, rather than losing the group. Set before StartHeartbeats.
+  virtual void OnHostLost(std::function<bool(const std::string& why)> lost) { (void)lost; }
+  // Calls go to the service at `address` from now on.
+  virtual void MoveTo(const std::string& address) { (void)address; }
 };
 
 class CoordinationClient final : public Coordinator {
@@ -112,7 +152,7 @@ class CoordinationClient final : public Coordinator {
   // the tasks its TF_CONFIG lists. `clock` (null: common::SystemClock()) paces the heartbeats
   // and measures the coordinator's silence.
   CoordinationClient(const std::string& address, std::string token, int task_id, int world_size,
-                     std::string task, common::Clock* clock = nullptr);
+                     std::string task, common::Clock* clock = nullptr, int attempt = 0);
   ~CoordinationClient() override;
 
   // Waits for the server to come up and every rank to join, up to `timeout`. The first call
@@ -145,9 +185,16 @@ class CoordinationClient final : public Coordinator {
   void RequestStop() override { stop_requested_ = true; }
   // Some task of the group was asked to stop.
   bool StopSeen() const override { return stop_seen_; }
+  void OnHostLost(std::function<bool(const std::string& why)> lost) override;
+  void MoveTo(const std::string& address) override;
 
  private:
   struct Impl;
+  enum class HostHealth { kAnswers, kFailing, kMoved, kGone };
+  // Records how a call to the host at `address` ended; once the host is found gone, asks the
+  // OnHostLost handler to move (kMoved) or not (kGone).
+  HostHealth NoteHost(const std::string& address, const absl::Status& s);
+  bool HasHostLostHandler() const;
   std::unique_ptr<Impl> impl_;
   common::Clock* const clock_;
   std::atomic<bool> stop_requested_{false};

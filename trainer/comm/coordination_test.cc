@@ -445,5 +445,75 @@ TEST(CoordinationTest, ElasticAdmissionWaitsForASizeThatDividesTheGlobalBatch) {
   }
 }
 
+// The service moves: tasks 1 and 2 stand by on their own addresses (a standby answers Probe
+// and refuses the rest NOT_FOUND). The host is lost; the survivors' rejoins find its
+// connections refused, they move to task 1, whose standby takes the service over, and the
+// lost host's replacement, a fresh process, completes the next epoch as the replaced one.
+// A process of another attempt is refused.
+TEST(CoordinationTest, InPlaceTheServiceMovesToAStandbyWhenItsHostIsLost) {
+  Group g = MakeGroup(3, absl::Seconds(30), /*in_place=*/true);
+  std::vector<std::unique_ptr<CoordinationServer>> standby;
+  std::vector<std::string> at = {g.address};
+  for (int t = 1; t < 3; ++t) {
+    auto s = CoordinationServer::Start(
+        "127.0.0.1", 0,
+        {.world_size = 3, .token = "tok", .recover_in_place = true, .standby = true, .task_id = t});
+    ASSERT_TRUE(s.ok()) << s.status();
+    at.push_back("127.0.0.1:" + std::to_string((*s)->port()));
+    standby.push_back(std::move(*s));
+  }
+  ASSERT_TRUE(JoinAll(g).ok());
+  absl::StatusOr<ProbeAnswer> host = ProbeCoordination(at[0], "tok", absl::Seconds(5));
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_TRUE(host->hosting);
+  absl::StatusOr<ProbeAnswer> s1 = ProbeCoordination(at[1], "tok", absl::Seconds(5));
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  EXPECT_FALSE(s1->hosting);
+  EXPECT_FALSE(s1->in_group);
+  EXPECT_EQ(s1->task_id, 1);
+  standby[0]->SetInGroup();
+  EXPECT_TRUE(ProbeCoordination(at[1], "tok", absl::Seconds(5))->in_group);
+  EXPECT_EQ(ProbeCoordination(at[1], "bad", absl::Seconds(5)).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  CoordinationClient stray(at[2], "tok", 0, 3, "chief 0");
+  EXPECT_EQ(stray.Join(absl::Seconds(5)).status().code(), absl::StatusCode::kNotFound);
+
+  // Each survivor's handler moves it to task 1; task 1's own takes the service over.
+  std::atomic<int> moved{0};
+  for (int t = 1; t < 3; ++t) {
+    CoordinationClient* c = g.clients[static_cast<size_t>(t)].get();
+    c->OnHostLost([&, c, t](const std::string& why) {
+      EXPECT_NE(why.find("connections were refused"), std::string::npos) << why;
+      if (t == 1) standby[0]->TakeOver(0, {0, 1, 2}, "task 0, the host, was lost");
+      c->MoveTo(at[1]);
+      ++moved;
+      return true;
+    });
+  }
+  g.server.reset();
+  for (int t = 1; t < 3; ++t) {
+    absl::Status last;
+    for (int i = 0; i < 50 && moved < t; ++i) {
+      last = g.clients[static_cast<size_t>(t)]->Join(absl::Seconds(1)).status();
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ASSERT_EQ(moved, t) << "task " << t << " never found the host gone: " << last;
+  }
+  CoordinationClient replacement(at[1], "tok", 0, 3, "chief 0");
+  auto members = JoinTogether({&replacement, g.clients[1].get(), g.clients[2].get()});
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(members[i].ok()) << members[i].status();
+    EXPECT_EQ(members[i]->epoch, 1);
+    EXPECT_EQ(members[i]->rank, i);
+    EXPECT_EQ(members[i]->replaced, std::vector<int>{0});
+    EXPECT_EQ(members[i]->why, "task 0, the host, was lost");
+  }
+  EXPECT_TRUE(ProbeCoordination(at[1], "tok", absl::Seconds(5))->hosting);
+  CoordinationClient other_attempt(at[1], "tok", 2, 3, "worker 2", nullptr, /*attempt=*/1);
+  absl::Status refused = other_attempt.Join(absl::Seconds(5)).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_NE(refused.message().find("attempt 1"), std::string::npos) << refused;
+}
+
 }  // namespace
 }  // namespace lockstep::trainer::comm

@@ -106,6 +106,9 @@ struct TrainerConfig {
   // checkpoint.
   bool recover_in_place = false;
   int64_t rejoin_timeout_seconds = 300;
+  // In place: how long the coordination service's host, asked to stop, trains on watching
+  // whether other members stop too before it leaves alone (--leave-window-ms).
+  int64_t leave_window_ms = 2000;
   // An elastic MultiWorkerMirrored group (--elastic-max-workers, else
   // LOCKSTEP_ELASTIC_MAX_WORKERS): workers join and leave the running group, up to this many
   // (0: the group is fixed by TF_CONFIG).
@@ -130,6 +133,7 @@ struct TrainerConfig {
   std::string job_token;                     // LOCKSTEP_JOB_TOKEN
   std::string bind_address = "0.0.0.0";      // LOCKSTEP_POD_IP when set
   std::string termination_log;               // LOCKSTEP_TERMINATION_LOG, else /dev/termination-log
+  int attempt = 0;                           // LOCKSTEP_ATTEMPT: the job's attempt
 };
 
 // The chief and worker tasks of TF_CONFIG (1 without TF_CONFIG).

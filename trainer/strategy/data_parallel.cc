@@ -221,8 +221,10 @@ absl::Status Recover(Run& run, const absl::Status& failed, Position& pos) {
     if (!g.ok()) {
       // Stopped while the group re-forms (the whole job is stopping: its members left first,
       // or it is suspended while waiting for a replacement): the state is the step boundary's
-      // (a failed step's update was never applied), so the chief checkpoints it.
-      if (absl::IsCancelled(g.status()) && run.chief()) {
+      // (a failed step's update was never applied), so the task that stopped the group (the
+      // coordination service's host; the chief where unset) checkpoints it.
+      const bool saves = run.r.stopped_the_group ? run.r.stopped_the_group() : run.chief();
+      if (absl::IsCancelled(g.status()) && saves) {
         if (absl::Status s = Save(run, pos); !s.ok()) return s;
       }
       return g.status();
@@ -346,6 +348,7 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
   Engine& engine = **made;
 
   // 1. Everybody starts from the chief's state, or, joining a running group, from the group's.
+  const double joined_at = MonotonicSeconds();
   TrainResult result;
   absl::StatusOr<Position> start = StartPosition(c, engine, r, rank, result);
   if (!start.ok()) return start.status();
@@ -364,6 +367,20 @@ absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& d
           .size = size,
           .validation = &data.test};
   if (result.resumed_from > 0) run.resumed_from = result.resumed_from;
+  if (r.replacement) {
+    run.recovering = RecoveryRecord{
+        .epoch = r.replacement->epoch,
+        .replaced = r.replacement->replaced,
+        .cause = r.replacement->cause,
+        .detected_unix = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()) -
+                         (MonotonicSeconds() - r.replacement->since),
+        .rendezvous_seconds = joined_at - r.replacement->since,
+        .transfer_seconds = MonotonicSeconds() - joined_at,
+        .resumed_step = pos.step,
+        .planned = r.replacement->replaced.empty(),  // a newcomer to an elastic group
+        .replicas = size};
+    run.recovering_since = r.replacement->since;
+  }
 
   // 2. This replica's shard of every global batch, and how long the run is.
   absl::StatusOr<BatcherOptions> bo = BatchingFor(run, data);

@@ -35,6 +35,7 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -67,6 +68,7 @@ struct Regrouped {
   int64_t epoch = 0;
   std::string replaced;  // the tasks whose process changed ("worker 1"), "" when none
   std::string cause;     // what began the epoch
+  double since = 0;      // monotonic seconds (MonotonicSeconds) when this task began to join
 };
 
 struct Replica {
@@ -82,10 +84,15 @@ struct Replica {
   // `why`: a planned membership change at a step boundary); blocks until the group re-formed
   // and returns it, or an error that ends the replica.
   std::function<absl::StatusOr<Regrouped>(const absl::Status& why)> regroup;
-  // This replica replaces a lost one in a running group (the group's state, not a checkpoint).
-  bool replacement = false;
+  // This replica replaces a lost one in a running group (the group's state, not a checkpoint):
+  // the epoch it joined (comm unset). It records that recovery as the survivors do (the
+  // seconds counted from its own start: it did not see the failure).
+  std::optional<Regrouped> replacement;
   // Elastic groups: a planned membership change is due (regroup at the next step boundary).
   std::function<bool()> regroup_due;
+  // Stopped while the group re-formed, this replica stopped the whole group and checkpoints
+  // (unset: the chief does).
+  std::function<bool()> stopped_the_group;
 };
 
 absl::StatusOr<TrainResult> RunReplica(const TrainerConfig& c, const Datasets& data,

@@ -42,6 +42,13 @@ std::string RankTask(const TfConfig& tf, int rank) {
   return rank < chiefs ? absl::StrCat("chief ", rank) : absl::StrCat("worker ", rank - chiefs);
 }
 
+// "chief 0, worker 2": the TF_CONFIG tasks of `ranks`.
+std::string RankTasks(const TfConfig& tf, const std::vector<int>& ranks) {
+  std::string out;
+  for (int t : ranks) absl::StrAppend(&out, out.empty() ? "" : ", ", RankTask(tf, t));
+  return out;
+}
+
 // Where the replica runs and which collective backend connects the group: chosen before any
 // connection, so a configuration no candidate serves is BadConfig, found without waiting for
 // peers. Kept behind a pointer: `choice.chosen` points into `candidates`.
@@ -63,23 +70,69 @@ absl::StatusOr<std::unique_ptr<Backend>> ChooseBackend(const TrainerConfig& c) {
   return b;
 }
 
-// The coordination service, on the task of rank 0 (null elsewhere).
-absl::StatusOr<std::unique_ptr<comm::CoordinationServer>> ServeCoordination(const TrainerConfig& c,
-                                                                            const World& world,
-                                                                            int port) {
-  if (world.rank != 0) return nullptr;
+// This task's coordination server, and the task hosting the service.
+struct Coordination {
+  std::unique_ptr<comm::CoordinationServer> server;  // null: another task hosts, for good
+  int host = 0;
+};
+
+// Where the group re-forms in place, every task listens on its TF_CONFIG address as a standby
+// (the service moves to the lowest surviving task when its host is lost). A starting process
+// first asks the others: it joins a running group's host (it replaces a lost member; the
+// group may be waiting for it), waits while members of a running group answer that nobody
+// hosts yet (they are moving the service), and otherwise the first task hosts a new group.
+// Elsewhere the first task alone serves.
+absl::StatusOr<Coordination> StartCoordination(const TrainerConfig& c, const World& world, int port,
+                                               absl::Duration setup,
+                                               const std::atomic<bool>* stop) {
   const bool elastic = c.elastic_max_workers > 0;
+  const bool moves = c.recover_in_place || elastic;
+  const int task_id = world.rank;
+  Coordination out;
+  if (!moves && task_id != 0) return out;
   const int chiefs = static_cast<int>(c.tf_config->Hosts("chief").size());
   auto s = comm::CoordinationServer::Start(
       c.bind_address, port,
       {.world_size = static_cast<int>(world.addresses.size()),
        .token = c.job_token,
        .peer_timeout = absl::Seconds(c.peer_timeout_seconds),
-       .recover_in_place = c.recover_in_place || elastic,
+       .recover_in_place = moves,
        .max_world_size = elastic ? chiefs + c.elastic_max_workers : 0,
-       .global_batch = elastic ? c.batch_size : 0});
+       .global_batch = elastic ? c.batch_size : 0,
+       .standby = moves,
+       .task_id = task_id,
+       .attempt = c.attempt});
   if (!s.ok()) return absl::UnavailableError(s.status().message());
-  return std::move(*s);
+  out.server = std::move(*s);
+  if (!moves) return out;
+  common::Clock& clock = common::SystemClock();
+  const absl::Time deadline = clock.Monotonic() + setup;
+  for (;;) {
+    std::string survivors;
+    for (int t = 0; t < static_cast<int>(world.addresses.size()); ++t) {
+      if (t == task_id) continue;
+      absl::StatusOr<comm::ProbeAnswer> p = comm::ProbeCoordination(
+          world.addresses[static_cast<size_t>(t)], c.job_token, absl::Milliseconds(500));
+      if (!p.ok() || p->attempt != c.attempt) continue;
+      if (p->hosting) {
+        out.host = t;
+        return out;
+      }
+      if (p->in_group) absl::StrAppend(&survivors, survivors.empty() ? "" : ", ", t);
+    }
+    if (survivors.empty()) {
+      if (task_id == 0) out.server->Activate();
+      return out;
+    }
+    if (stop->load() || clock.Monotonic() >= deadline) {
+      return comm::PeerLostError(
+          absl::StrCat("tasks ", survivors,
+                       " of a running group answer, but none hosts the coordination "
+                       "service after ",
+                       absl::FormatDuration(setup)));
+    }
+    clock.SleepFor(absl::Milliseconds(100));
+  }
 }
 
 }  // namespace
@@ -94,6 +147,7 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
   absl::StatusOr<World> world = TrainingWorld(*c.tf_config);
   if (!world.ok()) return world.status();
   const int n = static_cast<int>(world->addresses.size());
+  const double began = MonotonicSeconds();
   const int task_id = world->rank;  // the TF_CONFIG position; the rank is the epoch's
   const bool elastic = c.elastic_max_workers > 0;
   if (n == 1 && !elastic) return RunOneDevice(c, progress, stop);
@@ -115,14 +169,16 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
   if (!backend.ok()) return backend.status();
   Backend& b = **backend;
 
-  // 3. Rank 0 serves the coordination service; every task joins it and connects the first
-  //    epoch's collective. Tasks start at different times (scheduling, image pulls): setup
-  //    waits ten peer timeouts.
-  absl::StatusOr<std::unique_ptr<comm::CoordinationServer>> server =
-      ServeCoordination(c, *world, self->second);
-  if (!server.ok()) return server.status();
+  // 3. The first task hosts the coordination service (or a running group's host does: this
+  //    process replaces a lost member); every task joins it and connects the first epoch's
+  //    collective. Tasks start at different times (scheduling, image pulls): setup waits ten
+  //    peer timeouts.
   const absl::Duration setup = absl::Seconds(c.peer_timeout_seconds * 10);
-  comm::CoordinationClient coord(world->addresses[0], c.job_token, task_id, n, task);
+  absl::StatusOr<Coordination> service = StartCoordination(c, *world, self->second, setup, stop);
+  if (!service.ok()) return service.status();
+  const int host = service->host;
+  comm::CoordinationClient coord(world->addresses[static_cast<size_t>(host)], c.job_token, task_id,
+                                 n, task, nullptr, c.attempt);
   CollectiveSetup how{.self_host = self->first,
                       .bind_address = c.bind_address,
                       .token = c.job_token,
@@ -139,12 +195,16 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
   TrainingGroup group(
       {.task = task,
        .elastic = elastic,
-       .hosts_coordinator = task_id == 0,
        .regroups = c.recover_in_place || elastic,
        .setup_timeout = setup,
        .peer_timeout = absl::Seconds(c.peer_timeout_seconds),
        .rejoin_timeout = absl::Seconds(c.rejoin_timeout_seconds),
-       .task_name = [&](int t) { return RankTask(*c.tf_config, t); }},
+       .task_name = [&](int t) { return RankTask(*c.tf_config, t); },
+       .candidates = c.recover_in_place || elastic ? world->addresses : std::vector<std::string>{},
+       .task_id = task_id,
+       .host = host,
+       .server = service->server.get(),
+       .stop_alone_window = absl::Milliseconds(c.leave_window_ms)},
       &coord,
       [&](int rank, int size, absl::Duration timeout) {
         return b.choice.chosen->connect(setup_for(rank, size, timeout));
@@ -172,16 +232,25 @@ absl::StatusOr<TrainResult> RunMultiWorkerMirrored(const TrainerConfig& c,
             // group's): each serves /progress and /metrics, and the chief's is polled.
             .progress = progress,
             .evaluate = task_id == 0,
-            .replacement = joined->epoch > 0};
+            .replacement = joined->epoch > 0
+                               ? std::optional<Regrouped>(Regrouped{
+                                     .epoch = joined->epoch,
+                                     .replaced = RankTasks(*c.tf_config, joined->replaced),
+                                     .cause = joined->why,
+                                     .since = began})
+                               : std::nullopt};
   if (c.recover_in_place || elastic) {
     r.regroup = [&](const absl::Status& why) { return group.Regroup(why); };
   }
   // A planned change (a member joins or leaves, or one stopped alone is replaced) is due at
   // a step boundary.
-  if (c.recover_in_place || elastic) r.regroup_due = [&] { return group.RegroupDue(); };
+  if (c.recover_in_place || elastic) {
+    r.regroup_due = [&] { return group.RegroupDue(); };
+    r.stopped_the_group = [&] { return group.StoppedTheGroup(); };
+  }
   absl::StatusOr<TrainResult> result = group.Finish(RunReplica(c, *data, r));
   if (!result.ok()) return result.status();
-  // 5. The chief's coordination service stays up until every rank is done with it.
+  // 5. The coordination service stays up until every rank is done with it.
   (void)coord.Barrier("finished", absl::Seconds(60));
   return result;
 }

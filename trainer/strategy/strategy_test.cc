@@ -23,6 +23,11 @@
 namespace lockstep::trainer {
 namespace {
 
+// A replica that joins a running group (the epoch it joined does not matter here).
+std::optional<Regrouped> JoinedRunning(bool joins) {
+  return joins ? std::optional<Regrouped>(Regrouped{}) : std::nullopt;
+}
+
 namespace fs = std::filesystem;
 
 // OpenBLAS's sums depend on its thread count (one against two threads: 2.9e-4 apart after
@@ -546,7 +551,7 @@ std::vector<absl::StatusOr<TrainResult>> RunRecovering(const TrainerConfig& c, c
         std::atomic<bool> dead{false};
         comm::Collective* current = nullptr;
         int steps = 0;
-        Replica r{.evaluate = false, .replacement = incarnation > 0};
+        Replica r{.evaluate = false, .replacement = JoinedRunning(incarnation > 0)};
         r.progress = i == 0 ? chief_progress : nullptr;
         r.comm = incarnation == 0 ? initial[i].get() : regroup.Join(i);
         current = r.comm;
@@ -642,7 +647,7 @@ TEST(InPlaceLeaveTest, AMemberStoppedAloneLeavesAtABoundaryAndItsReplacementGoes
         const bool leaves = i == 1 && incarnation == 0;
         int steps = 0;  // this process's own
         std::unique_ptr<comm::Collective> initial;
-        Replica r{.evaluate = false, .replacement = incarnation > 0};
+        Replica r{.evaluate = false, .replacement = JoinedRunning(incarnation > 0)};
         r.progress = i == 0 ? &progress : nullptr;
         if (incarnation == 0) {
           initial = first->Member(i);
@@ -716,7 +721,7 @@ TEST(ElasticTest, WorkersJoinAndLeaveAtStepBoundariesAndTheRunMatchesAFixedOne) 
       const bool newcomer = i == 2;
       int steps = 0;  // this replica's own
       std::unique_ptr<comm::Collective> initial;
-      Replica r{.evaluate = false, .replacement = newcomer};
+      Replica r{.evaluate = false, .replacement = JoinedRunning(newcomer)};
       r.progress = i == 0 ? &progress : nullptr;
       if (newcomer) {
         r.comm = regroup.Join(2, 3);

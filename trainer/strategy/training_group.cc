@@ -3,10 +3,18 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/log.h"
 #include "trainer/comm/peer_lost.h"
 
 namespace lockstep::trainer {
+namespace {
+
+// Paces the joins retried against a host that refuses or stands by (pacing only: deadlines
+// are the injected clock's).
+constexpr absl::Duration kRetryPause = absl::Milliseconds(100);
+
+}  // namespace
 
 std::string_view GroupStateName(GroupState s) {
   switch (s) {
@@ -69,7 +77,8 @@ TrainingGroup::TrainingGroup(Options o, comm::Coordinator* coord, Connect connec
       clock_(o_.clock != nullptr ? *o_.clock : common::SystemClock()),
       coord_(coord),
       connect_(std::move(connect)),
-      stop_(stop) {}
+      stop_(stop),
+      host_(o_.host) {}
 
 // The heartbeats call into the group: they end before it does.
 TrainingGroup::~TrainingGroup() { coord_->StopHeartbeats(); }
@@ -86,6 +95,45 @@ GroupState TrainingGroup::state() const {
   return state_;
 }
 
+bool TrainingGroup::HostsCoordinator() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return host_ == o_.task_id;
+}
+
+bool TrainingGroup::StoppedTheGroup() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_ == GroupState::kStopped && host_ == o_.task_id;
+}
+
+bool TrainingGroup::OnHostLost(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ == GroupState::kForming || state_ == GroupState::kLeft ||
+      state_ == GroupState::kStopped || state_ == GroupState::kLost) {
+    return false;
+  }
+  lost_hosts_.insert(host_);
+  auto next = std::find_if(members_.begin(), members_.end(),
+                           [&](int t) { return !lost_hosts_.contains(t); });
+  if (next == members_.end()) return false;
+  if (*next == o_.task_id && o_.server == nullptr) return false;
+  const std::string lost = o_.task_name(host_);
+  const int to = *next;
+  host_ = to;
+  if (to == o_.task_id) {
+    o_.server->TakeOver(epoch_, members_,
+                        absl::StrCat(lost, ", the coordination service's host, was lost; ", o_.task,
+                                     " took the service over"));
+    common::LogWarning("collective", why, "; ", o_.task,
+                       " takes the coordination service over (the lowest surviving task)");
+  } else {
+    common::LogWarning("collective", why, "; following the coordination service to ",
+                       o_.task_name(to));
+  }
+  coord_->MoveTo(o_.candidates[static_cast<size_t>(to)]);
+  if (comm_) comm_->Abort(absl::UnavailableError("the coordination service moves: " + why));
+  return true;
+}
+
 comm::Collective* TrainingGroup::collective() {
   std::lock_guard<std::mutex> lock(mu_);
   return comm_.get();
@@ -98,6 +146,12 @@ absl::StatusOr<comm::Membership> TrainingGroup::Form(const Connect& first) {
   for (;;) {
     const absl::Duration left = std::max(deadline - clock_.Monotonic(), absl::Seconds(1));
     joined = coord_->Join(left);
+    // The first task's server stands by for a moment while it looks for a running group.
+    while (!joined.ok() && absl::IsNotFound(joined.status()) && !stop_->load() &&
+           clock_.Monotonic() < deadline) {
+      absl::SleepFor(kRetryPause);
+      joined = coord_->Join(std::max(deadline - clock_.Monotonic(), absl::Seconds(1)));
+    }
     // A worker added to an elastic group waits while its admission would make a size that
     // does not divide the global batch.
     while (!joined.ok() && absl::IsResourceExhausted(joined.status()) && !stop_->load()) {
@@ -132,8 +186,11 @@ absl::StatusOr<comm::Membership> TrainingGroup::Form(const Connect& first) {
     std::lock_guard<std::mutex> lock(mu_);
     comm_ = std::move(*c);
     epoch_ = joined->epoch;
+    members_ = joined->tasks;
     Apply(GroupEvent::kFormed);
   }
+  if (o_.server != nullptr) o_.server->SetInGroup();
+  if (Moves()) coord_->OnHostLost([this](const std::string& why) { return OnHostLost(why); });
   coord_->StartHeartbeats(
       std::clamp(o_.peer_timeout / 10, absl::Milliseconds(100), absl::Seconds(2)), o_.peer_timeout,
       [this](absl::Status s) { OnGroupLost(std::move(s)); },
@@ -162,17 +219,28 @@ void TrainingGroup::OnNewEpoch(int64_t epoch, const std::string& why, bool plann
 
 bool TrainingGroup::StopRequested() {
   const bool stop = stop_->load();
-  // A member of a group that re-forms in place (elastic, or recovering in place) and does not
-  // host the coordinator leaves on its own at the step boundary: the others go on (an elastic
-  // group without it, a fixed one with its replacement). Elsewhere a stop is the whole
-  // group's, and so is a stop the coordinator's host was asked for.
-  if (stop && (o_.elastic || o_.regroups) && !o_.hosts_coordinator) {
+  if (!stop) return coord_->StopSeen();
+  // A member of a group that re-forms in place (elastic, or recovering in place) leaves on its
+  // own at the step boundary: the others go on (an elastic group without it, a fixed one with
+  // its replacement). The coordinator's host does so only where the service moves, and only
+  // once it has trained on for the window without another member stopping (they would raise
+  // a regroup, in which a stopped host stops the group: the whole job is being stopped).
+  // Elsewhere a stop is the whole group's.
+  if (o_.elastic || o_.regroups) {
     std::lock_guard<std::mutex> lock(mu_);
-    Apply(GroupEvent::kStopAsked);
-    return coord_->StopSeen();
+    const bool host = host_ == o_.task_id;
+    if (host && Moves() && !coord_->StopSeen()) {
+      const absl::Time now = clock_.Monotonic();
+      if (stop_since_ == absl::InfiniteFuture()) stop_since_ = now;
+      if (now - stop_since_ < o_.stop_alone_window) return false;
+    }
+    if (!host || Moves()) {
+      Apply(GroupEvent::kStopAsked);
+      return coord_->StopSeen();
+    }
   }
-  if (stop) coord_->RequestStop();
-  return stop || coord_->StopSeen();
+  coord_->RequestStop();
+  return true;
 }
 
 bool TrainingGroup::RegroupDue() {
@@ -193,6 +261,14 @@ absl::StatusOr<Regrouped> TrainingGroup::Regroup(const absl::Status& why) {
     if (state() == GroupState::kLost) {
       std::lock_guard<std::mutex> lock(mu_);
       return lost_;
+    }
+    // The host, asked to stop while the group re-forms (other members left first: the whole
+    // job is stopping), stops the group; it checkpoints the boundary's state.
+    if (stop_->load() && HostsCoordinator() && state() != GroupState::kLeaving) {
+      coord_->RequestStop();
+      std::lock_guard<std::mutex> lock(mu_);
+      Apply(GroupEvent::kStopSeen);
+      return absl::CancelledError("stopped by SIGTERM while the group was re-forming");
     }
     if (StopRequested()) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -232,6 +308,8 @@ absl::StatusOr<Regrouped> TrainingGroup::Regroup(const absl::Status& why) {
       }
       last = m.status();
       common::LogInfo("collective", "joining the group again: ", last.message());
+      // A host that refuses or is a standby is asked again shortly (or followed elsewhere).
+      if (absl::IsUnavailable(last) || absl::IsNotFound(last)) absl::SleepFor(kRetryPause);
       continue;
     }
     if (state() == GroupState::kLeaving) continue;  // asked to go while joining: leave (above)
@@ -252,6 +330,8 @@ absl::StatusOr<Regrouped> TrainingGroup::Regroup(const absl::Status& why) {
     old = std::move(comm_);
     comm_ = std::move(*next);
     epoch_ = m->epoch;
+    members_ = m->tasks;
+    lost_hosts_.clear();
     Apply(GroupEvent::kFormed);
     regroup_deadline_ = absl::InfiniteFuture();
     return Regrouped{.comm = comm_.get(), .epoch = m->epoch, .replaced = replaced, .cause = m->why};

@@ -9,17 +9,25 @@
 //   ChangeDue   a planned change (a worker joins or leaves an elastic group) was announced:
 //               the replica finishes its step and regroups at the boundary;
 //   Leaving     this task was asked to stop in a group that re-forms in place (elastic, or
-//               recovering in place) and it does not host the coordinator: it leaves at the
-//               boundary, the others go on (with its replacement, in a fixed group);
+//               recovering in place): it leaves at the boundary, the others go on (with its
+//               replacement, in a fixed group). The coordinator's host leaves so only where the
+//               service can move, and only when, for Options::stop_alone_window, no other member
+//               has stopped too (a whole job being stopped checkpoints and stops instead);
 //   Regrouping  rejoining the next epoch and connecting its collective (in-place recovery
 //               after a collective failed, or a planned change), until --rejoin-timeout;
 //   Left, Stopped, Lost: the end (left the group; stopped by SIGTERM while re-forming; the
 //               group is gone for this task: coordinator lost, rejoin timed out, taken over).
 //
-// Events come from two threads: the heartbeat thread (a new epoch, the coordinator lost) and
-// the replica's (stop requests, regroup). The clock is injected (common/clock.h): the rejoin
-// deadline is kept on its monotonic time line and tested by moving a fake clock.
-// Thread-safety: thread-safe.
+// The coordination service moves (`candidates` set): when the client finds its host gone, every
+// survivor follows the lowest task of the last epoch not found lost (the host's own standby
+// server takes the service over there) and the replica regroups, the lost host's replacement
+// joining the next epoch as any replacement does; the host's duties in the group (stopping it,
+// and checkpointing then) go with it.
+//
+// Events come from three threads: the heartbeat thread (a new epoch, the coordinator lost), the
+// replica's (stop requests, regroup), and whichever call found the host gone. The clock is injected
+// (common/clock.h): the rejoin deadline is kept on its monotonic time line and tested by moving a
+// fake clock. Thread-safety: thread-safe.
 
 #include <array>
 #include <atomic>
@@ -27,8 +35,10 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -122,7 +132,6 @@ class TrainingGroup {
   struct Options {
     std::string task;  // "worker 1", for the log and errors
     bool elastic = false;
-    bool hosts_coordinator = false;  // this task serves the coordination service
     // The group re-forms in place (in-place recovery, or elastic): a first connection that the
     // group's next epoch interrupts joins that epoch.
     bool regroups = false;
@@ -132,6 +141,17 @@ class TrainingGroup {
     // A task id's name in messages ("worker 2").
     std::function<std::string(int task_id)> task_name;
     common::Clock* clock = nullptr;  // null: common::SystemClock()
+    // The service moves (a group that regroups): every task's TF_CONFIG address by task id
+    // (empty: it stays with its first host), this task's id, the task hosting it at the start,
+    // and this task's server (standby, or hosting), which takes the service over when it is
+    // the lowest survivor.
+    std::vector<std::string> candidates;
+    int task_id = 0;
+    int host = 0;
+    comm::CoordinationServer* server = nullptr;
+    // How long the host, asked to stop, watches whether other members stop too (a whole job
+    // stopping) before it leaves alone.
+    absl::Duration stop_alone_window = absl::Seconds(2);
   };
   // Connects the collective of a formed epoch: this task's rank, the epoch's size, and how
   // long the connection may take.
@@ -163,10 +183,19 @@ class TrainingGroup {
   absl::StatusOr<TrainResult> Finish(absl::StatusOr<TrainResult> result);
 
   GroupState state() const;
+  // This task hosts the coordination service now.
+  bool HostsCoordinator() const;
+  // This task stopped the whole group while it re-formed (its host, asked to stop): its state
+  // is the step boundary's, which it checkpoints.
+  bool StoppedTheGroup() const;
 
  private:
   // Applies `on` where kGroupTransitions allows it; true when a row matched. Holds mu_.
   bool Apply(GroupEvent on);
+  bool Moves() const { return !o_.candidates.empty() && o_.regroups; }
+  // The client found the host gone: follow the lowest surviving task. False: no task can take
+  // the service over (the group is lost).
+  bool OnHostLost(const std::string& why);
   void OnGroupLost(absl::Status s);
   void OnNewEpoch(int64_t epoch, const std::string& why, bool planned);
 
@@ -181,6 +210,10 @@ class TrainingGroup {
   int64_t epoch_ = 0;
   absl::Status lost_;  // why the group is lost (kLost)
   absl::Time regroup_deadline_ = absl::InfiniteFuture();
+  int host_;                  // the task hosting the service now
+  std::vector<int> members_;  // the tasks of the last epoch formed, in rank order
+  std::set<int> lost_hosts_;  // hosts found gone since it formed
+  absl::Time stop_since_ = absl::InfiniteFuture();  // when the host was asked to stop
 };
 
 }  // namespace lockstep::trainer

@@ -100,6 +100,10 @@ class ScriptedCoordinator final : public comm::Coordinator {
   }
   void RequestStop() override { stop_requested = true; }
   bool StopSeen() const override { return stop_seen; }
+  void OnHostLost(std::function<bool(const std::string&)> lost) override {
+    host_lost = std::move(lost);
+  }
+  void MoveTo(const std::string& address) override { moved_to.push_back(address); }
 
   std::deque<Answer> answers;
   std::vector<std::pair<absl::Duration, bool>> joins;  // timeout, planned
@@ -108,6 +112,8 @@ class ScriptedCoordinator final : public comm::Coordinator {
   bool stop_seen = false;
   std::function<void(absl::Status)> on_lost;
   std::function<void(int64_t, const std::string&, bool)> on_new_epoch;
+  std::function<bool(const std::string&)> host_lost;
+  std::vector<std::string> moved_to;
 
  private:
   common::FakeClock* clock_;
@@ -128,17 +134,22 @@ struct Fixture {
   std::vector<FakeCollective*> connected;  // owned by the group
   std::unique_ptr<TrainingGroup> group;
 
-  explicit Fixture(bool elastic = false, bool hosts = false, bool regroups = false) {
+  // `candidates`: the service moves (task `task_id`, or 0/1 as `hosts` says; `server` its own).
+  explicit Fixture(bool elastic = false, bool hosts = false, bool regroups = false,
+                   std::vector<std::string> candidates = {}, int task_id = -1,
+                   comm::CoordinationServer* server = nullptr) {
     group = std::make_unique<TrainingGroup>(
         TrainingGroup::Options{.task = "worker 1",
                                .elastic = elastic,
-                               .hosts_coordinator = hosts,
                                .regroups = regroups,
                                .setup_timeout = absl::Seconds(300),
                                .peer_timeout = absl::Seconds(30),
                                .rejoin_timeout = absl::Seconds(30),
                                .task_name = [](int t) { return "worker " + std::to_string(t); },
-                               .clock = &clock},
+                               .clock = &clock,
+                               .candidates = std::move(candidates),
+                               .task_id = task_id >= 0 ? task_id : (hosts ? 0 : 1),
+                               .server = server},
         &coord, [this](int rank, int size, absl::Duration) { return Make(rank, size); }, &stop);
   }
   absl::StatusOr<std::unique_ptr<comm::Collective>> Make(int rank, int size) {
@@ -349,6 +360,89 @@ TEST(TrainingGroupTest, AStoppedMemberOfAnInPlaceGroupLeavesAndTheHostStopsTheGr
   EXPECT_TRUE(host.coord.stop_requested);
   EXPECT_EQ(host.group->state(), GroupState::kTraining);
   EXPECT_EQ(host.coord.leaves, 0);
+}
+
+// Where the service moves, the host asked to stop trains on for the window: a whole job being
+// stopped reaches the others in it (they leave, the group regroups, and the host stops the
+// group, checkpointing); alone past it, the host leaves as any member does.
+TEST(TrainingGroupTest, WhereTheServiceMovesAHostStoppedAloneLeavesAfterTheWindow) {
+  const std::vector<std::string> at = {"a:0", "a:1", "a:2"};
+  Fixture alone(/*elastic=*/false, /*hosts=*/true, /*regroups=*/true, at);
+  alone.Form();
+  alone.stop = true;
+  EXPECT_FALSE(alone.group->StopRequested());
+  EXPECT_EQ(alone.group->state(), GroupState::kTraining);
+  alone.clock.Advance(absl::Milliseconds(1999));
+  EXPECT_FALSE(alone.group->StopRequested());
+  EXPECT_FALSE(alone.group->RegroupDue());
+  alone.clock.Advance(absl::Milliseconds(1));
+  EXPECT_FALSE(alone.group->StopRequested());
+  EXPECT_EQ(alone.group->state(), GroupState::kLeaving);
+  EXPECT_TRUE(alone.group->RegroupDue());
+  absl::StatusOr<Regrouped> left = alone.group->Regroup(absl::OkStatus());
+  EXPECT_TRUE(absl::IsCancelled(left.status())) << left.status();
+  EXPECT_EQ(alone.coord.leaves, 1);
+  EXPECT_FALSE(alone.coord.stop_requested);
+  EXPECT_FALSE(alone.group->StoppedTheGroup());
+
+  Fixture whole(/*elastic=*/false, /*hosts=*/true, /*regroups=*/true, at);
+  whole.Form();
+  whole.stop = true;
+  EXPECT_FALSE(whole.group->StopRequested());
+  whole.coord.on_new_epoch(1, "worker 2 left the group", /*planned=*/true);
+  EXPECT_TRUE(whole.group->RegroupDue());
+  absl::StatusOr<Regrouped> stopped = whole.group->Regroup(absl::OkStatus());
+  EXPECT_TRUE(absl::IsCancelled(stopped.status())) << stopped.status();
+  EXPECT_TRUE(whole.coord.stop_requested);
+  EXPECT_EQ(whole.coord.leaves, 0);
+  EXPECT_TRUE(whole.group->StoppedTheGroup());
+
+  // Where the service cannot move, the host's stop is the group's at once.
+  Fixture fixed(/*elastic=*/false, /*hosts=*/true, /*regroups=*/true);
+  fixed.Form();
+  fixed.stop = true;
+  EXPECT_TRUE(fixed.group->StopRequested());
+  EXPECT_TRUE(fixed.coord.stop_requested);
+}
+
+// The host found gone: a member follows the lowest task of the epoch not found lost, aborting
+// its collective (the replica regroups there); the lowest survivor's own standby takes the
+// service over, carrying the epoch on. A formed epoch forgets the hosts found lost.
+TEST(TrainingGroupTest, AHostFoundGoneIsFollowedToTheLowestSurvivingTask) {
+  auto standby = comm::CoordinationServer::Start(
+      "127.0.0.1", 0, {.world_size = 3, .token = "tok", .standby = true, .task_id = 1});
+  ASSERT_TRUE(standby.ok()) << standby.status();
+  const std::string self = "127.0.0.1:" + std::to_string((*standby)->port());
+  const std::vector<std::string> at = {"a:0", self, "a:2"};
+
+  Fixture follower(/*elastic=*/false, /*hosts=*/false, /*regroups=*/true, at, /*task_id=*/2);
+  follower.Form();
+  ASSERT_TRUE(follower.coord.host_lost);
+  EXPECT_TRUE(follower.coord.host_lost("the host at a:0 is gone"));
+  EXPECT_EQ(follower.coord.moved_to, std::vector<std::string>{self});
+  EXPECT_TRUE(absl::IsUnavailable(follower.connected.back()->aborted))
+      << follower.connected.back()->aborted;
+  EXPECT_FALSE(follower.group->HostsCoordinator());
+  // Task 1 gone too: task 2, itself, without a server of its own here, cannot host.
+  EXPECT_FALSE(follower.coord.host_lost("the host at " + self + " is gone"));
+
+  Fixture lowest(/*elastic=*/false, /*hosts=*/false, /*regroups=*/true, at, /*task_id=*/1,
+                 standby->get());
+  lowest.Form();
+  EXPECT_TRUE(lowest.coord.host_lost("the host at a:0 is gone"));
+  EXPECT_TRUE(lowest.group->HostsCoordinator());
+  EXPECT_EQ(lowest.coord.moved_to, std::vector<std::string>{self});
+  absl::StatusOr<comm::ProbeAnswer> p = comm::ProbeCoordination(self, "tok", absl::Seconds(5));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->hosting);
+  EXPECT_EQ(p->epoch, 1);  // the epoch after the last one the group formed
+  lowest.coord.answers.push_back({Epoch(1, 1, 3, {0}, "worker 0, the host, was lost")});
+  absl::StatusOr<Regrouped> g = lowest.group->Regroup(comm::PeerLostError("the ring broke"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->replaced, "worker 0");
+  // Hosting now, the task's stop waits out the window as the first host's did.
+  lowest.stop = true;
+  EXPECT_FALSE(lowest.group->StopRequested());
 }
 
 TEST(TrainingGroupTest, AStopOutsideAnElasticGroupIsTheWholeGroups) {
