@@ -14,7 +14,9 @@
 #        bench/recovery.sh BUILD_DIR faults [MODEL]             (default mlp)
 # `faults`: one InPlace job meets each fault a cluster causes, one after another, mid-way
 # between checkpoints: worker 1's pod deleted (SIGTERM), worker 0 evicted through the Eviction
-# API, worker 1 SIGKILLed, the chief's pod deleted (SIGTERM), the chief SIGKILLed. Per fault:
+# API, worker 1 SIGKILLed, the chief's pod deleted (SIGTERM; the coordination service it hosts
+# moves to worker 0), worker 0 SIGKILLed (the host now: the service moves back to the chief),
+# the chief SIGKILLed (the host again). Per fault:
 # seconds to training again (the fault -> the chief's "every rank is stepping again" line, its
 # replacement's for the chief's faults), completed steps lost, restarts counted against
 # backoffLimit by it, and the attempt after it.
@@ -140,7 +142,8 @@ fault_case() {  # MODEL: one InPlace job, each fault in turn; prints one line pe
   local run_pid=$! n=0
   printf '{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"%s-worker-0"}}' "$name" \
     >"$work/eviction.json"
-  for fault in sigterm-worker evict-worker sigkill-worker sigterm-chief sigkill-chief; do
+  for fault in sigterm-worker evict-worker sigkill-worker sigterm-chief sigkill-host-worker \
+    sigkill-chief; do
     n=$((n + 1))
     wait_chief_step "$name" $(( 200 * n + 100 ))
     local before restarts0 t0 line resumed
@@ -153,20 +156,32 @@ fault_case() {  # MODEL: one InPlace job, each fault in turn; prints one line pe
                       -f "$work/eviction.json" >/dev/null ;;
       sigkill-worker) kill -KILL "$(pid_of "$name" worker 1)" ;;
       sigterm-chief) k delete pod "$name-chief-0" --wait=false >/dev/null ;;
+      sigkill-host-worker) kill -KILL "$(pid_of "$name" worker 0)" ;;
       sigkill-chief) kill -KILL "$(pid_of "$name" chief 0)" ;;
     esac
     line=$(stepping_line "$name" "$t0")
+    # The chief stopped alone trains on for its leave window (the whole job's stop would reach
+    # the others in it) before it leaves: when it left, from worker 1's log.
+    local note=""
+    if [[ $fault == sigterm-chief ]]; then
+      local left
+      left=$(k logs "$name-worker-1" | grep "membership changes at step" | while read -r l; do
+               awk -v a="$(log_time "$l")" -v b="$t0" 'BEGIN { exit !(a > b) }' && { echo "$l"; break; }
+             done || true)
+      [[ -n $left ]] && note=$(awk -v a="$(log_time "$left")" -v b="$t0" -v c="$(log_time "$line")" \
+        'BEGIN { printf " (trained on %.2f s, then stalled %.2f s)", a - b, c - a }')
+    fi
     if [[ $line == *"resumed from the checkpoint of step"* ]]; then
       resumed=$(sed -n 's/.*resumed from the checkpoint of step \([0-9]*\).*/\1/p' <<<"$line")
     else
       resumed=$(sed -n 's/.*stepping again at step \([0-9]*\).*/\1/p' <<<"$line")
       resumed=$((resumed - 1))  # the line names the first step completed again
     fi
-    printf '%-4s %-14s at step %5d: training again after %6.2f s, %4d completed steps lost, %d restart(s) counted, attempt %s\n' \
+    printf '%-4s %-19s at step %5d: training again after %6.2f s, %4d completed steps lost, %d restart(s) counted, attempt %s%s\n' \
       "$model" "$fault" "$before" "$(awk -v a="$(log_time "$line")" -v b="$t0" 'BEGIN { print a - b }')" \
       "$(( before > resumed ? before - resumed : 0 ))" \
       "$(( $(k get tj "$name" -o jsonpath='{.status.restartCount}') - restarts0 ))" \
-      "$(k get tj "$name" -o jsonpath='{.status.attempt}')"
+      "$(k get tj "$name" -o jsonpath='{.status.attempt}')" "$note"
   done
   wait "$run_pid" || fail "$name: $(tail -5 "$work/$name.out")"
   echo "$model faults: $(k get tj "$name" -o jsonpath='{.status.state}, attempt {.status.attempt}, restartCount {.status.restartCount}'); $(k logs "$name-chief-0" | grep -o 'final test accuracy: [0-9.]*')"
