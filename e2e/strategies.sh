@@ -165,7 +165,9 @@ echo "MultiWorkerMirrored scaled 1 -> 3 -> 1 workers without a restart: 4 replic
 fi
 
 # 5. The ParameterServer example, with worker 1 killed mid-training (at step 1000 of 4,680; of
-# 1,872 in 2 epochs).
+# 1,872 in 2 epochs): restarted alone, attempt 0. Then parameter server 0 killed (past step
+# 1500): its variables are gone, so the group restarts from the last checkpoint (every 300
+# steps), as attempt 1, one restart counted, and still succeeds.
 if wants ps; then
 ps_yaml=$src/examples/parameter-server.yaml
 ps_bar=0.85
@@ -187,13 +189,26 @@ for _ in $(seq 240); do
   sleep 0.25
 done
 [[ -n $evaluated ]] || fail "the evaluator reported nothing"
-wait "$run_pid" || fail "ParameterServer example: $(tail -5 "$work/ps.out"); $(k get tj fmnist-ps -o yaml)"
+[[ $(field fmnist-ps '{.status.attempt}') == 0 ]] || fail "the killed worker restarted the PS group"
+wait_step fmnist-ps 1500
 [[ $(field fmnist-ps '{.status.attempt}') == 0 ]] || fail "the PS job restarted its group"
-[[ $(field fmnist-ps '{.status.restartCount}') -ge 1 ]] ||
-  fail "the killed worker was not restarted: $(k get tj fmnist-ps -o yaml)"
+restarts=$(field fmnist-ps '{.status.restartCount}')
+[[ $restarts -ge 1 ]] || fail "the killed worker was not restarted: $(k get tj fmnist-ps -o yaml)"
+victim=$(pid_of fmnist-ps ps 0) || fail "no process for fmnist-ps-ps-0"
+kill -KILL "$victim"
+wait "$run_pid" || fail "ParameterServer example: $(tail -5 "$work/ps.out"); $(k get tj fmnist-ps -o yaml)"
+[[ $(field fmnist-ps '{.status.attempt}') == 1 ]] ||
+  fail "the lost PS did not restart the group: $(k get tj fmnist-ps -o yaml)"
+[[ $(field fmnist-ps '{.status.restartCount}') == $((restarts + 1)) ]] ||
+  fail "the lost PS's restart was not counted once: $(k get tj fmnist-ps -o yaml)"
+k get events --field-selector involvedObject.name=fmnist-ps | grep -q PSExitedWithCode137 ||
+  fail "no PSExitedWithCode137 event: $(k get events --field-selector involvedObject.name=fmnist-ps)"
+ps_resumed=$(k logs fmnist-ps-worker-0 | sed -n 's/.*resumed from step \([0-9]*\).*/\1/p' | tail -1)
+[[ -n $ps_resumed ]] && (( ps_resumed >= 1200 )) ||
+  fail "the group did not resume from a checkpoint: $(k logs fmnist-ps-worker-0 | head -5)"
 acc=$(accuracy fmnist-ps-worker-0)
 awk -v a="$acc" -v b="$ps_bar" 'BEGIN { exit !(a >= b) }' ||
   fail "ParameterServer accuracy '$acc' < $ps_bar"
-echo "ParameterServer example with a killed worker: accuracy $acc, attempt 0; $evaluated"
+echo "ParameterServer example with a killed worker (attempt 0) and a killed PS (attempt 1, resumed from step $ps_resumed): accuracy $acc; $evaluated"
 fi
 echo PASS

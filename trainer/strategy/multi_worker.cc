@@ -1,5 +1,7 @@
 #include "trainer/strategy/multi_worker.h"
 
+#include <future>
+
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "trainer/comm/coordination.h"
@@ -108,12 +110,17 @@ absl::StatusOr<Coordination> StartCoordination(const TrainerConfig& c, const Wor
   common::Clock& clock = common::SystemClock();
   const absl::Time deadline = clock.Monotonic() + setup;
   for (;;) {
+    // Every other task at once (one that does not answer costs its deadline).
+    std::vector<std::future<absl::StatusOr<comm::ProbeAnswer>>> probes;
+    for (const std::string& address : world.addresses) {
+      probes.push_back(std::async(std::launch::async, [&c, address] {
+        return comm::ProbeCoordination(address, c.job_token, absl::Milliseconds(500));
+      }));
+    }
     std::string survivors;
     for (int t = 0; t < static_cast<int>(world.addresses.size()); ++t) {
-      if (t == task_id) continue;
-      absl::StatusOr<comm::ProbeAnswer> p = comm::ProbeCoordination(
-          world.addresses[static_cast<size_t>(t)], c.job_token, absl::Milliseconds(500));
-      if (!p.ok() || p->attempt != c.attempt) continue;
+      absl::StatusOr<comm::ProbeAnswer> p = probes[static_cast<size_t>(t)].get();
+      if (t == task_id || !p.ok() || p->attempt != c.attempt) continue;
       if (p->hosting) {
         out.host = t;
         return out;
