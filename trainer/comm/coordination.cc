@@ -530,10 +530,10 @@ struct CoordinationClient::Impl {
   int world_size;
   std::string task;
   int attempt = 0;
-  absl::Duration peer_timeout = absl::Seconds(30);
 
   // The host's address and stub, which MoveTo replaces.
   mutable std::mutex mu;
+  absl::Duration peer_timeout = absl::Seconds(30);  // silence that makes the host gone
   std::string address;
   std::shared_ptr<pb::Coordination::Stub> stub;
   // The host's health: since when calls to it fail (InfiniteFuture: it answers).
@@ -716,7 +716,10 @@ absl::StatusOr<std::string> CoordinationClient::Get(const std::string& key,
 void CoordinationClient::StartHeartbeats(
     absl::Duration interval, absl::Duration peer_timeout, std::function<void(absl::Status)> on_lost,
     std::function<void(int64_t, const std::string&, bool)> on_new_epoch) {
-  impl_->peer_timeout = peer_timeout;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->peer_timeout = peer_timeout;
+  }
   heartbeat_ = std::jthread([this, interval, peer_timeout, on_lost = std::move(on_lost),
                              on_new_epoch = std::move(on_new_epoch)](std::stop_token quit) {
     int64_t told = -1;  // the newest epoch on_new_epoch heard of
