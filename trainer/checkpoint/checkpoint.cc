@@ -10,7 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string_view>
+
+#include "absl/strings/str_cat.h"
 
 namespace lockstep::trainer {
 namespace {
@@ -109,8 +112,11 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Checkp
                                             static_cast<uInt>(data.size()))));
 
   const std::string final_path = (fs::path(dir) / FileName(s.step)).string();
-  const std::string tmp = final_path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Unique among writers: pods on a shared volume may all be pid 1, and the coordination
+  // service's host may checkpoint a stop while rank 0 writes the same step.
+  const std::string tmp = absl::StrCat(final_path, ".tmp.", ::getpid(), ".",
+                                       absl::Hex(std::random_device{}(), absl::kZeroPad8));
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return absl::UnavailableError(tmp + ": " + std::strerror(errno));
   absl::Status st = WriteAll(fd, data, tmp);
   if (st.ok() && ::fsync(fd) != 0) st = absl::UnavailableError(tmp + ": fsync failed");
