@@ -22,6 +22,15 @@ if "$lockstep" validate "$tmp/chief.yaml" 2>"$tmp/err"; then
 fi
 grep -q 'spec.replicaSpecs.Chief.replicas: Too many: 2' "$tmp/err" || { echo "FAIL: chief count not named"; cat "$tmp/err"; exit 1; }
 
+# A Kubeflow TFJob is named as one, with what to change, not "no TrainingJob".
+sed -e 's|^apiVersion: lockstep.io/v1alpha1|apiVersion: kubeflow.org/v1|' -e 's/^kind: TrainingJob/kind: TFJob/' \
+  -e 's/^  replicaSpecs:/  tfReplicaSpecs:/' "$src/examples/kubeflow-tfjob.yaml" >"$tmp/tfjob.yaml"
+if "$lockstep" validate "$tmp/tfjob.yaml" 2>"$tmp/err"; then
+  echo "FAIL: a TFJob was accepted as a TrainingJob"; exit 1
+fi
+grep -q 'is a Kubeflow TFJob (kubeflow.org/v1), not a TrainingJob: rename apiVersion to lockstep.io/v1alpha1' "$tmp/err" &&
+  ! grep -q 'no TrainingJob' "$tmp/err" || { echo "FAIL: the TFJob was not named"; cat "$tmp/err"; exit 1; }
+
 printf 'kind: TrainingJob\nspec: [unclosed\n' >"$tmp/broken.yaml"
 if "$lockstep" validate "$tmp/broken.yaml" 2>"$tmp/err"; then
   echo "FAIL: malformed YAML was accepted"; exit 1

@@ -4,6 +4,37 @@
 #include "operator/api/validation.h"
 
 namespace lockstep::cli {
+namespace {
+
+// A top-level string field of a manifest document ("" when absent or not a string).
+std::string StringField(const nlohmann::json& doc, const char* key) {
+  if (!doc.is_object()) return "";
+  auto f = doc.find(key);
+  return f != doc.end() && f->is_string() ? f->get<std::string>() : "";
+}
+
+// A Kubeflow TFJob, which a TrainingJob's fields follow: what to change, said instead of "no
+// TrainingJob". Empty for anything else.
+std::string TfJobHint(const nlohmann::json& doc) {
+  if (StringField(doc, "kind") != "TFJob") return "";
+  const std::string api_version = StringField(doc, "apiVersion");
+  std::string name = "<unnamed>";
+  if (auto m = doc.find("metadata"); m != doc.end() && m->is_object()) {
+    if (auto n = m->find("name"); n != m->end() && n->is_string()) name = n->get<std::string>();
+  }
+  std::string hint = "tfjob/" + name + " is a Kubeflow TFJob (" +
+                     (api_version.empty() ? std::string("no apiVersion") : api_version) +
+                     "), not a TrainingJob: rename apiVersion to lockstep.io/v1alpha1, kind to "
+                     "TrainingJob and spec.tfReplicaSpecs to spec.replicaSpecs";
+  if (api_version != "kubeflow.org/v1") {
+    hint +=
+        "; this TFJob version's other fields moved too (v1 keeps cleanPodPolicy, "
+        "ttlSecondsAfterFinished, activeDeadlineSeconds and backoffLimit in spec.runPolicy)";
+  }
+  return hint + " (docs/tasks/migrate-from-tfjob.md)";
+}
+
+}  // namespace
 
 int RunValidate(const std::vector<std::string>& files, std::ostream& out, std::ostream& err) {
   constexpr char kUsage[] =
@@ -31,7 +62,13 @@ int RunValidate(const std::vector<std::string>& files, std::ostream& out, std::o
     }
     int jobs = 0;
     for (const nlohmann::json& doc : *docs) {
-      if (!doc.is_object() || doc.value("kind", "") != api::kKind) continue;
+      if (std::string hint = TfJobHint(doc); !hint.empty()) {
+        err << file << ": " << hint << "\n";
+        exit_code = 1;
+        ++jobs;
+        continue;
+      }
+      if (StringField(doc, "kind") != api::kKind) continue;
       ++jobs;
       api::TrainingJob job;
       api::FieldErrors errors = api::CheckTrainingJob(doc, &job);
