@@ -30,6 +30,16 @@ if "$lockstep" validate "$tmp/tfjob.yaml" 2>"$tmp/err"; then
 fi
 grep -q 'is a Kubeflow TFJob (kubeflow.org/v1), not a TrainingJob: rename apiVersion to lockstep.io/v1alpha1' "$tmp/err" &&
   ! grep -q 'no TrainingJob' "$tmp/err" || { echo "FAIL: the TFJob was not named"; cat "$tmp/err"; exit 1; }
+# `lockstep convert` rewrites it; the TrainingJob made validates and is the example itself.
+"$lockstep" convert "$tmp/tfjob.yaml" >"$tmp/converted.yaml" 2>"$tmp/changes" ||
+  { echo "FAIL: lockstep convert"; cat "$tmp/changes"; exit 1; }
+grep -q 'kind TFJob -> TrainingJob, spec.tfReplicaSpecs -> spec.replicaSpecs' "$tmp/changes" ||
+  { echo "FAIL: the changes were not said"; cat "$tmp/changes"; exit 1; }
+"$lockstep" validate "$tmp/converted.yaml" >/dev/null
+"$lockstep" convert --to=v1 "$tmp/tfjob.yaml" 2>/dev/null | grep -q '^kind: TFJob$' ||
+  { echo "FAIL: lockstep convert --to=v1"; exit 1; }
+rc=0; "$lockstep" convert --to=v2 "$tmp/tfjob.yaml" 2>"$tmp/err" >/dev/null || rc=$?
+[[ $rc == 2 ]] && grep -q 'unknown argument "--to=v2"' "$tmp/err" || { echo "FAIL: convert --to=v2 (exit $rc)"; exit 1; }
 
 printf 'kind: TrainingJob\nspec: [unclosed\n' >"$tmp/broken.yaml"
 if "$lockstep" validate "$tmp/broken.yaml" 2>"$tmp/err"; then
@@ -37,7 +47,7 @@ if "$lockstep" validate "$tmp/broken.yaml" 2>"$tmp/err"; then
 fi
 grep -q 'malformed YAML' "$tmp/err" || { echo "FAIL: malformed YAML not reported"; cat "$tmp/err"; exit 1; }
 # Every command answers --help on stdout with exit 0; `lockstep help CMD` is `CMD --help`.
-for cmd in run local validate; do
+for cmd in run local validate convert; do
   "$lockstep" "$cmd" --help >"$tmp/help" || { echo "FAIL: lockstep $cmd --help exited $?"; exit 1; }
   grep -q "^usage: lockstep $cmd" "$tmp/help" || { echo "FAIL: lockstep $cmd --help"; cat "$tmp/help"; exit 1; }
   "$lockstep" help "$cmd" | cmp -s - "$tmp/help" || { echo "FAIL: lockstep help $cmd differs"; exit 1; }

@@ -146,7 +146,59 @@ absl::StatusOr<json> ToJson(const YAML::Node& node, int depth) {
   return json(nullptr);
 }
 
+// Writes `j` as YAML: a string that would read back as another type ("true", "2222", "") is
+// double-quoted, anything else plain.
+void Emit(YAML::Emitter& out, const json& j) {
+  switch (j.type()) {
+    case json::value_t::object:
+      if (j.empty()) out << YAML::Flow;
+      out << YAML::BeginMap;
+      for (const auto& [k, v] : j.items()) {
+        out << YAML::Key;
+        Emit(out, json(k));
+        out << YAML::Value;
+        Emit(out, v);
+      }
+      out << YAML::EndMap;
+      return;
+    case json::value_t::array:
+      if (j.empty()) out << YAML::Flow;
+      out << YAML::BeginSeq;
+      for (const json& v : j) Emit(out, v);
+      out << YAML::EndSeq;
+      return;
+    case json::value_t::string: {
+      const std::string& s = j.get_ref<const std::string&>();
+      if (ResolvePlainScalar(s) != j) out << YAML::DoubleQuoted;
+      out << s;
+      return;
+    }
+    case json::value_t::boolean:
+      out << (j.get<bool>() ? "true" : "false");
+      return;
+    case json::value_t::number_integer:
+      out << j.get<int64_t>();
+      return;
+    case json::value_t::number_unsigned:
+      out << j.get<uint64_t>();
+      return;
+    case json::value_t::number_float:
+      out << j.dump();
+      return;
+    default:
+      out << YAML::Null;
+  }
+}
+
 }  // namespace
+
+std::string ToYaml(const nlohmann::json& doc) {
+  YAML::Emitter out;
+  out.SetIndent(2);
+  out.SetSeqFormat(YAML::Block);
+  Emit(out, doc);
+  return std::string(out.c_str()) + "\n";
+}
 
 absl::StatusOr<json> ParseJson(std::string_view text) {
   bool too_deep = false;

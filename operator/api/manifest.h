@@ -1,8 +1,8 @@
 #pragma once
-// Reading manifests: JSON text, and YAML (one or more `---` documents) converted to JSON the way
-// kubectl reads it. Neither throws; malformed, truncated or too deeply nested input is an
-// InvalidArgument status that says where the problem is.
-// Thread-safety: pure functions.
+// Reading manifests (and writing one as YAML): JSON text, and YAML (one or more `---` documents)
+// converted to JSON the way kubectl reads it. Neither throws; malformed, truncated or too deeply
+// nested input is an InvalidArgument status that says where the problem is. Thread-safety: pure
+// functions.
 
 #include <string>
 #include <string_view>
@@ -26,5 +26,9 @@ absl::StatusOr<std::vector<nlohmann::json>> ParseYamlDocuments(std::string_view 
 
 // Reads a file and parses it with ParseYamlDocuments.
 absl::StatusOr<std::vector<nlohmann::json>> ReadManifestFile(const std::string& path);
+
+// One document as block YAML that ParseYamlDocuments reads back as `doc` (strings that would
+// resolve to another type are quoted; keys sorted, as nlohmann::json keeps them).
+std::string ToYaml(const nlohmann::json& doc);
 
 }  // namespace lockstep::api

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
 namespace lockstep::api {
 namespace {
@@ -105,6 +106,39 @@ TEST(ManifestTest, JsonErrorsSayWhere) {
   EXPECT_FALSE(bad_utf8.ok());
   auto ok = ParseJson(R"({"a": 1e400})");
   EXPECT_FALSE(ok.ok());  // out-of-range numbers are refused by the parser
+}
+
+// ToYaml reads back as what it wrote: strings that look like other types, empty and nested
+// containers, numbers, nulls, and every example manifest.
+TEST(ManifestTest, ToYamlReadsBackAsTheSameDocument) {
+  json doc = {{"strings",
+               {"true", "no", "2222", "0x1F", "1e3", "", "~", "null", "a: b", "- x", "#c", "plain",
+                " lead", "multi\nline", "ünï"}},
+              {"numbers", {0, -7, 4294967296, 2.5, 1e-9}},
+              {"empty", {{"map", json::object()}, {"list", json::array()}}},
+              {"bools", {true, false}},
+              {"nothing", nullptr},
+              {"nested", {{{"k", {{"deeper", {1, {{"x", "y"}}}}}}}}}};
+  std::string yaml = ToYaml(doc);
+  absl::StatusOr<std::vector<json>> back = ParseYamlDocuments(yaml);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  ASSERT_EQ(back->size(), 1u);
+  EXPECT_EQ(back->front(), doc) << yaml;
+  int examples = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(LOCKSTEP_SOURCE_DIR) + "/examples")) {
+    if (entry.path().extension() != ".yaml") continue;
+    absl::StatusOr<std::vector<json>> docs = ReadManifestFile(entry.path().string());
+    ASSERT_TRUE(docs.ok()) << docs.status();
+    for (const json& d : *docs) {
+      absl::StatusOr<std::vector<json>> again = ParseYamlDocuments(ToYaml(d));
+      ASSERT_TRUE(again.ok()) << entry.path() << ": " << again.status();
+      ASSERT_EQ(again->size(), 1u);
+      EXPECT_EQ(again->front(), d) << entry.path();
+      ++examples;
+    }
+  }
+  EXPECT_GT(examples, 5);
 }
 
 TEST(ManifestTest, MissingFileIsNotFound) {

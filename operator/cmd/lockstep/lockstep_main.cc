@@ -8,6 +8,7 @@
 
 #include <climits>
 
+#include "operator/cmd/lockstep/convert_command.h"
 #include "operator/cmd/lockstep/local_command.h"
 #include "operator/cmd/lockstep/run_command.h"
 #include "operator/cmd/lockstep/validate_command.h"
@@ -17,6 +18,7 @@ namespace {
 constexpr const char* kUsage = R"(usage: lockstep COMMAND [ARGS]
 
 commands:
+  convert FILE...    rewrite Kubeflow TFJobs of any version as TrainingJobs (or kubeflow.org/v1)
   local up|down|status
                      a Kubernetes-compatible API server on this machine (see `lockstep local`)
   run FILE           apply a manifest (to the local cluster unless KUBECONFIG says otherwise)
@@ -39,6 +41,7 @@ int main(int argc, char** argv) {
   const std::string command = args[0];
   args.erase(args.begin());
   if (command == "validate") return lockstep::cli::RunValidate(args, std::cout, std::cerr);
+  if (command == "convert") return lockstep::cli::RunConvert(args, std::cout, std::cerr);
   if (command == "local" || command == "run") {
     char self[PATH_MAX];
     ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);

@@ -31,7 +31,7 @@ std::string TfJobHint(const nlohmann::json& doc) {
         "; this TFJob version's other fields moved too (v1 keeps cleanPodPolicy, "
         "ttlSecondsAfterFinished, activeDeadlineSeconds and backoffLimit in spec.runPolicy)";
   }
-  return hint + " (docs/tasks/migrate-from-tfjob.md)";
+  return hint + "; `lockstep convert` rewrites it (docs/tasks/migrate-from-tfjob.md)";
 }
 
 }  // namespace
