@@ -1,5 +1,6 @@
 #include "operator/tfjob/convert.h"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <optional>
@@ -55,12 +56,22 @@ class Conversion {
   absl::StatusOr<Converted> Run(Target to) {
     if (!doc_.contains("spec") || !doc_["spec"].is_object()) return Bad("spec", "want an object");
     const std::string from = StringAt(doc_, "apiVersion");
+    if (doc_.contains("status")) {
+      doc_.erase("status");
+      Say("status dropped (the output of kubectl get; the server writes it)");
+    }
     json& spec = doc_["spec"];
+    if (spec.contains("replica_specs") && !spec.contains("replicaSpecs")) {
+      spec["replicaSpecs"] = std::move(spec["replica_specs"]);
+      spec.erase("replica_specs");
+      Say("spec.replica_specs (v1alpha1's first spelling) read as spec.replicaSpecs");
+    }
     if (spec.contains("replicaSpecs") && spec["replicaSpecs"].is_array()) {
       if (absl::Status s = FromListForm(spec); !s.ok()) return s;
     }
     MoveFlatRunPolicy(spec);
     if (absl::Status s = CanonicalKeys(spec); !s.ok()) return s;
+    DropUnknown(spec);
     if (from != kV1) {
       WriteOldDefaults(spec, from);
       Say(StrCat("apiVersion ", from.empty() ? "(none)" : from, " -> ", kV1));
@@ -224,6 +235,35 @@ class Conversion {
     }
     spec["tfReplicaSpecs"] = std::move(out);
     return absl::OkStatus();
+  }
+
+  // Fields no version read, or that v1 dropped (v1alpha1's TensorBoard deployment), which
+  // Kubeflow's API server prunes from its structural schema: dropped, said.
+  void DropUnknown(json& spec) {
+    static constexpr std::array<std::string_view, 5> kV1Fields = {
+        "runPolicy", "successPolicy", "tfReplicaSpecs", "enableDynamicWorker", "managedBy"};
+    std::vector<std::string> unknown;
+    for (const auto& [key, value] : spec.items()) {
+      if (std::find(kV1Fields.begin(), kV1Fields.end(), key) == kV1Fields.end()) {
+        unknown.push_back(key);
+      }
+    }
+    for (const std::string& key : unknown) {
+      spec.erase(key);
+      Say(key == "tensorboard"
+              ? "spec.tensorboard dropped: v1 deploys no TensorBoard (run one on the job's log "
+                "directory)"
+              : StrCat("spec.", key, " dropped: no TFJob version has it (Kubeflow's API server "
+                       "prunes it)"));
+    }
+    // spec.managedBy, as a page of Kubeflow's documentation writes it: v1 reads
+    // spec.runPolicy.managedBy.
+    if (spec.contains("managedBy")) {
+      json& run = RunPolicy(spec);
+      if (!run.contains("managedBy")) run["managedBy"] = spec["managedBy"];
+      spec.erase("managedBy");
+      Say("spec.managedBy -> spec.runPolicy.managedBy");
+    }
   }
 
   // A default the job's version had and v1 changed: written out.

@@ -6,6 +6,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+
 #include "operator/api/manifest.h"
 #include "operator/api/validation.h"
 
@@ -204,6 +209,82 @@ TEST(ConvertTest, WhatCannotBeReadIsNamed) {
   EXPECT_THAT(std::string(two.status().message()), HasSubstr("both Chief and Master"));
   EXPECT_FALSE(Convert(json{{"kind", "TrainingJob"}}, Target::kTfJobV1).ok());
   EXPECT_FALSE(IsTfJob(json::array()));
+}
+
+// Sixty TFJobs from Kubeflow's own repositories, every version, as published (testdata/kubeflow,
+// with their provenance). Placeholders are filled as kustomize and Katib fill them; then every
+// one converts to a valid TrainingJob keeping its replica types and counts, except the four
+// that no API server would take as published, each refused for its own reason.
+TEST(ConvertCorpusTest, KubeflowsTfJobsOfEveryVersionBecomeValidTrainingJobs) {
+  const std::string dir = std::string(LOCKSTEP_SOURCE_DIR) + "/operator/tfjob/testdata/kubeflow";
+  const std::map<std::string, std::string> refused = {
+      // A README's PS mounts a volume its pod template does not define.
+      {"004-to-tforg-v1alpha1-readme-status.yaml", "Not found: \"ps-config-volume\""},
+      {"010-to-v1alpha1-readme-status.yaml", "Not found: \"ps-config-volume\""},
+      // A kustomize base with a PS only: its overlays add the workers.
+      {"041-ex-v1beta2-mnist-base-ps.yaml", "at least one Chief or Worker"},
+      // A documentation page nests tfReplicaSpecs under runPolicy.
+      {"060-web-v1-legacy-managedby-runpolicy.yaml", "spec.tfReplicaSpecs: Required value"},
+  };
+  std::map<std::string, int> versions;
+  int converted = 0, checked_refusals = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".yaml") continue;
+    const std::string file = entry.path().filename().string();
+    SCOPED_TRACE(file);
+    std::ifstream in(entry.path());
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // kustomize's $(var), a template's ${NAMESPACE}, Katib's ${trialParameters.x}.
+    text = std::regex_replace(text, std::regex(R"(\$\(trainingName\))"), "mnist-train");
+    text = std::regex_replace(text, std::regex(R"(\$\{NAMESPACE\})"), "kubeflow");
+    text = std::regex_replace(text, std::regex(R"(\$[({][A-Za-z.]+[)}])"), "x");
+    absl::StatusOr<std::vector<json>> docs = api::ParseYamlDocuments(text);
+    ASSERT_TRUE(docs.ok()) << docs.status();
+    ASSERT_EQ(docs->size(), 1u);
+    json doc = docs->front();
+    ASSERT_TRUE(IsTfJob(doc));
+    ++versions[doc.value("apiVersion", "")];
+    // A Katib trial's TFJob gets its name from the trial.
+    if (!doc.contains("metadata")) doc["metadata"] = {{"name", "katib-trial"}};
+    absl::StatusOr<Converted> job = Convert(doc, Target::kTrainingJob);
+    std::string problem;
+    if (!job.ok()) {
+      problem = job.status().ToString();
+    } else {
+      api::TrainingJob decoded;
+      for (const api::FieldError& e : api::CheckTrainingJob(job->doc, &decoded)) {
+        problem += e.ToString() + "; ";
+      }
+    }
+    if (auto r = refused.find(file); r != refused.end()) {
+      EXPECT_THAT(problem, HasSubstr(r->second));
+      ++checked_refusals;
+      continue;
+    }
+    ASSERT_EQ(problem, "") << (job.ok() ? job->doc.dump(2) : "");
+    // Every replica type and count kept (Master -> Chief; v1alpha1's unnamed type is MASTER).
+    std::map<std::string, int64_t> before, after;
+    const json& spec = doc["spec"];
+    const json& old = spec.contains("tfReplicaSpecs") ? spec["tfReplicaSpecs"]
+                      : spec.contains("replicaSpecs") ? spec["replicaSpecs"]
+                                                      : spec["replica_specs"];
+    for (const auto& [key, r] : old.items()) {
+      std::string type = old.is_array() ? r.value("tfReplicaType", "MASTER") : key;
+      for (char& ch : type) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (type == "master") type = "chief";
+      before[type] += r.value("replicas", int64_t{1});
+    }
+    for (const auto& [key, r] : job->doc["spec"]["replicaSpecs"].items()) {
+      std::string type = key;
+      for (char& ch : type) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      after[type] += r.value("replicas", int64_t{1});
+    }
+    EXPECT_EQ(after, before);
+    ++converted;
+  }
+  EXPECT_EQ(checked_refusals, static_cast<int>(refused.size()));
+  EXPECT_EQ(converted, 56);
+  EXPECT_EQ(versions.size(), 6u);  // tensorflow.org/v1alpha1, kubeflow.org/v1alpha1 .. v1
 }
 
 }  // namespace
