@@ -253,7 +253,8 @@ class Conversion {
       Say(key == "tensorboard"
               ? "spec.tensorboard dropped: v1 deploys no TensorBoard (run one on the job's log "
                 "directory)"
-              : StrCat("spec.", key, " dropped: no TFJob version has it (Kubeflow's API server "
+              : StrCat("spec.", key,
+                       " dropped: no TFJob version has it (Kubeflow's API server "
                        "prunes it)"));
     }
     // spec.managedBy, as a page of Kubeflow's documentation writes it: v1 reads
