@@ -61,6 +61,9 @@ class Conversion {
       Say("status dropped (the output of kubectl get; the server writes it)");
     }
     json& spec = doc_["spec"];
+    if (spec.contains("runPolicy") && !spec["runPolicy"].is_object()) {
+      return Bad("spec.runPolicy", "want an object");
+    }
     if (spec.contains("replica_specs") && !spec.contains("replicaSpecs")) {
       spec["replicaSpecs"] = std::move(spec["replica_specs"]);
       spec.erase("replica_specs");

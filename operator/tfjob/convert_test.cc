@@ -191,6 +191,8 @@ TEST(ConvertTest, WhatCannotBeReadIsNamed) {
       {"kind: TFJob\nspec: {replicaSpecs: [{tfReplicaType: PS}, {tfReplicaType: ps}]}\n",
        "spec.replicaSpecs[1]: a second ps replica spec"},
       {"kind: TFJob\nspec: {replicaSpecs: [7]}\n", "spec.replicaSpecs[0]: want an object"},
+      {"kind: TFJob\nspec: {runPolicy: 5, backoffLimit: 2, tfReplicaSpecs: {}}\n",
+       "spec.runPolicy: want an object"},
       {"kind: TFJob\nspec: {replicaSpecs: [{}], terminationPolicy: 5}\n", ""},
   };
   for (const Case& c : cases) {
