@@ -59,24 +59,30 @@ std::string AppVersion() {
   return chart.ok() && !chart->empty() ? (*chart)[0].value("appVersion", "") : "";
 }
 
-TEST(ChartTest, CrdIsByteIdenticalToTheOneInCrds) {
-  std::string chart_crd = ReadFile(kChart + "/crds/lockstep.io_trainingjobs.yaml");
-  std::string crd =
-      ReadFile(std::string(LOCKSTEP_SOURCE_DIR) + "/crds/lockstep.io_trainingjobs.yaml");
-  ASSERT_FALSE(crd.empty());
-  EXPECT_TRUE(chart_crd == crd)
-      << "charts/lockstep/crds/ differs from crds/: copy crds/lockstep.io_trainingjobs.yaml";
-  // Only that one file: Helm installs everything in crds/.
+TEST(ChartTest, CrdsAreByteIdenticalToTheOnesInCrds) {
+  for (const char* file : {"lockstep.io_trainingjobs.yaml", "kubeflow.org_tfjobs.yaml"}) {
+    SCOPED_TRACE(file);
+    std::string chart_crd = ReadFile(kChart + "/crds/" + file);
+    std::string crd = ReadFile(std::string(LOCKSTEP_SOURCE_DIR) + "/crds/" + file);
+    ASSERT_FALSE(crd.empty());
+    EXPECT_TRUE(chart_crd == crd) << "charts/lockstep/crds/ differs from crds/: copy crds/" << file;
+  }
+  // Only those two: Helm installs everything in crds/.
   int files = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(kChart + "/crds")) ++files;
-  EXPECT_EQ(files, 1);
+  EXPECT_EQ(files, 2);
 }
 
-TEST(ChartTest, IncludeCrdsPutsTheCrdFirst) {
+TEST(ChartTest, IncludeCrdsPutsTheCrdsFirst) {
   std::vector<json> objs = Objects("--include-crds " + kChart);
   ASSERT_FALSE(objs.empty());
-  EXPECT_EQ(objs[0].value("kind", ""), "CustomResourceDefinition");
-  EXPECT_EQ(objs[0]["metadata"].value("name", ""), "trainingjobs.lockstep.io");
+  ASSERT_GE(objs.size(), 2u);
+  std::set<std::string> crds;
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(objs[i].value("kind", ""), "CustomResourceDefinition");
+    crds.insert(objs[i]["metadata"].value("name", ""));
+  }
+  EXPECT_EQ(crds, (std::set<std::string>{"trainingjobs.lockstep.io", "tfjobs.kubeflow.org"}));
 }
 
 TEST(ChartTest, DefaultsRenderTheOperatorAndItsRbac) {

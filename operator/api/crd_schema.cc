@@ -1,5 +1,7 @@
 #include "operator/api/crd_schema.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <regex>
 #include <set>
@@ -70,10 +72,27 @@ bool PreservesUnknown(const json& schema) {
   return Flag(schema, "x-kubernetes-preserve-unknown-fields");
 }
 
+// x-kubernetes-int-or-string's own form, which structural schemas allow:
+// anyOf: [{type: integer}, {type: string}].
+bool IsIntOrStringAnyOf(const json& branches) {
+  if (!branches.is_array() || branches.size() != 2) return false;
+  std::vector<std::string> types;
+  for (const json& b : branches) {
+    if (!b.is_object() || b.size() != 1) return false;
+    types.push_back(TypeOf(b));
+  }
+  std::sort(types.begin(), types.end());
+  return types == std::vector<std::string>{"integer", "string"};
+}
+
 void CheckJunctors(const json& schema, const FieldPath& path, FieldErrors* errors) {
   for (std::string_view junctor : {"allOf", "anyOf", "oneOf", "not"}) {
     auto it = schema.find(junctor);
     if (it == schema.end()) continue;
+    if (junctor == "anyOf" && Flag(schema, "x-kubernetes-int-or-string") &&
+        IsIntOrStringAnyOf(*it)) {
+      continue;
+    }
     std::vector<std::pair<const json*, FieldPath>> branches;
     if (it->is_array()) {
       for (size_t i = 0; i < it->size(); ++i)

@@ -16,4 +16,14 @@ std::string_view ReplicaTypeLower(ReplicaType t) {
   return "unknown";
 }
 
+std::string_view ReplicaTypeLower(const TrainingJob& job, ReplicaType t) {
+  if (t == ReplicaType::kChief && job.tfjob && job.tfjob->master) return "master";
+  return ReplicaTypeLower(t);
+}
+
+std::string_view ReplicaTypeName(const TrainingJob& job, ReplicaType t) {
+  if (t == ReplicaType::kChief && job.tfjob && job.tfjob->master) return "Master";
+  return NameOf<ReplicaType>(kReplicaTypeNames, t);
+}
+
 }  // namespace lockstep::api

@@ -26,6 +26,9 @@ inline constexpr std::string_view kVersion = "v1alpha1";
 inline constexpr std::string_view kApiVersion = "lockstep.io/v1alpha1";
 inline constexpr std::string_view kKind = "TrainingJob";
 inline constexpr std::string_view kPlural = "trainingjobs";
+// Kubeflow's TFJob, which the operator serves too when asked (operator/tfjob/served.h).
+inline constexpr std::string_view kTfJobApiVersion = "kubeflow.org/v1";
+inline constexpr std::string_view kTfJobKind = "TFJob";
 
 // ---- enums and their API spellings ----
 
@@ -38,6 +41,11 @@ inline constexpr std::array<EnumName<ReplicaType>, 4> kReplicaTypeNames{{
 }};
 // Lower-case form used in pod names, labels and TF_CONFIG ("worker", "ps").
 std::string_view ReplicaTypeLower(ReplicaType t);
+struct TrainingJob;
+// As `job`'s pod names and TF_CONFIG spell it: "master" for the chief of a TFJob keyed Master.
+std::string_view ReplicaTypeLower(const TrainingJob& job, ReplicaType t);
+// As `job`'s status.replicaStatuses keys it: "Master" for the chief of a TFJob keyed Master.
+std::string_view ReplicaTypeName(const TrainingJob& job, ReplicaType t);
 
 enum class Strategy {
   kOneDevice,
@@ -363,12 +371,26 @@ struct TrainingJobStatus {
   bool operator==(const TrainingJobStatus&) const = default;
 };
 
+// A Kubeflow `kubeflow.org/v1` TFJob served as a TrainingJob (operator/tfjob/served.h): what
+// its children and status spell as training-operator does.
+struct TfJobForm {
+  bool master = false;          // its chief is keyed Master: pods <job>-master-<i>, "master"
+  bool dynamic_worker = false;  // spec.enableDynamicWorker: the sparse TF_CONFIG
+  // spec.runPolicy.managedBy names another controller (Kueue's MultiKueue...): not run here.
+  std::string managed_elsewhere;
+
+  bool operator==(const TfJobForm&) const = default;
+};
+
 struct TrainingJob {
+  // A served TFJob keeps its own ("kubeflow.org/v1", "TFJob"): its children's owner references
+  // and its events name it.
   std::string api_version{kApiVersion};
   std::string kind{kKind};
   ObjectMeta metadata;
   TrainingJobSpec spec;
   std::optional<TrainingJobStatus> status;
+  std::optional<TfJobForm> tfjob;  // set when the job is a served TFJob
 
   bool operator==(const TrainingJob&) const = default;
 };

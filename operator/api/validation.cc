@@ -52,7 +52,7 @@ void ValidateName(const TrainingJob& job, FieldErrors* errors) {
   std::string longest;
   for (const auto& [type, rs] : job.spec.replica_specs) {
     if (rs.replicas <= 0) continue;
-    std::string name = ReplicaName(m.name, type, rs.replicas - 1);
+    std::string name = ReplicaName(job, type, rs.replicas - 1);
     if (name.size() > longest.size()) longest = name;
   }
   if (longest.size() > kMaxNameLength) {
@@ -237,6 +237,10 @@ void ValidateFailurePolicy(const TrainingJobSpec& spec, const FieldPath& path,
 
 std::string ReplicaName(std::string_view job_name, ReplicaType type, int32_t index) {
   return StrCat(job_name, "-", ReplicaTypeLower(type), "-", index);
+}
+
+std::string ReplicaName(const TrainingJob& job, ReplicaType type, int32_t index) {
+  return StrCat(job.metadata.name, "-", ReplicaTypeLower(job, type), "-", index);
 }
 
 int32_t ReplicaCount(const TrainingJobSpec& spec, ReplicaType type) {

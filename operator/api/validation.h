@@ -29,6 +29,8 @@ absl::StatusOr<TrainingJob> TrainingJobFromJson(const nlohmann::json& j,
 
 // Pod and Service name of one replica: "<job>-<type in lower case>-<index>".
 std::string ReplicaName(std::string_view job_name, ReplicaType type, int32_t index);
+// `job`'s pod and Service name of a replica: "<job>-master-0" for a TFJob's Master.
+std::string ReplicaName(const TrainingJob& job, ReplicaType type, int32_t index);
 
 // The number of replicas of `type` (0 when the type is absent).
 int32_t ReplicaCount(const TrainingJobSpec& spec, ReplicaType type);

@@ -17,6 +17,7 @@ const Resource kSecrets{"", "v1", "secrets", "Secret", true};
 const Resource kNamespaces{"", "v1", "namespaces", "Namespace", false};
 const Resource kLeases{"coordination.k8s.io", "v1", "leases", "Lease", true};
 const Resource kTrainingJobs{"lockstep.io", "v1alpha1", "trainingjobs", "TrainingJob", true};
+const Resource kTfJobs{"kubeflow.org", "v1", "tfjobs", "TFJob", true};
 }  // namespace resources
 
 namespace {

@@ -39,6 +39,7 @@ extern const Resource kSecrets;
 extern const Resource kNamespaces;
 extern const Resource kLeases;
 extern const Resource kTrainingJobs;
+extern const Resource kTfJobs;  // Kubeflow's kubeflow.org/v1 TFJob, when served
 }  // namespace resources
 
 struct ListOptions {

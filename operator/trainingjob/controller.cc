@@ -21,12 +21,14 @@ struct TrainingJobController::Impl {
         clock(clk),
         metrics(m),
         options(std::move(o)),
-        jobs(client, kube::resources::kTrainingJobs, DecodeJobObject, WatchOptions(""), clock),
-        pods(client, kube::resources::kPods, DecodeObservedPod, WatchOptions(kJobNameLabel), clock),
+        jobs(client, options.tfjobs ? kube::resources::kTfJobs : kube::resources::kTrainingJobs,
+             DecodeJobObject, WatchOptions(""), clock),
+        pods(client, kube::resources::kPods, DecodeObservedPod, WatchOptions(ChildSelector()),
+             clock),
         services(client, kube::resources::kServices, DecodeObjectHeader,
-                 WatchOptions(kJobNameLabel), clock),
-        secrets(client, kube::resources::kSecrets, DecodeObjectHeader, WatchOptions(kJobNameLabel),
-                clock),
+                 WatchOptions(ChildSelector()), clock),
+        secrets(client, kube::resources::kSecrets, DecodeObjectHeader,
+                WatchOptions(ChildSelector()), clock),
         pod_groups(NewPodGroupInformer()),
         queue(clock),
         expectations(clock, options.expectation_timeout),
@@ -52,12 +54,18 @@ struct TrainingJobController::Impl {
     return e;
   }
 
+  // The children of this controller's jobs: a served TFJob's carry Kubeflow's job-name label
+  // beside ours, a TrainingJob's do not.
+  std::string ChildSelector() const {
+    return StrCat(kJobNameLabel, ",", options.tfjobs ? "" : "!", kKubeflowJobNameLabel);
+  }
+
   std::unique_ptr<runtime::Informer<ObjectHeader>> NewPodGroupInformer() {
     GangScheduler gang = options.reconciler.planner.desired.gang;
     if (gang == GangScheduler::kNone) return nullptr;
     return std::make_unique<runtime::Informer<ObjectHeader>>(
         client, ResourceOf(ChildKind::kPodGroup, gang), DecodeObjectHeader,
-        WatchOptions(kJobNameLabel), clock);
+        WatchOptions(ChildSelector()), clock);
   }
 
   std::unique_ptr<ProgressPoller> NewPoller(ProgressSource* source) {
@@ -141,21 +149,27 @@ TrainingJobController::TrainingJobController(kube::RestClient* client, common::C
                                              ProgressSource* progress, ControllerOptions options)
     : impl_(std::make_unique<Impl>(client, clock, metrics, progress, std::move(options))) {
   DeclareReconcilerMetrics(metrics);
-  metrics->AddGauge("lockstep_trainingjobs", "TrainingJobs in the cache, by state.");
-  metrics->AddGauge("lockstep_workqueue_depth", "Job keys ready to be reconciled.");
+  const bool tfjobs = impl_->options.tfjobs;
+  const std::string jobs_gauge = tfjobs ? "lockstep_tfjobs" : "lockstep_trainingjobs";
+  metrics->AddGauge(jobs_gauge, tfjobs ? "Served TFJobs in the cache, by state."
+                                       : "TrainingJobs in the cache, by state.");
+  metrics->AddGauge("lockstep_workqueue_depth",
+                    "Job keys ready to be reconciled (controller=tfjob: served TFJobs').");
   Impl* impl = impl_.get();
-  metrics->AddCollector([impl](common::MetricsRegistry& m) {
-    m.ClearGauge("lockstep_trainingjobs");
+  metrics->AddCollector([impl, jobs_gauge, tfjobs](common::MetricsRegistry& m) {
+    m.ClearGauge(jobs_gauge);
     std::map<api::JobState, int> counts;
     for (const api::EnumName<api::JobState>& e : api::kJobStateNames) counts[e.value] = 0;
     for (const auto& j : impl->jobs.cache().List()) {
       counts[j->state] += 1;
     }
     for (const auto& [state, n] : counts) {
-      m.Set("lockstep_trainingjobs",
+      m.Set(jobs_gauge,
             {{"state", std::string(api::NameOf<api::JobState>(api::kJobStateNames, state))}}, n);
     }
-    m.Set("lockstep_workqueue_depth", {}, static_cast<double>(impl->queue.Len()));
+    m.Set("lockstep_workqueue_depth",
+          tfjobs ? common::MetricLabels{{"controller", "tfjob"}} : common::MetricLabels{},
+          static_cast<double>(impl->queue.Len()));
   });
 }
 
@@ -200,19 +214,20 @@ void TrainingJobController::Run(std::stop_token stop) {
     t_secrets.request_stop();
     t_pod_groups.request_stop();
   });
-  common::LogInfo("trainingjob", "waiting for caches to sync");
+  const char* log = i.options.tfjobs ? "tfjob" : "trainingjob";
+  common::LogInfo(log, "waiting for caches to sync");
   if (!i.jobs.WaitForSync(stop) || !i.pods.WaitForSync(stop) || !i.services.WaitForSync(stop) ||
       !i.secrets.WaitForSync(stop) || (i.pod_groups && !i.pod_groups->WaitForSync(stop))) {
     return;
   }
-  common::LogInfo("trainingjob", "caches synced: ", i.jobs.cache().size(), " jobs, ",
-                  i.pods.cache().size(), " pods; starting ", i.options.workers, " workers");
+  common::LogInfo(log, "caches synced: ", i.jobs.cache().size(), " jobs, ", i.pods.cache().size(),
+                  " pods; starting ", i.options.workers, " workers");
   std::jthread t_progress;
   if (i.poller && i.poller->enabled()) {
     t_progress = std::jthread([&i, stop] { i.poller->Run(stop); });
   }
   runtime::Controller controller(
-      "trainingjob", &i.queue, [&i](const std::string& key) { return i.reconciler.Reconcile(key); },
+      log, &i.queue, [&i](const std::string& key) { return i.reconciler.Reconcile(key); },
       i.options.workers);
   ready_ = true;
   controller.Run(stop);

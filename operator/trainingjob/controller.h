@@ -1,13 +1,13 @@
 #pragma once
-// TrainingJobController: the controller assembled. Informers on TrainingJobs and on the pods,
-// Services and Secrets (and, with gang scheduling, PodGroups) that carry the lockstep.io/job-name
-// label feed one work queue of job keys (watch -> cache -> queue -> reconcile -> API); N workers
-// run the Reconciler. A child's events enqueue the job named by its controller owner reference and
-// settle the expectations the reconciler registered for it. A ProgressPoller beside the informers
-// reads each running job's /progress on its own threads and enqueues the job when its progress
-// changed; the reconciler reads its cache. Used by the lockstep-operator binary (under leader
-// election) and in-process by `lockstep local`. Thread-safety: Run() on one thread; Ready() and
-// metrics() from any.
+// TrainingJobController: the controller assembled (of TrainingJobs, or of served TFJobs). Informers
+// on TrainingJobs and on the pods, Services and Secrets (and, with gang scheduling, PodGroups) that
+// carry the lockstep.io/job-name label feed one work queue of job keys (watch -> cache -> queue ->
+// reconcile -> API); N workers run the Reconciler. A child's events enqueue the job named by its
+// controller owner reference and settle the expectations the reconciler registered for it. A
+// ProgressPoller beside the informers reads each running job's /progress on its own threads and
+// enqueues the job when its progress changed; the reconciler reads its cache. Used by the
+// lockstep-operator binary (under leader election) and in-process by `lockstep local`.
+// Thread-safety: Run() on one thread; Ready() and metrics() from any.
 
 #include <atomic>
 #include <memory>
@@ -27,6 +27,10 @@ namespace lockstep::trainingjob {
 
 struct ControllerOptions {
   std::string namespace_;  // empty: every namespace
+  // Serve Kubeflow's kubeflow.org/v1 TFJobs (operator/tfjob/served.h) instead of TrainingJobs.
+  // The two controllers run side by side; each watches only its own jobs' children (a TFJob's
+  // carry training.kubeflow.org/job-name).
+  bool tfjobs = false;
   int workers = 2;
   ReconcilerOptions reconciler;
   ProgressPollerOptions progress;

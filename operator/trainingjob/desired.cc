@@ -24,9 +24,32 @@ json OwnerRefJson(const api::TrainingJob& job) {
 
 std::map<std::string, std::string> ReplicaLabels(const api::TrainingJob& job, api::ReplicaType type,
                                                  int32_t index) {
-  return {{std::string(kJobNameLabel), job.metadata.name},
-          {std::string(kReplicaTypeLabel), std::string(api::ReplicaTypeLower(type))},
-          {std::string(kReplicaIndexLabel), std::to_string(index)}};
+  std::map<std::string, std::string> labels = {
+      {std::string(kJobNameLabel), job.metadata.name},
+      {std::string(kReplicaTypeLabel), std::string(api::ReplicaTypeLower(type))},
+      {std::string(kReplicaIndexLabel), std::to_string(index)}};
+  if (job.tfjob) {
+    labels[std::string(kKubeflowJobNameLabel)] = job.metadata.name;
+    labels[std::string(kKubeflowOperatorNameLabel)] = kKubeflowOperatorName;
+    labels[std::string(kKubeflowReplicaTypeLabel)] = api::ReplicaTypeLower(job, type);
+    labels[std::string(kKubeflowReplicaIndexLabel)] = std::to_string(index);
+  }
+  return labels;
+}
+
+// The labels of the job's Secret and PodGroup: its name (Kubeflow's too for a served TFJob).
+std::map<std::string, std::string> JobLabels(const api::TrainingJob& job) {
+  std::map<std::string, std::string> labels = {{std::string(kJobNameLabel), job.metadata.name}};
+  if (job.tfjob) labels[std::string(kKubeflowJobNameLabel)] = job.metadata.name;
+  return labels;
+}
+
+// training-operator's IsMasterRole: the chief (Master), else worker 0.
+bool IsMasterRole(const api::TrainingJob& job, api::ReplicaType type, int32_t index) {
+  if (job.spec.replica_specs.contains(api::ReplicaType::kChief)) {
+    return type == api::ReplicaType::kChief;
+  }
+  return type == api::ReplicaType::kWorker && index == 0;
 }
 
 json Metadata(const api::TrainingJob& job, const std::string& name,
@@ -75,7 +98,7 @@ json DesiredPod(const api::TrainingJob& job, api::ReplicaType type, int32_t inde
                 int32_t incarnation) {
   const api::ReplicaSpec& spec = job.spec.replica_specs.at(type);
   const json tmpl = spec.pod_template.raw();
-  std::string name = api::ReplicaName(job.metadata.name, type, index);
+  std::string name = api::ReplicaName(job, type, index);
 
   std::map<std::string, std::string> labels;
   if (const json* tl = api::ObjectAt(tmpl, "metadata"); tl != nullptr) {
@@ -86,6 +109,9 @@ json DesiredPod(const api::TrainingJob& job, api::ReplicaType type, int32_t inde
     }
   }
   for (auto& [k, v] : ReplicaLabels(job, type, index)) labels[k] = v;
+  if (job.tfjob && IsMasterRole(job, type, index)) {
+    labels[std::string(kKubeflowJobRoleLabel)] = "master";
+  }
   labels[std::string(kAttemptLabel)] = std::to_string(attempt);
   labels[std::string(kIncarnationLabel)] = std::to_string(incarnation);
 
@@ -120,7 +146,8 @@ json DesiredPod(const api::TrainingJob& job, api::ReplicaType type, int32_t inde
       if (training->FindPort(api::kTrainingPortName) == nullptr &&
           training->FindPort(api::kKubeflowPortName) == nullptr) {
         if (!c.contains("ports") || !c["ports"].is_array()) c["ports"] = json::array();
-        c["ports"].push_back({{"name", api::kTrainingPortName},
+        // A TFJob's is named as training-operator's defaulting names it.
+        c["ports"].push_back({{"name", job.tfjob ? api::kKubeflowPortName : api::kTrainingPortName},
                               {"containerPort", api::kDefaultTrainingPort},
                               {"protocol", "TCP"}});
       }
@@ -166,7 +193,7 @@ json DesiredPod(const api::TrainingJob& job, api::ReplicaType type, int32_t inde
 }
 
 json DesiredService(const api::TrainingJob& job, api::ReplicaType type, int32_t index) {
-  std::string name = api::ReplicaName(job.metadata.name, type, index);
+  std::string name = api::ReplicaName(job, type, index);
   std::map<std::string, std::string> labels = ReplicaLabels(job, type, index);
   int32_t port = job.spec.replica_specs.at(type).pod_template.TrainingPort();
   json svc = {{"apiVersion", "v1"}, {"kind", "Service"}};
@@ -175,18 +202,18 @@ json DesiredService(const api::TrainingJob& job, api::ReplicaType type, int32_t 
   spec["clusterIP"] = "None";
   spec["publishNotReadyAddresses"] = true;
   spec["selector"] = labels;
-  spec["ports"] = json::array({{{"name", api::kTrainingPortName},
-                                {"port", port},
-                                {"targetPort", port},
-                                {"protocol", "TCP"}}});
+  spec["ports"] =
+      json::array({{{"name", job.tfjob ? api::kKubeflowPortName : api::kTrainingPortName},
+                    {"port", port},
+                    {"targetPort", port},
+                    {"protocol", "TCP"}}});
   svc["spec"] = std::move(spec);
   return svc;
 }
 
 json DesiredTokenSecret(const api::TrainingJob& job, const std::string& token) {
   json secret = {{"apiVersion", "v1"}, {"kind", "Secret"}, {"type", "Opaque"}};
-  secret["metadata"] = Metadata(job, TokenSecretName(job.metadata.name),
-                                {{std::string(kJobNameLabel), job.metadata.name}});
+  secret["metadata"] = Metadata(job, TokenSecretName(job.metadata.name), JobLabels(job));
   secret["data"] = {{std::string(kTokenKey), absl::Base64Escape(token)}};
   return secret;
 }
@@ -203,8 +230,7 @@ json DesiredPodGroup(const api::TrainingJob& job, GangScheduler gang) {
   int32_t min_member = sched && sched->min_available ? *sched->min_available : total;
   GroupVersion gv = PodGroupVersion(gang);
   json pg = {{"apiVersion", StrCat(gv.group, "/", gv.version)}, {"kind", "PodGroup"}};
-  pg["metadata"] =
-      Metadata(job, job.metadata.name, {{std::string(kJobNameLabel), job.metadata.name}});
+  pg["metadata"] = Metadata(job, job.metadata.name, JobLabels(job));
   json spec = {{"minMember", min_member}};
   if (gang == GangScheduler::kVolcano) {
     if (sched && !sched->queue.empty()) spec["queue"] = sched->queue;

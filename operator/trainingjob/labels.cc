@@ -14,8 +14,8 @@ std::string ReplicaSelector(std::string_view job_name, api::ReplicaType type) {
 }
 
 api::OwnerReference ControllerRef(const api::TrainingJob& job) {
-  return {.api_version = std::string(api::kApiVersion),
-          .kind = std::string(api::kKind),
+  return {.api_version = job.api_version,
+          .kind = job.kind,
           .name = job.metadata.name,
           .uid = job.metadata.uid,
           .controller = true,

@@ -20,6 +20,17 @@ inline constexpr std::string_view kAttemptLabel = "lockstep.io/attempt";
 // recovery): 0 for the attempt's first pod.
 inline constexpr std::string_view kIncarnationLabel = "lockstep.io/incarnation";
 
+// A served TFJob's children carry training-operator's labels too (Katib finds a trial's primary
+// pod by job-role, pipelines select by job-name): training.kubeflow.org/...
+inline constexpr std::string_view kKubeflowJobNameLabel = "training.kubeflow.org/job-name";
+inline constexpr std::string_view kKubeflowOperatorNameLabel =
+    "training.kubeflow.org/operator-name";
+inline constexpr std::string_view kKubeflowReplicaTypeLabel = "training.kubeflow.org/replica-type";
+inline constexpr std::string_view kKubeflowReplicaIndexLabel =
+    "training.kubeflow.org/replica-index";
+inline constexpr std::string_view kKubeflowJobRoleLabel = "training.kubeflow.org/job-role";
+inline constexpr std::string_view kKubeflowOperatorName = "tfjob-controller";
+
 // The per-job Secret holding the token peers present to each other, and its key.
 inline constexpr std::string_view kTokenKey = "token";
 std::string TokenSecretName(std::string_view job_name);
@@ -27,7 +38,8 @@ std::string TokenSecretName(std::string_view job_name);
 // "lockstep.io/job-name=<job>,lockstep.io/replica-type=<type>": a replica type's pods.
 std::string ReplicaSelector(std::string_view job_name, api::ReplicaType type);
 
-// The owner reference every child carries: controller and blockOwnerDeletion set.
+// The owner reference every child carries: controller and blockOwnerDeletion set; of the job's
+// own kind (a TrainingJob, or a served TFJob).
 api::OwnerReference ControllerRef(const api::TrainingJob& job);
 
 // The replica type a lockstep.io/replica-type label names ("worker"); unset when absent or

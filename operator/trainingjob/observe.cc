@@ -24,7 +24,10 @@ ChildMeta ObserveChildMeta(const api::ObjectMeta& m) {
   for (const api::OwnerReference& r : m.owner_references) {
     if (!r.controller.value_or(false)) continue;
     strings.controller_uid = r.uid;
-    if (r.kind == api::kKind && r.api_version == api::kApiVersion) strings.controller_job = r.name;
+    if ((r.kind == api::kKind && r.api_version == api::kApiVersion) ||
+        (r.kind == api::kTfJobKind && r.api_version == api::kTfJobApiVersion)) {
+      strings.controller_job = r.name;
+    }
     break;
   }
   ChildMeta c(strings);

@@ -47,7 +47,8 @@ class ChildMeta {
     std::string_view uid;
     std::string_view resource_version;
     // The controlling owner reference's UID (any kind), and its name when it is a
-    // TrainingJob of this API version; both empty when nothing controls the object.
+    // TrainingJob of this API version (or a served kubeflow.org/v1 TFJob); both empty when
+    // nothing controls the object.
     std::string_view controller_uid;
     std::string_view controller_job;
   };

@@ -186,8 +186,8 @@ class Planner {
     } else if (api::ReplicaCount(job_.spec, ReplicaType::kChief) > 0) {
       if (!done(ReplicaType::kChief, 0)) return false;
       reason = "ChiefSucceeded";
-      message = StrCat("the chief (pod ",
-                       api::ReplicaName(job_.metadata.name, ReplicaType::kChief, 0), ") succeeded");
+      message =
+          StrCat("the chief (pod ", api::ReplicaName(job_, ReplicaType::kChief, 0), ") succeeded");
     } else {
       if (api::ReplicaCount(job_.spec, ReplicaType::kWorker) == 0 ||
           !done(ReplicaType::kWorker, 0)) {
@@ -195,8 +195,7 @@ class Planner {
       }
       reason = "Worker0Succeeded";
       message =
-          StrCat("worker 0 (pod ", api::ReplicaName(job_.metadata.name, ReplicaType::kWorker, 0),
-                 ") succeeded");
+          StrCat("worker 0 (pod ", api::ReplicaName(job_, ReplicaType::kWorker, 0), ") succeeded");
     }
     if (Move(JobState::kSucceeded, reason, message)) st_.completion_time = now_;
     return true;
@@ -385,7 +384,7 @@ class Planner {
     for (const auto& [type, spec] : job_.spec.replica_specs) {
       for (int32_t i = 0; i < spec.replicas; ++i) {
         if (completed_[type].contains(i)) continue;
-        std::string name = api::ReplicaName(job_.metadata.name, type, i);
+        std::string name = api::ReplicaName(job_, type, i);
         if (!services.contains(name)) {
           plan_.actions.push_back({.kind = Action::Kind::kCreate,
                                    .child = ChildKind::kService,
@@ -565,7 +564,7 @@ class Planner {
       bool named = false;
       for (const auto& [type, spec] : job_.spec.replica_specs) {
         for (int32_t i = 0; i < spec.replicas && !named; ++i) {
-          if (api::ReplicaName(job_.metadata.name, type, i) != it->first) continue;
+          if (api::ReplicaName(job_, type, i) != it->first) continue;
           named = r.replaced.find(StrCat(api::ReplicaTypeLower(type), " ", i)) != std::string::npos;
         }
       }

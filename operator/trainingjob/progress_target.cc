@@ -19,10 +19,14 @@ ProgressSpeaker ProgressSpeakerOf(const api::TrainingJob& job) {
     spec = job.spec.replica_specs.find(api::ReplicaType::kWorker);
   }
   if (spec != job.spec.replica_specs.end()) s.port = spec->second.pod_template.MetricsPort();
+  s.master = job.tfjob && job.tfjob->master;
   return s;
 }
 
 std::string ProgressPodName(std::string_view job_name, const ProgressSpeaker& speaker) {
+  if (speaker.master && speaker.type == api::ReplicaType::kChief) {
+    return StrCat(job_name, "-master-0");
+  }
   return api::ReplicaName(job_name, speaker.type, 0);
 }
 

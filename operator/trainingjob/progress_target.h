@@ -29,9 +29,11 @@ bool IsPolled(api::JobState state);
 struct ProgressSpeaker {
   api::ReplicaType type = api::ReplicaType::kChief;  // the chief, else worker 0
   int32_t port = api::kDefaultMetricsPort;           // its container's lockstep-metrics port
+  bool master = false;  // a TFJob's chief keyed Master: its pod is "<job>-master-0"
 };
 ProgressSpeaker ProgressSpeakerOf(const api::TrainingJob& job);
-// The pod whose /progress speaks for the job: "<job>-chief-0", else "<job>-worker-0".
+// The pod whose /progress speaks for the job: "<job>-chief-0" ("<job>-master-0"), else
+// "<job>-worker-0".
 std::string ProgressPodName(std::string_view job_name, const ProgressSpeaker& speaker);
 // The target for the job with metadata `job` in `state`, given its pod named ProgressPodName
 // (null when absent): none unless the job is polled and the pod is controlled by the job,

@@ -12,6 +12,8 @@
 #include "operator/api/validation.h"
 #include "operator/kube/api_error.h"
 #include "operator/kube/rate_limiter.h"
+#include "operator/tfjob/convert.h"
+#include "operator/tfjob/served.h"
 #include "operator/trainingjob/labels.h"
 #include "operator/trainingjob/observe.h"
 
@@ -46,7 +48,11 @@ std::vector<std::shared_ptr<const T>> Controlled(const runtime::Cache<T>& cache,
 
 JobObject::Decoded DecodeLeniently(const json& j) {
   JobObject::Decoded d;
-  d.job = api::DecodeTrainingJob(j, &d.errors, {.reject_unknown_fields = false});
+  if (tfjob::IsTfJob(j)) {
+    d.job = tfjob::DecodeServedTfJob(j, &d.errors);
+  } else {
+    d.job = api::DecodeTrainingJob(j, &d.errors, {.reject_unknown_fields = false});
+  }
   return d;
 }
 
@@ -57,7 +63,7 @@ JobObject::Decoded JobObject::Decode() const { return DecodeLeniently(json::pars
 absl::StatusOr<JobObject> DecodeJobObject(const json& j) {
   JobObject::Decoded d = DecodeLeniently(j);
   if (d.job.metadata.name.empty()) {
-    return absl::InvalidArgumentError("TrainingJob without metadata.name");
+    return absl::InvalidArgumentError(StrCat(d.job.kind, " without metadata.name"));
   }
   JobObject o{.metadata = ObserveChildMeta(d.job.metadata),
               .state = d.job.status ? d.job.status->state : api::JobState::kPending,
@@ -110,8 +116,8 @@ Reconciler::Reconciler(ReconcilerDeps deps, ReconcilerOptions options)
 void Reconciler::Record(const api::TrainingJob& job, runtime::EventType type,
                         const std::string& reason, const std::string& message, bool essential) {
   if (d_.events == nullptr) return;
-  d_.events->Record({.api_version = std::string(api::kApiVersion),
-                     .kind = std::string(api::kKind),
+  d_.events->Record({.api_version = job.api_version,
+                     .kind = job.kind,
                      .namespace_ = job.metadata.namespace_,
                      .name = job.metadata.name,
                      .uid = job.metadata.uid},
@@ -135,6 +141,12 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
 
   Observed o;
   JobObject::Decoded decoded = cached->Decode();
+  if (decoded.job.tfjob && !decoded.job.tfjob->managed_elsewhere.empty()) {
+    // Another controller's (runPolicy.managedBy): neither its status nor its pods are ours.
+    common::LogDebug(kLog, key, ": managed by ", decoded.job.tfjob->managed_elsewhere,
+                     "; not reconciled here");
+    return runtime::ReconcileResult{};
+  }
   o.job = std::move(decoded.job);
   o.decode_errors = std::move(decoded.errors);
   const api::TrainingJob& job = o.job;
@@ -186,10 +198,18 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
 
   const bool status_changed = !job.status || plan.status != *job.status;
   if (status_changed) {
-    api::TrainingJob updated = job;
-    updated.status = plan.status;
-    absl::StatusOr<json> r = d_.client->UpdateStatus(
-        kube::resources::kTrainingJobs, job.metadata.namespace_, api::EncodeTrainingJob(updated));
+    absl::StatusOr<json> r;
+    if (job.tfjob) {
+      // The TFJob as cached (its resourceVersion guards the write), its status in TFJob's shape.
+      json updated = json::parse(cached->json);
+      updated["status"] = tfjob::EncodeServedTfJobStatus(job, plan.status);
+      r = d_.client->UpdateStatus(kube::resources::kTfJobs, job.metadata.namespace_, updated);
+    } else {
+      api::TrainingJob updated = job;
+      updated.status = plan.status;
+      r = d_.client->UpdateStatus(kube::resources::kTrainingJobs, job.metadata.namespace_,
+                                  api::EncodeTrainingJob(updated));
+    }
     if (!r.ok()) {
       if (kube::IsApiNotFound(r.status())) return runtime::ReconcileResult{};
       if (d_.metrics) d_.metrics->Inc(kReconcileErrorsMetric);
@@ -288,7 +308,9 @@ absl::Status Reconciler::ExecuteAll(const std::string& key, const api::TrainingJ
 absl::Status Reconciler::Execute(const std::string& key, const api::TrainingJob& job,
                                  const Action& a) {
   const std::string& ns = job.metadata.namespace_;
-  const kube::Resource& r = ResourceOf(a.child, options_.planner.desired.gang);
+  const kube::Resource& r = a.child == ChildKind::kTrainingJob && job.tfjob
+                                ? kube::resources::kTfJobs
+                                : ResourceOf(a.child, options_.planner.desired.gang);
   const std::string_view plural = ChildKindPlural(a.child);
   switch (a.kind) {
     case Action::Kind::kCreate:

@@ -47,7 +47,7 @@ api::TrainingJob Job(const std::string& strategy, const std::vector<ReplicaDesc>
 ObservedPod MakePod(const api::TrainingJob& job, api::ReplicaType type, int index, int attempt,
                     PodPhase phase) {
   ObservedPod p;
-  std::string name = api::ReplicaName(job.metadata.name, type, index);
+  std::string name = api::ReplicaName(job, type, index);
   p.metadata.Set({.namespace_ = job.metadata.namespace_,
                   .name = name,
                   .uid = name + "-a" + std::to_string(attempt),

@@ -3,6 +3,8 @@
 // section 3): compact JSON with the top-level keys in the order cluster, task, environment;
 // cluster keys sorted; hosts "<job>-<type>-<i>.<ns>.svc[.<domain>]:<port>"; the evaluator in
 // the cluster unless tfConfig.includeEvaluator is false; nothing for a single-replica job.
+// A served TFJob's is training-operator's own, byte for byte (its Master as "master", types of
+// 0 replicas as empty lists, enableDynamicWorker's sparse form).
 // Thread-safety: pure functions.
 
 #include <cstdint>

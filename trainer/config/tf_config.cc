@@ -32,20 +32,36 @@ absl::StatusOr<TfConfig> ParseTfConfig(std::string_view text) {
   TfConfig config;
 
   auto cluster = j.find("cluster");
-  if (cluster == j.end() || !cluster->is_object() || cluster->empty()) {
+  if (cluster == j.end() || !cluster->is_object()) {
     return Bad("cluster", "must be a non-empty object of task type -> address list");
   }
   for (const auto& [type, hosts] : cluster->items()) {
-    if (!hosts.is_array() || hosts.empty()) {
-      return Bad(fmt::format("cluster.{}", type), "must be a non-empty list of \"host:port\"");
+    if (hosts.is_object()) {
+      return Bad(fmt::format("cluster.{}", type),
+                 "is the sparse form (a TFJob's enableDynamicWorker), which names only this "
+                 "task's own address; the trainer needs every member's: set "
+                 "enableDynamicWorker false, or use a TrainingJob's runPolicy.elastic");
+    }
+    if (!hosts.is_array()) {
+      return Bad(fmt::format("cluster.{}", type), "must be a list of \"host:port\"");
+    }
+    if (hosts.empty()) continue;  // a replica type of 0 replicas, as Kubeflow writes it
+    // A TFJob's Master is TensorFlow 1's name for the chief.
+    const std::string name = type == "master" ? "chief" : type;
+    if (name == "chief" && config.cluster.contains("chief")) {
+      return Bad("cluster.master", "a cluster has a chief or a master, not both");
     }
     for (size_t i = 0; i < hosts.size(); ++i) {
       const json& h = hosts[i];
       if (!h.is_string() || h.get_ref<const std::string&>().rfind(':') == std::string::npos) {
         return Bad(fmt::format("cluster.{}[{}]", type, i), "must be a \"host:port\" string");
       }
-      config.cluster[type].push_back(h.get<std::string>());
+      config.cluster[name].push_back(h.get<std::string>());
     }
+  }
+
+  if (config.cluster.empty()) {
+    return Bad("cluster", "must be a non-empty object of task type -> address list");
   }
 
   auto task = j.find("task");
@@ -53,6 +69,7 @@ absl::StatusOr<TfConfig> ParseTfConfig(std::string_view text) {
   auto type = task->find("type");
   if (type == task->end() || !type->is_string()) return Bad("task.type", "must be a string");
   config.task_type = type->get<std::string>();
+  if (config.task_type == "master") config.task_type = "chief";
   auto index = task->find("index");
   if (index == task->end() || !index->is_number_integer() || index->get<int64_t>() < 0 ||
       index->get<int64_t>() > std::numeric_limits<int32_t>::max()) {

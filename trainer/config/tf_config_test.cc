@@ -22,6 +22,21 @@ TEST(TfConfigTest, ParsesTheKubeflowForm) {
   EXPECT_TRUE(c->Hosts("chief").empty());
 }
 
+// A TFJob's Master is TensorFlow 1's chief; a type of 0 replicas is an empty list (as
+// training-operator writes both).
+TEST(TfConfigTest, ReadsAMasterAsTheChiefAndSkipsEmptyTypes) {
+  absl::StatusOr<TfConfig> c =
+      ParseTfConfig(R"({"cluster":{"evaluator":[],"master":["t-master-0.ns.svc:2222"],)"
+                    R"("worker":["t-worker-0.ns.svc:2222"]},"task":{"type":"master","index":0},)"
+                    R"("environment":"cloud"})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->task_type, "chief");
+  EXPECT_EQ(c->Hosts("chief"), std::vector<std::string>{"t-master-0.ns.svc:2222"});
+  EXPECT_EQ(c->SelfAddress(), "t-master-0.ns.svc:2222");
+  EXPECT_FALSE(c->cluster.contains("evaluator"));
+  EXPECT_FALSE(c->cluster.contains("master"));
+}
+
 struct BadCase {
   const char* text;
   const char* expected;
@@ -44,7 +59,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"[]", "must be a JSON object"},
         BadCase{R"({"task":{"type":"worker","index":0}})", "cluster"},
         BadCase{R"({"cluster":{"worker":[]},"task":{"type":"worker","index":0}})",
-                "cluster.worker"},
+                "cluster: must be a non-empty object"},
+        BadCase{R"({"cluster":{"worker":"a:1"},"task":{"type":"worker","index":0}})",
+                "cluster.worker: must be a list"},
+        BadCase{R"({"cluster":{"worker":{"1":"a:1"},"ps":[]},"task":{"type":"worker","index":1}})",
+                "cluster.worker: is the sparse form"},
+        BadCase{
+            R"({"cluster":{"chief":["a:1"],"master":["b:1"]},"task":{"type":"chief","index":0}})",
+            "a chief or a master, not both"},
         BadCase{R"({"cluster":{"worker":["nohostport"]},"task":{"type":"worker","index":0}})",
                 "cluster.worker[0]"},
         BadCase{R"({"cluster":{"worker":["a:1"]}})", "task: must be an object"},

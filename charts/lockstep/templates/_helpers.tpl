@@ -83,6 +83,14 @@ test `e2e_chart` records them and compares). Shared by the ClusterRole and the n
 - apiGroups: ["lockstep.io"]
   resources: ["trainingjobs/status"]
   verbs: ["update"]
+{{- if (.Values.tfjob).enabled }}
+- apiGroups: ["kubeflow.org"]
+  resources: ["tfjobs"]
+  verbs: ["list", "watch", "delete"]
+- apiGroups: ["kubeflow.org"]
+  resources: ["tfjobs/status"]
+  verbs: ["update"]
+{{- end }}
 - apiGroups: [""]
   resources: ["pods", "services"]
   verbs: ["list", "watch", "create", "delete"]

@@ -31,6 +31,8 @@ Runs the TrainingJob controller against a Kubernetes API server.
   --event-qps=Q --event-burst=B   Events' own write budget, apart from --qps (default 50 and 100)
   --cluster-domain=DOMAIN      appended to ".svc" in TF_CONFIG hosts, e.g. cluster.local
   --gang-scheduler=NAME        none, volcano or scheduler-plugins (default none)
+  --tfjob                      also serve Kubeflow's kubeflow.org/v1 TFJobs (their CRD must be
+                               installed; not where another controller owns TFJobs)
   --leader-elect               run under a coordination.k8s.io Lease (for 2+ replicas)
   --leader-election-namespace=NS   where the Lease lives (default $POD_NAMESPACE, else default)
   --leader-election-id=NAME    the Lease's name (default lockstep-operator)
@@ -82,6 +84,8 @@ absl::StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>&
       f.version = true;
     } else if (name == "leader-elect") {
       s = boolean(&f.leader_elect);
+    } else if (name == "tfjob") {
+      s = boolean(&f.tfjob);
     } else if (name == "kubeconfig" || name == "context" || name == "namespace" ||
                name == "cluster-domain" || name == "leader-election-namespace" ||
                name == "leader-election-id" || name == "metrics-addr" || name == "workers" ||

@@ -23,6 +23,7 @@ struct OperatorFlags {
   int event_burst = 100;
   std::string cluster_domain;
   trainingjob::GangScheduler gang = trainingjob::GangScheduler::kNone;
+  bool tfjob = false;  // --tfjob: serve kubeflow.org/v1 TFJobs too
   bool leader_elect = false;
   std::string leader_election_namespace;  // empty: $POD_NAMESPACE, else "default"
   std::string leader_election_id = "lockstep-operator";

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -86,14 +87,28 @@ int main(int argc, char** argv) {
        .stop = stop.get_token()});
 
   std::unique_ptr<trainingjob::ProgressSource> progress = trainingjob::NewHttpProgressSource();
-  trainingjob::TrainingJobController controller(
-      &client, clock.get(), &metrics, progress.get(),
-      {.namespace_ = flags->namespace_,
-       .workers = flags->workers,
-       .reconciler = {.planner = {.desired = {.cluster_domain = flags->cluster_domain,
-                                              .gang = flags->gang}}},
-       .progress = {.interval = flags->progress_interval},
-       .events = {.qps = flags->event_qps, .burst = flags->event_burst}});
+  const trainingjob::ControllerOptions options{
+      .namespace_ = flags->namespace_,
+      .workers = flags->workers,
+      .reconciler = {.planner = {.desired = {.cluster_domain = flags->cluster_domain,
+                                             .gang = flags->gang}}},
+      .progress = {.interval = flags->progress_interval},
+      .events = {.qps = flags->event_qps, .burst = flags->event_burst}};
+  trainingjob::TrainingJobController controller(&client, clock.get(), &metrics, progress.get(),
+                                                options);
+  // With --tfjob, the served TFJobs' controller runs beside it, under the same Lease.
+  std::optional<trainingjob::TrainingJobController> tfjobs;
+  if (flags->tfjob) {
+    trainingjob::ControllerOptions o = options;
+    o.tfjobs = true;
+    tfjobs.emplace(&client, clock.get(), &metrics, progress.get(), std::move(o));
+  }
+  // Runs the controllers until `stop`.
+  auto run = [&controller, &tfjobs](std::stop_token until) {
+    std::jthread tfjob_thread;
+    if (tfjobs) tfjob_thread = std::jthread([&tfjobs, until] { tfjobs->Run(until); });
+    controller.Run(until);
+  };
 
   std::string lease_ns = flags->leader_election_namespace;
   if (lease_ns.empty()) {
@@ -118,7 +133,9 @@ int main(int argc, char** argv) {
           if (path == "/healthz") return {200, "text/plain; charset=utf-8", "ok\n"};
           if (path == "/readyz") {
             // A standby replica is ready: it is healthy and waiting for the Lease.
-            if (controller.Ready()) return {200, "text/plain; charset=utf-8", "ok\n"};
+            if (controller.Ready() && (!tfjobs || tfjobs->Ready())) {
+              return {200, "text/plain; charset=utf-8", "ok\n"};
+            }
             if (flags->leader_elect && !elector.IsLeader()) {
               return {200, "text/plain; charset=utf-8", "ok (standby)\n"};
             }
@@ -158,7 +175,7 @@ int main(int argc, char** argv) {
   common::LogInfo("operator", "lockstep-operator ", LOCKSTEP_VERSION, " starting; namespace ",
                   flags->namespace_.empty() ? "(all)" : flags->namespace_);
   if (flags->leader_elect) {
-    elector.Run(stop.get_token(), [&](std::stop_token lead) { controller.Run(lead); });
+    elector.Run(stop.get_token(), [&](std::stop_token lead) { run(lead); });
     if (!stop.stop_requested()) {
       // Leadership lost without being asked to stop: exit so that the Deployment restarts
       // this replica as a fresh candidate (the caches it held may be behind the new leader's).
@@ -167,7 +184,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   } else {
-    controller.Run(stop.get_token());
+    run(stop.get_token());
   }
   common::LogInfo("operator", "stopped");
   watch_signals.request_stop();

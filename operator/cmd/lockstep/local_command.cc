@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -58,6 +59,10 @@ runs them until deleted), each default delay jittered by 20%, with failures inje
 the annotations lockstep.io/simulate-start-delay, -exit-after, -exit-code, -reason and
 -message (for scale tests: thousands of pods on one machine). Passed on by `up` as well.
 
+--tfjob also serves Kubeflow's kubeflow.org/v1 TFJob: its CRD is installed and a TFJob
+controller runs beside the TrainingJob one, so a TFJob manifest applies unchanged (leave it off
+where another controller owns TFJobs). Passed on by `up` as well.
+
 --audit-log FILE appends one audit.k8s.io/v1 Event per API request (who, verb, resource,
 response code) as a JSON line, as the Kubernetes API server's audit log at level Metadata.
 )";
@@ -69,6 +74,7 @@ struct Options {
   bool runner = true;      // serve --no-runner: the API server alone (benchmarks)
   bool controller = true;  // serve --no-controller: no TrainingJob controller in-process
   bool simulate = false;   // serve --simulate-pods: the PodSimulator instead of the runner
+  bool tfjob = false;      // --tfjob: serve kubeflow.org/v1 TFJobs too
   local::PodSimulatorOptions simulation;  // --simulate-start-delay, --simulate-run-time
   std::string audit_log;
 };
@@ -195,6 +201,27 @@ class ProcessExit {
   int fd_ = -1;
 };
 
+// Installs a built-in CRD unless the state directory has it already.
+bool InstallCrd(local::ApiServer* api, std::string_view name, std::string_view yaml,
+                std::ostream& err) {
+  if (api->store().Get(StrCat("customresourcedefinitions.apiextensions.k8s.io//", name))) {
+    return true;
+  }
+  absl::StatusOr<std::vector<nlohmann::json>> crd = api::ParseYamlDocuments(yaml);
+  local::ApiResponse installed =
+      crd.ok() && !crd->empty()
+          ? api->Handle({.method = "POST",
+                         .path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                         .content_type = "application/json",
+                         .body = (*crd)[0].dump()})
+          : local::ApiResponse{500, "the built-in CRD does not parse", nullptr};
+  if (installed.status != 201) {
+    err << "lockstep local: installing the CRD " << name << ": " << installed.body << "\n";
+    return false;
+  }
+  return true;
+}
+
 int Serve(const Options& o, const std::string& self, std::ostream& out, std::ostream& err) {
   // The in-process controller's metrics, served at the API server's /metrics.
   common::MetricsRegistry metrics;
@@ -206,22 +233,11 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
     err << "lockstep local: " << api.status().message() << "\n";
     return 1;
   }
-  // The TrainingJob CRD is always there, so a job can be applied at once.
-  if (!(*api)->store().Get(
-          "customresourcedefinitions.apiextensions.k8s.io//trainingjobs.lockstep.io")) {
-    absl::StatusOr<std::vector<nlohmann::json>> crd =
-        api::ParseYamlDocuments(local::TrainingJobCrdYaml());
-    local::ApiResponse installed =
-        crd.ok() && !crd->empty()
-            ? (*api)->Handle({.method = "POST",
-                              .path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                              .content_type = "application/json",
-                              .body = (*crd)[0].dump()})
-            : local::ApiResponse{500, "the built-in CRD does not parse", nullptr};
-    if (installed.status != 201) {
-      err << "lockstep local: installing the TrainingJob CRD: " << installed.body << "\n";
-      return 1;
-    }
+  // The TrainingJob CRD is always there, so a job can be applied at once; with --tfjob, the
+  // TFJob's too.
+  if (!InstallCrd(api->get(), "trainingjobs.lockstep.io", local::TrainingJobCrdYaml(), err) ||
+      (o.tfjob && !InstallCrd(api->get(), "tfjobs.kubeflow.org", local::TfJobCrdYaml(), err))) {
+    return 1;
   }
   absl::StatusOr<std::unique_ptr<local::HttpServer>> http =
       local::HttpServer::Start(api->get(), "127.0.0.1", o.port);
@@ -284,6 +300,15 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
   std::jthread operator_thread([&controller, &stop, &o](std::stop_token) {
     if (o.controller) controller.Run(stop.get_token());
   });
+  std::optional<trainingjob::TrainingJobController> tfjobs;
+  if (o.tfjob) {
+    tfjobs.emplace(&operator_client, clock.get(), &metrics, progress.get(),
+                   trainingjob::ControllerOptions{
+                       .tfjobs = true, .workers = 2, .progress = {.interval = absl::Seconds(2)}});
+  }
+  std::jthread tfjob_thread([&tfjobs, &stop, &o](std::stop_token) {
+    if (o.controller && tfjobs) tfjobs->Run(stop.get_token());
+  });
   std::string info = o.state_dir + "/server.json";
   std::ofstream(info + ".tmp") << nlohmann::json{
       {"pid", ::getpid()},
@@ -296,6 +321,7 @@ int Serve(const Options& o, const std::string& self, std::ostream& out, std::ost
   stop.request_stop();
   common::LogInfo("local", "stopping");
   operator_thread.join();
+  tfjob_thread.join();
   deployment_thread.join();
   kubelet.join();  // stops every pod's processes
   http->reset();
@@ -328,6 +354,7 @@ int Up(const Options& o, const std::string& self, std::ostream& out, std::ostrea
                                      o.state_dir.c_str(), "--port", port.c_str()};
     if (!o.controller) argv.push_back("--no-controller");
     if (!o.runner) argv.push_back("--no-runner");
+    if (o.tfjob) argv.push_back("--tfjob");
     const std::string start_delay = absl::FormatDuration(o.simulation.start_delay);
     const std::string run_time = absl::FormatDuration(o.simulation.run_time);
     if (o.simulate) {
@@ -432,6 +459,8 @@ int RunLocal(const std::vector<std::string>& args, const std::string& self, std:
       o.controller = false;
     } else if (a == "--simulate-pods") {
       o.simulate = true;
+    } else if (a == "--tfjob") {
+      o.tfjob = true;
     } else if (o.command.empty() && a[0] != '-') {
       o.command = a;
     } else {

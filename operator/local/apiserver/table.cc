@@ -1,5 +1,9 @@
 #include "operator/local/apiserver/table.h"
 
+#include <algorithm>
+#include <charconv>
+#include <vector>
+
 #include "absl/time/clock.h"
 #include "common/str_util.h"
 #include "operator/api/json_reader.h"
@@ -11,20 +15,69 @@ using nlohmann::json;
 
 namespace {
 
-// The value at a simple JSONPath (".a.b"), or null.
+// One step of a printer column's JSONPath, applied to each value: a field, then an optional
+// subscript ("conditions[0]", "conditions[-1:]": an index or a slice, negative from the end).
+std::vector<const json*> Step(const std::vector<const json*>& in, std::string_view step) {
+  std::string_view key = step;
+  std::string_view subscript;
+  if (size_t open = step.find('['); open != std::string_view::npos && step.ends_with(']')) {
+    key = step.substr(0, open);
+    subscript = step.substr(open + 1, step.size() - open - 2);
+  }
+  std::vector<const json*> out;
+  for (const json* at : in) {
+    if (!key.empty()) {
+      if (!at->is_object()) continue;
+      auto it = at->find(std::string(key));
+      if (it == at->end()) continue;
+      at = &*it;
+    }
+    if (subscript.empty()) {
+      out.push_back(at);
+      continue;
+    }
+    if (!at->is_array()) continue;
+    const int64_t n = static_cast<int64_t>(at->size());
+    const size_t colon = subscript.find(':');
+    auto parse = [n](std::string_view text, int64_t fallback) {
+      if (text.empty()) return fallback;
+      int64_t v = 0;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (ec != std::errc() || end != text.data() + text.size()) {
+        return int64_t{-1} - n;  // matches nothing
+      }
+      return v < 0 ? v + n : v;
+    };
+    const int64_t begin = parse(subscript.substr(0, colon), 0);
+    const int64_t end =
+        colon == std::string_view::npos ? begin + 1 : parse(subscript.substr(colon + 1), n);
+    for (int64_t i = std::max<int64_t>(begin, 0); i < std::min(end, n); ++i) {
+      out.push_back(&(*at)[static_cast<size_t>(i)]);
+    }
+  }
+  return out;
+}
+
+// The value at a printer column's JSONPath (".a.b", ".a[-1:].b"), or null; several values (a
+// slice's) are joined by commas, as kubectl prints them.
 json At(const json& obj, std::string_view path) {
-  const json* at = &obj;
+  std::vector<const json*> values = {&obj};
   size_t pos = path.starts_with('.') ? 1 : 0;
-  while (pos < path.size()) {
+  while (pos < path.size() && !values.empty()) {
     size_t dot = path.find('.', pos);
-    std::string key(
-        path.substr(pos, dot == std::string_view::npos ? std::string_view::npos : dot - pos));
-    if (!at->is_object() || !at->contains(key)) return nullptr;
-    at = &(*at)[key];
+    values = Step(values, path.substr(pos, dot == std::string_view::npos ? std::string_view::npos
+                                                                         : dot - pos));
     if (dot == std::string_view::npos) break;
     pos = dot + 1;
   }
-  return *at;
+  if (values.empty()) return nullptr;
+  if (values.size() == 1) return *values[0];
+  std::string joined;
+  for (const json* v : values) {
+    joined = StrCat(joined, joined.empty() ? "" : ",",
+                    v->is_string() ? v->get<std::string>() : v->dump());
+  }
+  return joined;
 }
 
 }  // namespace
