@@ -22,13 +22,23 @@ if "$lockstep" validate "$tmp/chief.yaml" 2>"$tmp/err"; then
 fi
 grep -q 'spec.replicaSpecs.Chief.replicas: Too many: 2' "$tmp/err" || { echo "FAIL: chief count not named"; cat "$tmp/err"; exit 1; }
 
-# A Kubeflow TFJob is named as one, with what to change, not "no TrainingJob".
+# A Kubeflow v1 TFJob is checked as the operator serves it; an older one is named as one, with
+# what to change, not "no TrainingJob".
 sed -e 's|^apiVersion: lockstep.io/v1alpha1|apiVersion: kubeflow.org/v1|' -e 's/^kind: TrainingJob/kind: TFJob/' \
   -e 's/^  replicaSpecs:/  tfReplicaSpecs:/' "$src/examples/kubeflow-tfjob.yaml" >"$tmp/tfjob.yaml"
-if "$lockstep" validate "$tmp/tfjob.yaml" 2>"$tmp/err"; then
-  echo "FAIL: a TFJob was accepted as a TrainingJob"; exit 1
+"$lockstep" validate "$tmp/tfjob.yaml" | grep -q 'tfjob/tf-dist-mnist is a valid Kubeflow TFJob: it runs unchanged' ||
+  { echo "FAIL: a valid v1 TFJob"; exit 1; }
+sed -e 's/name: tensorflow/name: main/' "$tmp/tfjob.yaml" >"$tmp/unnamed.yaml"
+if "$lockstep" validate "$tmp/unnamed.yaml" 2>"$tmp/err"; then
+  echo "FAIL: a TFJob without a tensorflow container was accepted"; exit 1
 fi
-grep -q 'is a Kubeflow TFJob (kubeflow.org/v1), not a TrainingJob: rename apiVersion to lockstep.io/v1alpha1' "$tmp/err" &&
+grep -q 'spec.tfReplicaSpecs.PS.template.spec.containers: Required value: must have at least one container with name tensorflow' "$tmp/err" ||
+  { echo "FAIL: the missing tensorflow container was not named"; cat "$tmp/err"; exit 1; }
+sed -e 's|^apiVersion: kubeflow.org/v1|apiVersion: kubeflow.org/v1beta2|' "$tmp/tfjob.yaml" >"$tmp/beta.yaml"
+if "$lockstep" validate "$tmp/beta.yaml" 2>"$tmp/err"; then
+  echo "FAIL: a v1beta2 TFJob was accepted"; exit 1
+fi
+grep -q 'is a Kubeflow TFJob (kubeflow.org/v1beta2), not a TrainingJob: rename apiVersion to lockstep.io/v1alpha1' "$tmp/err" &&
   ! grep -q 'no TrainingJob' "$tmp/err" || { echo "FAIL: the TFJob was not named"; cat "$tmp/err"; exit 1; }
 # `lockstep convert` rewrites it; the TrainingJob made validates and is the example itself.
 "$lockstep" convert "$tmp/tfjob.yaml" >"$tmp/converted.yaml" 2>"$tmp/changes" ||

@@ -77,6 +77,7 @@ class Conversion {
     DropUnknown(spec);
     if (from != kV1) {
       WriteOldDefaults(spec, from);
+      NameTheTensorflowContainer(spec);
       Say(StrCat("apiVersion ", from.empty() ? "(none)" : from, " -> ", kV1));
       doc_["apiVersion"] = kV1;
     }
@@ -267,6 +268,23 @@ class Conversion {
       if (!run.contains("managedBy")) run["managedBy"] = spec["managedBy"];
       spec.erase("managedBy");
       Say("spec.managedBy -> spec.runPolicy.managedBy");
+    }
+  }
+
+  // v1 gives TF_CONFIG to the container named "tensorflow" and refuses a replica without one;
+  // earlier examples named their only container as they liked. That one is renamed.
+  void NameTheTensorflowContainer(json& spec) {
+    for (auto& [type, rs] : spec["tfReplicaSpecs"].items()) {
+      if (!rs.contains("template") || !rs["template"].is_object()) continue;
+      json& tmpl = rs["template"];
+      if (!tmpl.contains("spec") || !tmpl["spec"].is_object()) continue;
+      json& containers = tmpl["spec"]["containers"];
+      if (!containers.is_array() || containers.size() != 1 || !containers[0].is_object()) continue;
+      const std::string name = StringAt(containers[0], "name");
+      if (name == "tensorflow") continue;
+      containers[0]["name"] = "tensorflow";
+      Say(StrCat("spec.tfReplicaSpecs.", type, ": its only container \"", name,
+                 "\" renamed \"tensorflow\" (v1 gives TF_CONFIG to that one and requires it)"));
     }
   }
 

@@ -104,8 +104,10 @@ api::TrainingJob DecodeServedTfJob(const json& j, api::FieldErrors* errors) {
 
   api::FieldErrors found;
   json doc;
+  bool converted = false;
   if (absl::StatusOr<Converted> c = Convert(j, Target::kTrainingJob); c.ok()) {
     doc = std::move(c->doc);
+    converted = true;
     if (replicas != nullptr) CheckContainers(*replicas, &found);
   } else {
     found.push_back(ConversionError(c.status()));
@@ -132,6 +134,7 @@ api::TrainingJob DecodeServedTfJob(const json& j, api::FieldErrors* errors) {
   api::FieldErrors decode_errors;
   api::TrainingJob job =
       api::DecodeTrainingJob(doc, &decode_errors, {.reject_unknown_fields = false});
+  const bool decoded = converted && decode_errors.empty();
   for (api::FieldError& e : decode_errors) {
     e.path = TfJobPath(std::move(e.path), form.master);
     found.push_back(std::move(e));
@@ -140,7 +143,7 @@ api::TrainingJob DecodeServedTfJob(const json& j, api::FieldErrors* errors) {
   job.kind = api::kTfJobKind;
   if (backoff_unset) job.spec.run_policy.backoff_limit = std::numeric_limits<int32_t>::max();
   job.tfjob = form;
-  if (found.empty()) {
+  if (decoded) {
     for (api::FieldError& e : api::ValidateTrainingJob(job)) {
       e.path = TfJobPath(std::move(e.path), form.master);
       found.push_back(std::move(e));

@@ -18,6 +18,7 @@ TEST(OperatorFlagsTest, Defaults) {
   EXPECT_EQ(f->event_burst, 100);
   EXPECT_EQ(f->metrics_addr, ":8080");
   EXPECT_FALSE(f->leader_elect);
+  EXPECT_FALSE(f->tfjob);
   EXPECT_EQ(f->gang, trainingjob::GangScheduler::kNone);
   EXPECT_EQ(f->progress_interval, absl::Seconds(10));
 }
@@ -28,7 +29,7 @@ TEST(OperatorFlagsTest, EveryFlag) {
        "--burst=100", "--event-qps=2.5", "--event-burst=7", "--cluster-domain=cluster.local",
        "--gang-scheduler=volcano", "--leader-elect", "--leader-election-namespace=ops",
        "--leader-election-id=lk", "--metrics-addr=127.0.0.1:9090", "--progress-interval=30s",
-       "--log-format=json"});
+       "--log-format=json", "--tfjob"});
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->kubeconfig, "/k");
   EXPECT_EQ(f->context, "c");
@@ -46,6 +47,7 @@ TEST(OperatorFlagsTest, EveryFlag) {
   EXPECT_EQ(f->metrics_addr, "127.0.0.1:9090");
   EXPECT_EQ(f->progress_interval, absl::Seconds(30));
   EXPECT_TRUE(f->json_logs);
+  EXPECT_TRUE(f->tfjob);
   EXPECT_EQ(ParseOperatorFlags({"--gang-scheduler=scheduler-plugins"})->gang,
             trainingjob::GangScheduler::kSchedulerPlugins);
   EXPECT_EQ(ParseOperatorFlags({"--metrics-addr=0"})->metrics_addr, "");

@@ -2,6 +2,7 @@
 
 #include "operator/api/manifest.h"
 #include "operator/api/validation.h"
+#include "operator/tfjob/served.h"
 
 namespace lockstep::cli {
 namespace {
@@ -13,10 +14,11 @@ std::string StringField(const nlohmann::json& doc, const char* key) {
   return f != doc.end() && f->is_string() ? f->get<std::string>() : "";
 }
 
-// A Kubeflow TFJob, which a TrainingJob's fields follow: what to change, said instead of "no
-// TrainingJob". Empty for anything else.
+// A Kubeflow TFJob of a version before v1, which a TrainingJob's fields follow: what to change,
+// said instead of "no TrainingJob". Empty for anything else.
 std::string TfJobHint(const nlohmann::json& doc) {
   if (StringField(doc, "kind") != "TFJob") return "";
+  if (StringField(doc, "apiVersion") == api::kTfJobApiVersion) return "";
   const std::string api_version = StringField(doc, "apiVersion");
   std::string name = "<unnamed>";
   if (auto m = doc.find("metadata"); m != doc.end() && m->is_object()) {
@@ -39,9 +41,10 @@ std::string TfJobHint(const nlohmann::json& doc) {
 int RunValidate(const std::vector<std::string>& files, std::ostream& out, std::ostream& err) {
   constexpr char kUsage[] =
       "usage: lockstep validate FILE...\n\n"
-      "Checks the TrainingJobs in manifest files (YAML or JSON, several documents each) as the\n"
-      "API server and the operator would, without a cluster: every error is named with its\n"
-      "field's path. Exit 0 when every job is valid, 1 otherwise.\n";
+      "Checks the TrainingJobs (and Kubeflow kubeflow.org/v1 TFJobs) in manifest files (YAML\n"
+      "or JSON, several documents each) as the API server and the operator would, without a\n"
+      "cluster: every error is named with its field's path. Exit 0 when every job is valid, 1\n"
+      "otherwise.\n";
   for (const std::string& f : files) {
     if (f == "--help" || f == "-h") {
       out << kUsage;
@@ -66,6 +69,24 @@ int RunValidate(const std::vector<std::string>& files, std::ostream& out, std::o
         err << file << ": " << hint << "\n";
         exit_code = 1;
         ++jobs;
+        continue;
+      }
+      if (StringField(doc, "kind") == api::kTfJobKind) {
+        // kubeflow.org/v1: checked as the operator serves it.
+        ++jobs;
+        api::FieldErrors errors;
+        api::TrainingJob job = tfjob::DecodeServedTfJob(doc, &errors);
+        std::string name = job.metadata.name.empty() ? "<unnamed>" : job.metadata.name;
+        if (errors.empty()) {
+          out << file << ": tfjob/" << name
+              << " is a valid Kubeflow TFJob: it runs unchanged where TFJobs are served "
+                 "(lockstep local --tfjob, the chart's tfjob.enabled), or as a TrainingJob "
+                 "after `lockstep convert`\n";
+          continue;
+        }
+        exit_code = 1;
+        err << file << ": tfjob/" << name << " is invalid:\n";
+        for (const api::FieldError& e : errors) err << "  " << e.ToString() << "\n";
         continue;
       }
       if (StringField(doc, "kind") != api::kKind) continue;
