@@ -295,9 +295,10 @@ std::string ReadFile(const std::filesystem::path& p) {
 
 class ServedCorpusTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { Start(Crd()); }
+  static json Crd() { return (*api::ParseYamlDocuments(local::TfJobCrdYaml()))[0]; }
+  void Start(const json& crd) {
     api_ = *local::ApiServer::Create({});
-    json crd = (*api::ParseYamlDocuments(local::TfJobCrdYaml()))[0];
     ASSERT_EQ(api_->Handle({.method = "POST",
                             .path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                             .content_type = "application/json",
@@ -312,7 +313,9 @@ class ServedCorpusTest : public ::testing::Test {
         trainingjob::ControllerOptions{.tfjobs = true, .workers = 2});
     operator_ = std::jthread([this](std::stop_token stop) { controller_->Run(stop); });
   }
-  void TearDown() override {
+  void TearDown() override { Stop(); }
+  void Stop() {
+    if (!operator_.joinable()) return;
     operator_.request_stop();
     operator_.join();
   }
@@ -344,6 +347,44 @@ class ServedCorpusTest : public ::testing::Test {
   std::jthread operator_;
   std::set<std::string> namespaces_;
 };
+
+// Kubeflow's own CRD (ours without the added status fields) prunes what the operator keeps in
+// the status: said in an event on the job, with the fix.
+TEST_F(ServedCorpusTest, KubeflowsOwnCrdIsNamedAsPruningTheStatus) {
+  Stop();
+  json crd = Crd();
+  json& status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
+  for (const char* ours : {"state", "restartCount", "attempt", "countedFailures", "ready"}) {
+    status["properties"].erase(ours);
+  }
+  Start(crd);
+  EnsureNamespace("default");
+  ASSERT_TRUE(client_
+                  ->Create(res::kTfJobs, "default", Yaml(R"(
+apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata: {name: pruned}
+spec:
+  tfReplicaSpecs:
+    Worker: {replicas: 2, template: {spec: {containers: [{name: tensorflow, image: tf}]}}}
+)"))
+                  .ok());
+  std::string message;
+  EXPECT_TRUE(Eventually([&] {
+    absl::StatusOr<json> events = client_->List(res::kEvents, "default", {});
+    if (!events.ok()) return false;
+    for (const json& e : (*events)["items"]) {
+      if (e.value("reason", "") == "StatusPruned") message = e.value("message", "");
+    }
+    return !message.empty();
+  }));
+  EXPECT_THAT(message, HasSubstr("apply Lockstep's, crds/kubeflow.org_tfjobs.yaml"));
+  // Its pods are made all the same.
+  EXPECT_TRUE(Eventually([&] {
+    absl::StatusOr<json> l = client_->List(res::kPods, "default", {});
+    return l.ok() && (*l)["items"].size() == 2;
+  }));
+}
 
 TEST_F(ServedCorpusTest, KubeflowsTfJobsRunUnchangedWithTrainingOperatorsPods) {
   const std::string dir = std::string(LOCKSTEP_SOURCE_DIR) + "/operator/tfjob/testdata/kubeflow";

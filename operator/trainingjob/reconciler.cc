@@ -196,6 +196,8 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
   Plan plan = MakePlan(o, options_.planner);
   const api::TrainingJobStatus old_status = job.status.value_or(api::TrainingJobStatus{});
 
+  // Under a CRD that prunes the operator's fields (Kubeflow's own) a served TFJob's always
+  // differs; the write is then a no-op for the API server, which sends no watch event.
   const bool status_changed = !job.status || plan.status != *job.status;
   if (status_changed) {
     absl::StatusOr<json> r;
@@ -218,6 +220,17 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
         return runtime::ReconcileResult{.requeue = true};
       }
       return r.status();
+    }
+    if (job.tfjob && r->contains("status") && !(*r)["status"].contains("state")) {
+      // Kubeflow's own CRD: its schema prunes the operator's status fields, so restarts
+      // counted and recoveries would be forgotten between reconciles.
+      constexpr char kPruned[] =
+          "the tfjobs.kubeflow.org CRD installed prunes the operator's status fields (its "
+          "restart count, recoveries, progress), so restarts are not counted across "
+          "reconciles: apply Lockstep's, crds/kubeflow.org_tfjobs.yaml (kubectl apply "
+          "--server-side --force-conflicts)";
+      if (!warned_pruned_.exchange(true)) common::LogError(kLog, kPruned);
+      Record(job, runtime::EventType::kWarning, "StatusPruned", kPruned);
     }
   }
   for (const PlannedEvent& e : plan.events) {

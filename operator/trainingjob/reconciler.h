@@ -18,6 +18,7 @@
 // Thread-safety: Reconcile may run on several threads for different keys (the work queue
 // never gives one key to two workers).
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -120,6 +121,7 @@ class Reconciler {
 
   ReconcilerDeps d_;
   ReconcilerOptions options_;
+  std::atomic<bool> warned_pruned_{false};  // a served TFJob's CRD prunes its status (logged once)
 };
 
 }  // namespace lockstep::trainingjob
