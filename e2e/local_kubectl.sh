@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `lockstep local` driven by kubectl: apply, get, scale, patch, strict validation, cascade
+# `lockstep local` driven by kubectl: apply, get, explain, scale, patch, strict validation, cascade
 # deletion, state kept across down/up, and no server process left after `down`. The API
 # server is the subject here, so the TrainingJob controller is left out (--no-controller):
 # the test creates pods itself under the names the controller would use.
@@ -19,6 +19,10 @@ expect "fmnist-mwm created" kubectl apply -f "$src/examples/multi-worker-mirrore
 expect "unchanged" kubectl apply -f "$src/examples/multi-worker-mirrored.yaml"
 expect "fmnist-mwm" kubectl get trainingjobs
 expect "fmnist-mwm" kubectl get tj -o name
+# kubectl explain reads the CRD's schema from the served OpenAPI v3 documents.
+expect "Job-wide restart budget, honoured for every restartPolicy" \
+  kubectl explain trainingjob.spec.runPolicy.backoffLimit
+expect "KIND:       TrainingJob" kubectl explain tj
 # Defaults from the CRD schema are applied by the server.
 expect "Running" kubectl get tj fmnist-mwm -o 'jsonpath={.spec.runPolicy.cleanPodPolicy}'
 # kubectl apply lets the server validate fields; unknown ones are refused.

@@ -191,8 +191,10 @@ std::optional<ApiResponse> ApiServer::Impl::Discovery(const ApiRequest& r) {
 
 // OpenAPI v3, only as far as kubectl needs it: every group-version's document lists the
 // collection and object paths with their PATCH operation tagged by group-version-kind and
-// taking `fieldValidation`, which tells kubectl to let the server validate fields. Schemas are
-// not published (custom resources are validated here, against their CRD).
+// taking `fieldValidation`, which tells kubectl to let the server validate fields; a custom
+// resource's schema (its CRD's) is published under components.schemas, named and tagged as the
+// Kubernetes API server names it ("io.lockstep.v1alpha1.TrainingJob"), which `kubectl explain`
+// reads. Built-in kinds' schemas are not published.
 ApiResponse ApiServer::Impl::OpenApi(const std::string& path,
                                      const std::vector<std::shared_ptr<const ResourceType>>& all) {
   if (path == "/openapi/v3") {
@@ -206,6 +208,7 @@ ApiResponse ApiServer::Impl::OpenApi(const std::string& path,
   }
   std::string gv = path.substr(sizeof("/openapi/v3/") - 1);
   json paths = json::object();
+  json schemas = json::object();
   for (const auto& t : all) {
     std::string mine =
         t->group.empty() ? "api/" + t->version : "apis/" + t->group + "/" + t->version;
@@ -220,13 +223,25 @@ ApiResponse ApiServer::Impl::OpenApi(const std::string& path,
     std::string base = "/" + mine + (t->namespaced ? "/namespaces/{namespace}/" : "/") + t->plural;
     paths[base] = {{"post", op}};
     paths[base + "/{name}"] = {{"patch", op}, {"put", op}};
+    if (t->custom()) {
+      // The group reversed: lockstep.io -> io.lockstep.
+      std::string name;
+      for (std::string_view rest = t->group; !rest.empty();) {
+        const size_t dot = rest.rfind('.');
+        name += std::string(dot == std::string_view::npos ? rest : rest.substr(dot + 1)) + ".";
+        rest = dot == std::string_view::npos ? std::string_view() : rest.substr(0, dot);
+      }
+      json schema = t->schema;
+      schema["x-kubernetes-group-version-kind"] = json::array({gvk});
+      schemas[name + t->version + "." + t->kind] = std::move(schema);
+    }
   }
   if (paths.empty())
     return Fail(404, "NotFound", "the server could not find the requested resource");
   return Reply(200, {{"openapi", "3.0.0"},
                      {"info", {{"title", "Lockstep local"}, {"version", "v1.32.0"}}},
                      {"paths", paths},
-                     {"components", {{"schemas", json::object()}}}});
+                     {"components", {{"schemas", std::move(schemas)}}}});
 }
 
 }  // namespace lockstep::local
