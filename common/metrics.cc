@@ -1,5 +1,13 @@
 #include "common/metrics.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -76,10 +84,29 @@ void MetricsRegistry::Set(const std::string& name, const MetricLabels& labels, d
   if (it != families_.end() && it->second.type == Type::kGauge) it->second.values[labels] = v;
 }
 
+void MetricsRegistry::SetTotal(const std::string& name, const MetricLabels& labels, double v) {
+  std::lock_guard lock(mu_);
+  auto it = families_.find(name);
+  if (it != families_.end() && it->second.type == Type::kCounter) it->second.values[labels] = v;
+}
+
 void MetricsRegistry::ClearGauge(const std::string& name) {
   std::lock_guard lock(mu_);
   auto it = families_.find(name);
   if (it != families_.end() && it->second.type == Type::kGauge) it->second.values.clear();
+}
+
+void MetricsRegistry::ClearGaugeWhere(const std::string& name, const std::string& key,
+                                      const std::string& value) {
+  std::lock_guard lock(mu_);
+  auto it = families_.find(name);
+  if (it == families_.end() || it->second.type != Type::kGauge) return;
+  std::erase_if(it->second.values, [&](const auto& series) {
+    for (const auto& [k, v] : series.first) {
+      if (k == key && v == value) return true;
+    }
+    return false;
+  });
 }
 
 void MetricsRegistry::Observe(const std::string& name, const MetricLabels& labels, double v) {
@@ -158,6 +185,75 @@ double MetricsRegistry::Sum(const std::string& name, const MetricLabels& labels)
   if (it == families_.end()) return 0;
   auto h = it->second.histograms.find(labels);
   return h == it->second.histograms.end() ? 0 : h->second.sum;
+}
+
+}  // namespace lockstep::common
+
+namespace lockstep::common {
+namespace {
+
+// /proc/self/stat's fields after the command (which may hold spaces): field 3 is the state.
+std::vector<std::string> ProcStatFields() {
+  std::ifstream in("/proc/self/stat");
+  std::string line;
+  std::getline(in, line);
+  const size_t close = line.rfind(')');
+  std::vector<std::string> fields;
+  if (close == std::string::npos) return fields;
+  std::istringstream rest(line.substr(close + 2));
+  for (std::string f; rest >> f;) fields.push_back(f);
+  return fields;
+}
+
+double BootTimeSeconds() {
+  std::ifstream in("/proc/stat");
+  for (std::string key; in >> key;) {
+    if (key == "btime") {
+      double v = 0;
+      in >> v;
+      return v;
+    }
+    in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddProcessMetrics(MetricsRegistry* registry) {
+  registry->AddCounter("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.");
+  registry->AddGauge("process_resident_memory_bytes", "Resident memory size in bytes.");
+  registry->AddGauge("process_virtual_memory_bytes", "Virtual memory size in bytes.");
+  registry->AddGauge("process_start_time_seconds",
+                     "Start time of the process since unix epoch in seconds.");
+  registry->AddGauge("process_open_fds", "Number of open file descriptors.");
+  registry->AddGauge("process_max_fds", "Maximum number of open file descriptors.");
+  const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));
+  const double boot = BootTimeSeconds();
+  registry->AddCollector([ticks, page, boot](MetricsRegistry& m) {
+    // Fields counted from the state (field 3 of stat(5)): utime 14, stime 15, starttime 22,
+    // vsize 23, rss 24.
+    const std::vector<std::string> f = ProcStatFields();
+    auto at = [&f](size_t field) { return f.size() > field - 3 ? std::stod(f[field - 3]) : 0.0; };
+    if (ticks > 0 && f.size() > 21) {
+      m.SetTotal("process_cpu_seconds_total", {}, (at(14) + at(15)) / ticks);
+      m.Set("process_start_time_seconds", {}, boot + at(22) / ticks);
+      m.Set("process_virtual_memory_bytes", {}, at(23));
+      m.Set("process_resident_memory_bytes", {}, at(24) * page);
+    }
+    std::error_code ec;
+    double fds = 0;
+    for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      fds += 1;
+    }
+    m.Set("process_open_fds", {}, fds);
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+      m.Set("process_max_fds", {}, static_cast<double>(limit.rlim_cur));
+    }
+  });
 }
 
 }  // namespace lockstep::common

@@ -25,8 +25,13 @@ class MetricsRegistry {
   // Unknown names are ignored (a metric is declared once, at startup).
   void Inc(const std::string& name, const MetricLabels& labels = {}, double v = 1);
   void Set(const std::string& name, const MetricLabels& labels, double v);
+  // A counter's total as read from elsewhere (a collector's, such as the kernel's CPU time).
+  void SetTotal(const std::string& name, const MetricLabels& labels, double v);
   // Drops every series of a gauge (before a collector sets them afresh).
   void ClearGauge(const std::string& name);
+  // Drops the series of a gauge that carry label `key` = `value` (a collector's own, where
+  // several collectors share a gauge).
+  void ClearGaugeWhere(const std::string& name, const std::string& key, const std::string& value);
   void Observe(const std::string& name, const MetricLabels& labels, double v);
 
   void AddCollector(std::function<void(MetricsRegistry&)> collect);
@@ -61,5 +66,10 @@ class MetricsRegistry {
 
 // Latency buckets in seconds, 1 ms to 60 s.
 std::vector<double> LatencyBuckets();
+
+// The process metrics every Prometheus client exports, read from /proc at scrape time:
+// process_cpu_seconds_total, process_resident_memory_bytes, process_virtual_memory_bytes,
+// process_start_time_seconds, process_open_fds and process_max_fds.
+void AddProcessMetrics(MetricsRegistry* registry);
 
 }  // namespace lockstep::common

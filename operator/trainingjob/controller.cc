@@ -155,8 +155,38 @@ TrainingJobController::TrainingJobController(kube::RestClient* client, common::C
                                        : "TrainingJobs in the cache, by state.");
   metrics->AddGauge("lockstep_workqueue_depth",
                     "Job keys ready to be reconciled (controller=tfjob: served TFJobs').");
+  metrics->AddGauge(kJobStateMetric,
+                    "1 for each job, labelled with its state (namespace, job_name, kind, state).");
+  metrics->AddGauge(kJobConditionMetric,
+                    "1 for each True condition of each job (namespace, job_name, kind, type).");
+  metrics->AddGauge(kJobRestartsMetric, "Each job's status.restartCount.");
+  metrics->AddGauge(kJobBackoffLimitMetric,
+                    "Each job's runPolicy.backoffLimit (absent for a TFJob without one).");
   Impl* impl = impl_.get();
   metrics->AddCollector([impl, jobs_gauge, tfjobs](common::MetricsRegistry& m) {
+    const std::string kind(tfjobs ? api::kTfJobKind : api::kKind);
+    for (const char* g :
+         {kJobStateMetric, kJobConditionMetric, kJobRestartsMetric, kJobBackoffLimitMetric}) {
+      m.ClearGaugeWhere(g, "kind", kind);
+    }
+    for (const auto& j : impl->jobs.cache().List()) {
+      const common::MetricLabels job = {{"namespace", std::string(j->metadata.namespace_())},
+                                        {"job_name", std::string(j->metadata.name())},
+                                        {"kind", kind}};
+      auto with = [&job](const char* key, std::string_view value) {
+        common::MetricLabels l = job;
+        l.emplace_back(key, std::string(value));
+        return l;
+      };
+      m.Set(kJobStateMetric,
+            with("state", api::NameOf<api::JobState>(api::kJobStateNames, j->state)), 1);
+      for (api::ConditionType c : j->true_conditions) {
+        m.Set(kJobConditionMetric,
+              with("type", api::NameOf<api::ConditionType>(api::kConditionTypeNames, c)), 1);
+      }
+      m.Set(kJobRestartsMetric, job, j->restart_count);
+      if (j->backoff_limit) m.Set(kJobBackoffLimitMetric, job, *j->backoff_limit);
+    }
     m.ClearGauge(jobs_gauge);
     std::map<api::JobState, int> counts;
     for (const api::EnumName<api::JobState>& e : api::kJobStateNames) counts[e.value] = 0;

@@ -25,6 +25,12 @@
 
 namespace lockstep::trainingjob {
 
+// Per-job gauges (labels namespace, job_name, kind), which the chart's alerts read.
+inline constexpr char kJobStateMetric[] = "lockstep_job_state";
+inline constexpr char kJobConditionMetric[] = "lockstep_job_condition";
+inline constexpr char kJobRestartsMetric[] = "lockstep_job_restarts";
+inline constexpr char kJobBackoffLimitMetric[] = "lockstep_job_backoff_limit";
+
 struct ControllerOptions {
   std::string namespace_;  // empty: every namespace
   // Serve Kubeflow's kubeflow.org/v1 TFJobs (operator/tfjob/served.h) instead of TrainingJobs.

@@ -372,6 +372,18 @@ TEST_F(ControllerIntegrationTest, CreatesPodsServicesAndSecretWithTheEnvironment
   EXPECT_EQ(progress_.last_address(), "127.0.9.1:9464");
   EXPECT_GE(metrics_.Value(kPodsCreatedMetric, {{"replica_type", "worker"}}), 2);
   EXPECT_THAT(metrics_.Render(), HasSubstr("lockstep_trainingjobs{state=\"Running\"} 1"));
+  // Per job, for alerts: its state, restarts and budget (the default backoffLimit, 6).
+  const common::MetricLabels job = {
+      {"namespace", "ns"}, {"job_name", "t"}, {"kind", "TrainingJob"}};
+  common::MetricLabels running = job;
+  running.emplace_back("state", "Running");
+  metrics_.Render();  // runs the collectors
+  EXPECT_EQ(metrics_.Value(kJobStateMetric, running), 1);
+  EXPECT_EQ(metrics_.Value(kJobRestartsMetric, job), 0);
+  EXPECT_EQ(metrics_.Value(kJobBackoffLimitMetric, job), 6);
+  common::MetricLabels created = job;
+  created.emplace_back("type", "Created");
+  EXPECT_EQ(metrics_.Value(kJobConditionMetric, created), 1);
   // A change to a pod that the planner does not read is a reconcile that writes nothing, and
   // is counted apart from those that wrote.
   EXPECT_GE(metrics_.Count(kReconcileLatencyMetric, {{"writes", "some"}}), 1u);

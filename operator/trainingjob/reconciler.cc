@@ -1,6 +1,7 @@
 #include "operator/trainingjob/reconciler.h"
 
 #include <algorithm>
+#include <limits>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -68,7 +69,16 @@ absl::StatusOr<JobObject> DecodeJobObject(const json& j) {
   JobObject o{.metadata = ObserveChildMeta(d.job.metadata),
               .state = d.job.status ? d.job.status->state : api::JobState::kPending,
               .progress = ProgressSpeakerOf(d.job),
+              .restart_count = d.job.status ? d.job.status->restart_count : 0,
               .json = j.dump()};
+  if (d.job.spec.run_policy.backoff_limit != std::numeric_limits<int32_t>::max()) {
+    o.backoff_limit = d.job.spec.run_policy.backoff_limit;
+  }
+  if (d.job.status) {
+    for (const api::Condition& c : d.job.status->conditions) {
+      if (c.status == api::ConditionStatus::kTrue) o.true_conditions.push_back(c.type);
+    }
+  }
   o.json.shrink_to_fit();  // dump() grows its string by doubling
   return o;
 }

@@ -21,6 +21,8 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
+#include <vector>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -61,6 +63,11 @@ struct JobObject {
   ChildMeta metadata;
   api::JobState state = api::JobState::kPending;  // status.state
   ProgressSpeaker progress;
+  // For the per-job metrics: status.restartCount, spec.runPolicy.backoffLimit (unset for a
+  // TFJob without one) and the conditions that are True.
+  int32_t restart_count = 0;
+  std::optional<int32_t> backoff_limit;
+  std::vector<api::ConditionType> true_conditions;
   std::string json;
 };
 absl::StatusOr<JobObject> DecodeJobObject(const nlohmann::json& j);

@@ -342,12 +342,35 @@ TEST(ProgressTrackerTest, ReportsStepLossRateCheckpointAndEta) {
   EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_last_checkpoint_step 10\n"));
 }
 
+// Step times in a histogram kept across scrapes; the process metrics every client exports.
+TEST(ProgressTrackerTest, StepTimesAreAHistogramBesideTheProcessMetrics) {
+  ProgressTracker p(100);
+  p.Step(1, 0, 1.0, 0.5, 64, 10.0);  // the first step has no predecessor: not timed
+  p.Step(2, 0, 1.0, 0.5, 64, 10.004);
+  p.Step(3, 0, 1.0, 0.5, 64, 10.024);
+  const std::string text = p.MetricsText();
+  EXPECT_THAT(text, HasSubstr("# TYPE lockstep_trainer_step_duration_seconds histogram\n"));
+  EXPECT_THAT(text, HasSubstr("lockstep_trainer_step_duration_seconds_count 2\n"));
+  EXPECT_THAT(text, HasSubstr("lockstep_trainer_step_duration_seconds_bucket{le=\"0.005\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("lockstep_trainer_step_duration_seconds_bucket{le=\"0.025\"} 2\n"));
+  // Scraped again, the same counts: a histogram is cumulative, not reset by a scrape.
+  EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_step_duration_seconds_count 2\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE process_cpu_seconds_total counter\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE lockstep_trainer_recoveries_total counter\n"));
+  for (const char* gauge : {"process_resident_memory_bytes ", "process_start_time_seconds ",
+                            "process_open_fds ", "process_max_fds "}) {
+    const size_t at = text.find(std::string("\n") + gauge);
+    ASSERT_NE(at, std::string::npos) << gauge;
+    EXPECT_GT(std::stod(text.substr(at + 1 + std::string(gauge).size())), 0) << gauge;
+  }
+}
+
 TEST(ProgressTrackerTest, CountsTheCorruptRecordsSkipped) {
   ProgressTracker p(100);
-  EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_corrupt_records_skipped 0\n"));
+  EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_corrupt_records_skipped_total 0\n"));
   p.SetCorruptData(3, 5000);
-  EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_corrupt_records_skipped 3\n"));
-  EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_corrupt_bytes_unreadable 5000\n"));
+  EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_corrupt_records_skipped_total 3\n"));
+  EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_corrupt_bytes_unreadable_total 5000\n"));
 }
 
 TEST(ProgressTrackerTest, KeepsTheLastRecoveries) {
@@ -361,7 +384,7 @@ TEST(ProgressTrackerTest, KeepsTheLastRecoveries) {
   EXPECT_EQ(j["recoveries"][0]["epoch"], 3);
   EXPECT_EQ(j["recoveries"][9]["resumedStep"], 120);
   EXPECT_EQ(j["recoveries"][9]["replaced"], "worker 1");
-  EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_recoveries 12\n"));
+  EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_recoveries_total 12\n"));
   EXPECT_THAT(p.MetricsText(), HasSubstr("lockstep_trainer_last_recovery_seconds 6\n"));
 }
 

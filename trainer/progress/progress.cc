@@ -8,7 +8,12 @@
 namespace lockstep::trainer {
 
 ProgressTracker::ProgressTracker(int64_t total_steps, int64_t warmup)
-    : total_(total_steps), warmup_(warmup) {}
+    : total_(total_steps), warmup_(warmup) {
+  step_times_.AddHistogram(std::string(kStepDurationMetric),
+                           "Time from one optimizer step's end to the next's: input wait, "
+                           "compute and communication together.",
+                           StepTimeBuckets());
+}
 
 void ProgressTracker::SetTotalSteps(int64_t total) {
   std::lock_guard lock(mu_);
@@ -28,6 +33,9 @@ void ProgressTracker::Step(int64_t step, int64_t epoch, double loss, double accu
   loss_ = loss_ ? (1 - kAlpha) * *loss_ + kAlpha * loss : loss;
   if (!std::isnan(accuracy)) {  // NaN: nothing judged (a regression)
     accuracy_ = accuracy_ ? (1 - kAlpha) * *accuracy_ + kAlpha * accuracy : accuracy;
+  }
+  if (steps_seen_ > 0 && seconds >= last_seconds_) {
+    step_times_.Observe(std::string(kStepDurationMetric), {}, seconds - last_seconds_);
   }
   if (steps_seen_ > 0 && seconds > last_seconds_) {
     double rate = static_cast<double>(samples) / (seconds - last_seconds_);
@@ -111,6 +119,10 @@ nlohmann::json ProgressTracker::ProgressJson() const {
   return j;
 }
 
+std::vector<double> StepTimeBuckets() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+}
+
 std::string ProgressTracker::MetricsText() const {
   common::MetricsRegistry m;
   m.AddGauge("lockstep_trainer_step", "Optimizer steps taken.");
@@ -120,15 +132,16 @@ std::string ProgressTracker::MetricsText() const {
   m.AddGauge("lockstep_trainer_accuracy", "Training accuracy (moving average).");
   m.AddGauge("lockstep_trainer_samples_per_second", "Training throughput (moving average).");
   m.AddGauge("lockstep_trainer_last_checkpoint_step", "Step of the last checkpoint written.");
-  m.AddGauge("lockstep_trainer_recoveries",
-             "In-place recoveries of the group (a lost peer replaced without a restart).");
+  m.AddCounter("lockstep_trainer_recoveries_total",
+               "In-place recoveries of the group (a lost peer replaced without a restart).");
   m.AddGauge("lockstep_trainer_last_recovery_seconds",
              "The last in-place recovery: failure seen to the first step completed again.");
-  m.AddGauge("lockstep_trainer_corrupt_records_skipped",
-             "Corrupt TFRecord records skipped while reading the data (skip_corrupt).");
-  m.AddGauge("lockstep_trainer_corrupt_bytes_unreadable",
-             "Bytes of TFRecord files that could not be read past a corrupt record length "
-             "(skip_corrupt: the rest of each such file is lost).");
+  m.AddCounter("lockstep_trainer_corrupt_records_skipped_total",
+               "Corrupt TFRecord records skipped while reading the data (skip_corrupt).");
+  m.AddCounter("lockstep_trainer_corrupt_bytes_unreadable_total",
+               "Bytes of TFRecord files that could not be read past a corrupt record length "
+               "(skip_corrupt: the rest of each such file is lost).");
+  common::AddProcessMetrics(&m);
   {
     std::lock_guard lock(mu_);
     m.Set("lockstep_trainer_step", {}, static_cast<double>(step_));
@@ -137,11 +150,11 @@ std::string ProgressTracker::MetricsText() const {
     if (loss_) m.Set("lockstep_trainer_loss", {}, *loss_);
     if (accuracy_) m.Set("lockstep_trainer_accuracy", {}, *accuracy_);
     m.Set("lockstep_trainer_samples_per_second", {}, recent_rate_);
-    m.Set("lockstep_trainer_corrupt_records_skipped", {},
-          static_cast<double>(corrupt_records_skipped_));
-    m.Set("lockstep_trainer_corrupt_bytes_unreadable", {},
-          static_cast<double>(corrupt_bytes_unreadable_));
-    m.Set("lockstep_trainer_recoveries", {}, static_cast<double>(recoveries_total_));
+    m.SetTotal("lockstep_trainer_corrupt_records_skipped_total", {},
+               static_cast<double>(corrupt_records_skipped_));
+    m.SetTotal("lockstep_trainer_corrupt_bytes_unreadable_total", {},
+               static_cast<double>(corrupt_bytes_unreadable_));
+    m.SetTotal("lockstep_trainer_recoveries_total", {}, static_cast<double>(recoveries_total_));
     if (recoveries_total_ > 0) {
       m.Set("lockstep_trainer_last_recovery_seconds", {}, last_recovery_seconds_);
     }
@@ -149,7 +162,10 @@ std::string ProgressTracker::MetricsText() const {
       m.Set("lockstep_trainer_last_checkpoint_step", {}, static_cast<double>(*last_checkpoint_));
     }
   }
-  return m.Render();
+  std::string text = m.Render();
+  // The step times are kept across scrapes (a histogram is cumulative): rendered from the
+  // tracker's own registry, after the rest.
+  return text + step_times_.Render();
 }
 
 absl::StatusOr<std::unique_ptr<common::EndpointServer>> ServeProgress(

@@ -9,12 +9,14 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 #include "common/http_endpoints.h"
+#include "common/metrics.h"
 
 namespace lockstep::trainer {
 
@@ -34,6 +36,10 @@ struct RecoveryRecord {
   bool planned = false;           // a member joined or left (elastic), rather than a failure
   int replicas = 0;               // the group's size after
 };
+
+inline constexpr std::string_view kStepDurationMetric = "lockstep_trainer_step_duration_seconds";
+// The step-time histogram's buckets, 1 ms to 30 s.
+std::vector<double> StepTimeBuckets();
 
 class ProgressTracker {
  public:
@@ -59,6 +65,7 @@ class ProgressTracker {
 
  private:
   mutable std::mutex mu_;
+  mutable common::MetricsRegistry step_times_;  // the step-time histogram (its own lock)
   int64_t total_;
   int64_t warmup_;
   int64_t step_ = 0;

@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   common::MetricsRegistry metrics;
+  common::AddProcessMetrics(&metrics);
   auto instrumented = std::make_shared<runtime::InstrumentedTransport>(*transport, &metrics);
   // SIGTERM or SIGINT: the controller takes no more keys, its calls stop waiting for the
   // throttle, the reconciles in flight finish, and the Lease is released.

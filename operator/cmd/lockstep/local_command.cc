@@ -225,6 +225,7 @@ bool InstallCrd(local::ApiServer* api, std::string_view name, std::string_view y
 int Serve(const Options& o, const std::string& self, std::ostream& out, std::ostream& err) {
   // The in-process controller's metrics, served at the API server's /metrics.
   common::MetricsRegistry metrics;
+  common::AddProcessMetrics(&metrics);
   absl::StatusOr<std::unique_ptr<local::ApiServer>> api = local::ApiServer::Create(
       {.state_dir = o.state_dir, .audit_log = o.audit_log, .metrics = [&metrics] {
          return metrics.Render();
