@@ -24,7 +24,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 chart=$src/charts/lockstep
 custom=$src/charts/tests/values-custom.yaml
 echo "replicaCount: 3" >"$work/three.yaml"
-printf 'metrics:\n  serviceMonitor:\n    enabled: true\n' >"$work/monitor.yaml"
+printf 'metrics:\n  serviceMonitor: {enabled: true}\n  podMonitor: {enabled: true}\n  prometheusRule: {enabled: true}\n  dashboard: {enabled: true}\n' >"$work/monitor.yaml"
 export HELM_CACHE_HOME=$work/cache HELM_CONFIG_HOME=$work/config HELM_DATA_HOME=$work/data
 
 "$helm" version --short

@@ -1,7 +1,7 @@
 // lockstep-chart-render renders a Helm chart as `helm template` does, with the engine Helm itself
 // uses: Go's text/template and the sprig function library, plus the Helm built-ins a chart
 // commonly needs (include, tpl, toYaml, fromYaml, toJson, fromJson, required, fail, lookup;
-// .Values, .Release, .Chart, .Capabilities, .Template). Values are the chart's values.yaml
+// .Values, .Release, .Chart, .Capabilities, .Template, .Files.Get). Values are the chart's values.yaml
 // deep-merged with each --values file in order (a null removes a key, as in Helm), then
 // validated against values.schema.json. Output: every rendered manifest, each headed by a
 // "# Source:" comment, in Helm's install order of kinds; --include-crds puts the chart's crds/
@@ -178,6 +178,18 @@ func fromJSON(s string) map[string]interface{} {
 	return m
 }
 
+// chartFiles is Helm's .Files: the chart's files by path, for .Files.Get (the empty string for
+// a file that is not there, as Helm).
+type chartFiles struct{ dir string }
+
+func (f chartFiles) Get(name string) string {
+	data, err := os.ReadFile(filepath.Join(f.dir, filepath.FromSlash(name)))
+	if err != nil {
+		return ""
+	}
+	return string(data)
+}
+
 func render(chartDir, release, namespace string, caps capabilities, files []string, includeCRDs, notesOnly bool) (string, error) {
 	chartMeta, err := readYAMLMap(filepath.Join(chartDir, "Chart.yaml"))
 	if err != nil {
@@ -218,6 +230,7 @@ func render(chartDir, release, namespace string, caps capabilities, files []stri
 			"IsInstall": true, "IsUpgrade": false, "Revision": 1,
 		},
 		"Capabilities": caps,
+		"Files":        chartFiles{dir: chartDir},
 	}
 
 	root := template.New("gotpl").Option("missingkey=zero")

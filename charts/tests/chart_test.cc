@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -249,8 +250,10 @@ TEST(ChartTest, MetricsServiceSelectsTheOperatorPods) {
 
 TEST(ChartTest, CustomValuesNamespaceTheRbacAndChangeEverySwitch) {
   std::vector<json> objs = Objects("--name ml --namespace ops -f " + kCustom + " " + kChart);
-  EXPECT_EQ(Kinds(objs), (std::multiset<std::string>{"Role", "RoleBinding", "Role", "RoleBinding",
-                                                     "Service", "Deployment", "ServiceMonitor"}));
+  EXPECT_EQ(Kinds(objs),
+            (std::multiset<std::string>{"Role", "RoleBinding", "Role", "RoleBinding", "Service",
+                                        "Deployment", "ServiceMonitor", "PodMonitor",
+                                        "PrometheusRule", "ConfigMap"}));
   // watchNamespace: a Role in team-a, no cluster-wide rights.
   const json* role = Find(objs, "Role", "lockstep-ops");
   ASSERT_NE(role, nullptr);
@@ -287,6 +290,77 @@ TEST(ChartTest, CustomValuesNamespaceTheRbacAndChangeEverySwitch) {
   EXPECT_EQ((*monitor)["metadata"]["labels"].value("release", ""), "prometheus");
   EXPECT_EQ((*monitor)["spec"]["endpoints"][0].value("interval", ""), "15s");
   EXPECT_EQ((*monitor)["spec"]["namespaceSelector"]["matchNames"], json::array({"ops"}));
+}
+
+// The monitoring objects: the trainers' PodMonitor, the alerts and the dashboard read only
+// metrics the programs export (docs/reference/metrics.md, which docs_reference keeps equal to
+// what the code registers).
+TEST(ChartTest, MonitoringReadsOnlyMetricsThatExist) {
+  std::vector<json> objs = Objects("--name ml --namespace ops -f " + kCustom + " " + kChart);
+  const json* pods = Find(objs, "PodMonitor");
+  ASSERT_NE(pods, nullptr);
+  EXPECT_EQ((*pods)["spec"]["podMetricsEndpoints"][0].value("port", ""), "lockstep-metrics");
+  EXPECT_EQ((*pods)["spec"]["namespaceSelector"]["matchNames"], json::array({"team-a"}));
+  EXPECT_EQ((*pods)["spec"]["selector"]["matchExpressions"][0].value("key", ""),
+            "lockstep.io/job-name");
+  const json* monitor = Find(objs, "ServiceMonitor");
+  ASSERT_NE(monitor, nullptr);
+  EXPECT_EQ((*monitor)["spec"]["endpoints"][0].value("honorLabels", false), true);
+  const json* dashboard = Find(objs, "ConfigMap");
+  ASSERT_NE(dashboard, nullptr);
+  EXPECT_EQ((*dashboard)["metadata"].value("namespace", ""), "monitoring");
+  EXPECT_EQ((*dashboard)["metadata"]["labels"].value("grafana_dashboard", ""), "1");
+  EXPECT_EQ((*dashboard)["metadata"]["annotations"].value("grafana_folder", ""), "Training");
+  const json board = json::parse((*dashboard)["data"].value("lockstep.json", ""), nullptr, false);
+  ASSERT_TRUE(board.is_object()) << "the dashboard is not JSON";
+  const json* rule = Find(objs, "PrometheusRule");
+  ASSERT_NE(rule, nullptr);
+
+  std::vector<std::string> exprs;
+  std::set<std::string> alerts;
+  for (const json& g : (*rule)["spec"]["groups"]) {
+    for (const json& r : g["rules"]) {
+      exprs.push_back(r.value("expr", ""));
+      alerts.insert(r.value("alert", ""));
+    }
+  }
+  EXPECT_TRUE(alerts.contains("LockstepJobFailed"));
+  EXPECT_TRUE(alerts.contains("LockstepJobStalled"));
+  EXPECT_TRUE(alerts.contains("LockstepJobHung"));
+  EXPECT_TRUE(alerts.contains("LockstepJobRestartBudgetNearlySpent"));
+  EXPECT_EQ(exprs.size(), alerts.size());
+  for (const std::string& e : exprs) {
+    if (e.find("backoff_limit") != std::string::npos) {
+      EXPECT_NE(e.find(">= 0.5"), std::string::npos) << e;
+    }
+  }
+  std::set<std::string> titles;
+  for (const json& p : board["panels"]) {
+    titles.insert(p.value("title", ""));
+    for (const json& t : p["targets"]) exprs.push_back(t.value("expr", ""));
+  }
+  for (const char* want : {"Jobs by state", "In-place recoveries", "Step time (p50, from the trainers)",
+                           "Samples per second", "Reconcile latency", "API writes"}) {
+    EXPECT_TRUE(titles.contains(want)) << want;
+  }
+  const std::string reference =
+      ReadFile(std::string(LOCKSTEP_SOURCE_DIR) + "/docs/reference/metrics.md");
+  ASSERT_FALSE(reference.empty());
+  const std::regex metric(R"(\b((lockstep|process)_[a-z_]+))");
+  int checked = 0;
+  for (const std::string& e : exprs) {
+    for (std::sregex_iterator it(e.begin(), e.end(), metric), end; it != end; ++it) {
+      std::string name = (*it)[1];
+      for (const char* suffix : {"_bucket", "_count", "_sum"}) {
+        if (name.ends_with(suffix) && reference.find("`" + name + "`") == std::string::npos) {
+          name.resize(name.size() - std::string_view(suffix).size());
+        }
+      }
+      EXPECT_NE(reference.find("`" + name + "`"), std::string::npos) << name << " in " << e;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 15);
 }
 
 TEST(ChartTest, ADigestPinsTheImage) {
