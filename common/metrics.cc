@@ -221,7 +221,8 @@ double BootTimeSeconds() {
 }  // namespace
 
 void AddProcessMetrics(MetricsRegistry* registry) {
-  registry->AddCounter("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.");
+  registry->AddCounter("process_cpu_seconds_total",
+                       "Total user and system CPU time spent in seconds.");
   registry->AddGauge("process_resident_memory_bytes", "Resident memory size in bytes.");
   registry->AddGauge("process_virtual_memory_bytes", "Virtual memory size in bytes.");
   registry->AddGauge("process_start_time_seconds",

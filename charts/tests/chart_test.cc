@@ -250,10 +250,9 @@ TEST(ChartTest, MetricsServiceSelectsTheOperatorPods) {
 
 TEST(ChartTest, CustomValuesNamespaceTheRbacAndChangeEverySwitch) {
   std::vector<json> objs = Objects("--name ml --namespace ops -f " + kCustom + " " + kChart);
-  EXPECT_EQ(Kinds(objs),
-            (std::multiset<std::string>{"Role", "RoleBinding", "Role", "RoleBinding", "Service",
-                                        "Deployment", "ServiceMonitor", "PodMonitor",
-                                        "PrometheusRule", "ConfigMap"}));
+  EXPECT_EQ(Kinds(objs), (std::multiset<std::string>{"Role", "RoleBinding", "Role", "RoleBinding",
+                                                     "Service", "Deployment", "ServiceMonitor",
+                                                     "PodMonitor", "PrometheusRule", "ConfigMap"}));
   // watchNamespace: a Role in team-a, no cluster-wide rights.
   const json* role = Find(objs, "Role", "lockstep-ops");
   ASSERT_NE(role, nullptr);
@@ -339,8 +338,9 @@ TEST(ChartTest, MonitoringReadsOnlyMetricsThatExist) {
     titles.insert(p.value("title", ""));
     for (const json& t : p["targets"]) exprs.push_back(t.value("expr", ""));
   }
-  for (const char* want : {"Jobs by state", "In-place recoveries", "Step time (p50, from the trainers)",
-                           "Samples per second", "Reconcile latency", "API writes"}) {
+  for (const char* want :
+       {"Jobs by state", "In-place recoveries", "Step time (p50, from the trainers)",
+        "Samples per second", "Reconcile latency", "API writes"}) {
     EXPECT_TRUE(titles.contains(want)) << want;
   }
   const std::string reference =

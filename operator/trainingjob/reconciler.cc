@@ -1,8 +1,8 @@
 #include "operator/trainingjob/reconciler.h"
 
 #include <algorithm>
-#include <limits>
 #include <chrono>
+#include <limits>
 #include <random>
 #include <thread>
 
