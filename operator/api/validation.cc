@@ -126,7 +126,9 @@ void ValidateShape(const TrainingJobSpec& spec, const FieldPath& path, FieldErro
   }
 }
 
-void ValidateRunPolicy(const TrainingJobSpec& spec, const FieldPath& path, FieldErrors* errors) {
+void ValidateRunPolicy(const TrainingJobSpec& spec,
+                       const std::map<std::string, std::string>& job_labels, const FieldPath& path,
+                       FieldErrors* errors) {
   const RunPolicy& p = spec.run_policy;
   AtLeast(path.Child("backoffLimit"), p.backoff_limit, 0, errors);
   if (p.active_deadline_seconds) {
@@ -149,6 +151,12 @@ void ValidateRunPolicy(const TrainingJobSpec& spec, const FieldPath& path, Field
   }
   if (p.elastic) {
     const FieldPath epath = path.Child("elastic");
+    if (job_labels.contains("kueue.x-k8s.io/queue-name")) {
+      errors->push_back(Forbidden(
+          epath,
+          "a job queued with Kueue (the kueue.x-k8s.io/queue-name label) runs as one Kueue "
+          "pod group of a fixed size, which elastic workers would change"));
+    }
     if (EffectiveStrategy(spec) != Strategy::kMultiWorkerMirrored) {
       errors->push_back(
           Forbidden(epath, StrCat("elastic workers are for MultiWorkerMirrored groups, not ",
@@ -270,7 +278,7 @@ FieldErrors ValidateTrainingJob(const TrainingJob& job) {
   ValidateNamespace(job.metadata, &errors);
   FieldPath spec("spec");
   ValidateShape(job.spec, spec, &errors);
-  ValidateRunPolicy(job.spec, spec.Child("runPolicy"), &errors);
+  ValidateRunPolicy(job.spec, job.metadata.labels, spec.Child("runPolicy"), &errors);
   if (job.spec.success_policy == SuccessPolicy::kAllWorkers &&
       ReplicaCount(job.spec, ReplicaType::kWorker) < 1) {
     errors.push_back(Invalid(spec.Child("successPolicy"), "\"AllWorkers\"",

@@ -198,6 +198,11 @@ INSTANTIATE_TEST_SUITE_P(
                       j["spec"]["runPolicy"] = {{"elastic", {{"minReplicas", 3}, {"maxReplicas", 2}}}};
                     },
                     "spec.runPolicy.elastic.maxReplicas", "must be at least minReplicas (3)"},
+        testing::ManifestCase{"ElasticInAKueuePodGroup", [](json& j) {
+                      j["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "team-a";
+                      j["spec"]["runPolicy"] = {{"elastic", {{"maxReplicas", 4}}}};
+                    },
+                    "spec.runPolicy.elastic", "one Kueue pod group of a fixed size"},
         testing::ManifestCase{"ElasticZeroMin", [](json& j) {
                       j["spec"]["runPolicy"] = {{"elastic", {{"minReplicas", 0}, {"maxReplicas", 2}}}};
                     },

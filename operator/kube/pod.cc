@@ -59,6 +59,13 @@ absl::StatusOr<Pod> DecodePod(const json& j) {
     pod.restart_policy = s.String("restartPolicy").value_or("");
     pod.hostname = s.String("hostname").value_or("");
     pod.subdomain = s.String("subdomain").value_or("");
+    if (const json* gates = s.Array("schedulingGates")) {
+      for (const json& g : *gates) {
+        if (g.is_object() && g.contains("name") && g["name"].is_string()) {
+          pod.scheduling_gates.push_back(g["name"].get<std::string>());
+        }
+      }
+    }
   }
   if (const json* status = root.Object("status")) {
     ObjectReader s(*status, root.Path("status"), &errors);

@@ -28,7 +28,8 @@ struct Pod {
   std::string restart_policy;
   std::string hostname;
   std::string subdomain;
-  std::string phase;  // Pending, Running, Succeeded, Failed, Unknown
+  std::vector<std::string> scheduling_gates;  // spec.schedulingGates' names
+  std::string phase;                          // Pending, Running, Succeeded, Failed, Unknown
   std::string reason;
   std::string message;
   std::string pod_ip;

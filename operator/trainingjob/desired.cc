@@ -80,6 +80,19 @@ void AddEnv(json* env, json var, std::vector<std::string>* kept) {
 
 }  // namespace
 
+std::optional<std::string> KueueQueue(const api::TrainingJob& job, GangScheduler gang) {
+  if (job.spec.run_policy.elastic) return std::nullopt;
+  auto label = job.metadata.labels.find(std::string(kKueueQueueLabel));
+  if (label != job.metadata.labels.end() && !label->second.empty()) return label->second;
+  const std::optional<api::SchedulingPolicy>& sched = job.spec.run_policy.scheduling_policy;
+  if (sched && !sched->queue.empty() && gang != GangScheduler::kVolcano) return sched->queue;
+  return std::nullopt;
+}
+
+std::string KueueGroupName(const api::TrainingJob& job) {
+  return StrCat(job.metadata.name, "-", std::string_view(job.metadata.uid).substr(0, 8));
+}
+
 std::string_view PodRestartPolicy(api::RestartPolicy policy) {
   switch (policy) {
     case api::RestartPolicy::kAlways:
@@ -120,6 +133,15 @@ json DesiredPod(const api::TrainingJob& job, api::ReplicaType type, int32_t inde
   json annotations = json::object();
   if (const json* tm = api::ObjectAt(tmpl, "metadata"); tm != nullptr) {
     if (const json* a = api::ObjectAt(*tm, "annotations"); a != nullptr) annotations = *a;
+  }
+  if (std::optional<std::string> queue = KueueQueue(job, options.gang)) {
+    // One Kueue pod group of every replica: Kueue's webhook gates each pod until the group is
+    // admitted (docs/tasks/queue-with-kueue.md).
+    int32_t total = 0;
+    for (const auto& [t, s] : job.spec.replica_specs) total += s.replicas;
+    pod["metadata"]["labels"][std::string(kKueueQueueLabel)] = *queue;
+    pod["metadata"]["labels"][std::string(kKueueGroupLabel)] = KueueGroupName(job);
+    annotations[std::string(kKueueTotalCountAnnotation)] = std::to_string(total);
   }
   json pod_spec = json::object();
   if (const json* s = api::ObjectAt(tmpl, "spec"); s != nullptr) pod_spec = *s;

@@ -10,6 +10,7 @@
 // Thread-safety: pure functions.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,14 @@ struct GroupVersion {
   std::string_view version;
 };
 GroupVersion PodGroupVersion(GangScheduler gang);
+
+// The Kueue LocalQueue a job's pods are queued in as one Kueue pod group: the job's
+// kueue.x-k8s.io/queue-name label, else runPolicy.schedulingPolicy.queue unless that is
+// Volcano's (--gang-scheduler=volcano). None for an elastic job, whose group changes size.
+std::optional<std::string> KueueQueue(const api::TrainingJob& job, GangScheduler gang);
+// The pod group's name (Kueue's Workload is named after it): the job's name and the start of
+// its UID, so that a job recreated under its name is a new group.
+std::string KueueGroupName(const api::TrainingJob& job);
 
 // The restart policy the pod itself gets.
 std::string_view PodRestartPolicy(api::RestartPolicy policy);

@@ -31,6 +31,16 @@ inline constexpr std::string_view kKubeflowReplicaIndexLabel =
 inline constexpr std::string_view kKubeflowJobRoleLabel = "training.kubeflow.org/job-role";
 inline constexpr std::string_view kKubeflowOperatorName = "tfjob-controller";
 
+// Kueue's pod groups (docs/tasks/queue-with-kueue.md): what the operator sets on a queued job's
+// pods, and what Kueue's webhook and controller set that the operator reads.
+inline constexpr std::string_view kKueueQueueLabel = "kueue.x-k8s.io/queue-name";
+inline constexpr std::string_view kKueueGroupLabel = "kueue.x-k8s.io/pod-group-name";
+inline constexpr std::string_view kKueueTotalCountAnnotation =
+    "kueue.x-k8s.io/pod-group-total-count";
+inline constexpr std::string_view kKueueRetriableAnnotation = "kueue.x-k8s.io/retriable-in-group";
+inline constexpr std::string_view kKueueFinalizer = "kueue.x-k8s.io/managed";
+inline constexpr std::string_view kKueueAdmissionGate = "kueue.x-k8s.io/admission";
+
 // The per-job Secret holding the token peers present to each other, and its key.
 inline constexpr std::string_view kTokenKey = "token";
 std::string TokenSecretName(std::string_view job_name);

@@ -84,11 +84,20 @@ ObservedPod ObservePod(const kube::Pod& pod) {
   out.metadata = ObserveChildMeta(pod.metadata);
   out.phase = ParsePodPhase(pod.phase);
   out.pod_ip = pod.pod_ip;
+  out.gated = !pod.scheduling_gates.empty();
+  for (size_t i = 0; i < pod.metadata.finalizers.size(); ++i) {
+    if (pod.metadata.finalizers[i] == kKueueFinalizer)
+      out.kueue_finalizer = static_cast<int32_t>(i);
+  }
+  auto retriable = pod.metadata.annotations.find(std::string(kKueueRetriableAnnotation));
+  out.kueue_group_done =
+      retriable != pod.metadata.annotations.end() && retriable->second == "false";
   if (!pod.reason.empty()) out.mutable_detail().reason = pod.reason;
   if (!pod.message.empty()) out.mutable_detail().message = pod.message;
   for (const api::PodCondition& c : pod.conditions) {
     if (c.type == "Ready") out.ready = c.status == "True";
-    if (c.type == "DisruptionTarget" && c.status == "True") {
+    // Kueue's preemption says TerminationTarget (WorkloadEvictedDueToPreempted).
+    if ((c.type == "DisruptionTarget" || c.type == "TerminationTarget") && c.status == "True") {
       out.disruption_target = true;
       if (!c.reason.empty()) out.mutable_detail().disruption_reason = c.reason;
       if (!c.message.empty()) out.mutable_detail().disruption_message = c.message;

@@ -147,8 +147,14 @@ struct ObservedPod {
   // The pod conditions the planner reads: Ready and DisruptionTarget with status True, and
   // PodScheduled with status False.
   bool ready = false;
-  bool disruption_target = false;
+  bool disruption_target = false;  // also Kueue's TerminationTarget (its preemption)
   bool unschedulable = false;
+  // Kueue's pod groups: the pod waits on a scheduling gate (Kueue's admission); where Kueue's
+  // finalizer is in metadata.finalizers (-1: absent); retriable-in-group is "false" (the group
+  // is done, as Kueue reads it).
+  bool gated = false;
+  int32_t kueue_finalizer = -1;
+  bool kueue_group_done = false;
   // Of its containers: whether each one's state is running, and their restarts summed.
   bool containers_running = true;
   int32_t restarts = 0;

@@ -21,6 +21,7 @@ namespace {
 
 using api::JobState;
 using api::ReplicaType;
+using nlohmann::json;
 
 // The training group: every replica type except the evaluator restarts together.
 bool InGroup(ReplicaType t) { return t != ReplicaType::kEvaluator; }
@@ -91,6 +92,7 @@ class Planner {
     DeleteStale();
     if (SuccessMet()) return Finish();
     NoteDisruptions();
+    ReleaseKueueFinalizers();
     HandleFailures();
     if (api::IsTerminal(st_.state)) return Finish();
     CreateMissing();
@@ -444,6 +446,8 @@ class Planner {
         absl::Seconds(job_.spec.run_policy.pending_timeout_seconds);
     for (const auto& [type, index, pod] : pods_) {
       if (pod->phase != PodPhase::kPending || !pod->metadata.creation_timestamp) continue;
+      // Waiting for Kueue to admit its group: queued, not stalled.
+      if (pod->gated) continue;
       absl::Duration age = now_ - *pod->metadata.creation_timestamp;
       if (auto blocked = CannotStart(*pod)) {
         // Said at once (Stalled, with the kubelet's reason and an event); the job fails with
@@ -645,6 +649,7 @@ class Planner {
   void Finish() {
     if (!st_.completion_time) st_.completion_time = now_;
     TakeFinalFigures();
+    FinishKueueGroup();
     api::CleanPodPolicy policy = job_.spec.run_policy.clean_pod_policy;
     // The chief's and workers' pods of a succeeded job end on their own a moment after the pod
     // that decided it (a MultiWorkerMirrored group's last barrier): they are given that moment,
@@ -687,6 +692,51 @@ class Planner {
       } else {
         Requeue(expiry - now_);
       }
+    }
+  }
+
+  // ---- Kueue's pod groups (docs/tasks/queue-with-kueue.md) ----
+
+  // A pod of a running job that is going (deleted by the operator for a restart, by Kueue on a
+  // preemption, by someone else) and no longer runs: Kueue's finalizer, which Kueue would hold
+  // until a replacement exists, is taken off, so that the replacement can take its name.
+  void ReleaseKueueFinalizers() {
+    for (const auto& [type, index, pod] : deleting_) {
+      if (pod->kueue_finalizer < 0) continue;
+      const bool stopped = pod->phase == PodPhase::kSucceeded || pod->phase == PodPhase::kFailed ||
+                           (pod->phase == PodPhase::kPending && pod->gated);
+      if (!stopped) continue;
+      const std::string at = StrCat("/metadata/finalizers/", pod->kueue_finalizer);
+      plan_.actions.push_back(
+          {.kind = Action::Kind::kPatch,
+           .child = ChildKind::kPod,
+           .name = std::string(pod->metadata.name()),
+           .uid = std::string(pod->metadata.uid()),
+           .object =
+               json::array({{{"op", "test"},
+                             {"path", "/metadata/uid"},
+                             {"value", std::string(pod->metadata.uid())}},
+                            {{"op", "test"}, {"path", at}, {"value", std::string(kKueueFinalizer)}},
+                            {{"op", "remove"}, {"path", at}}}),
+           .why = "its replacement takes its name",
+           .json_patch = true});
+    }
+  }
+
+  // The job has ended: every pod of its group says so to Kueue (retriable-in-group "false"),
+  // which then finishes the group's Workload, releasing its quota, once no pod runs.
+  void FinishKueueGroup() {
+    if (!KueueQueue(job_, opt_.desired.gang)) return;
+    for (const std::shared_ptr<const ObservedPod>& pod : o_.pods) {
+      if (pod->kueue_group_done || pod->kueue_finalizer < 0) continue;
+      json patch = {
+          {"metadata", {{"annotations", {{std::string(kKueueRetriableAnnotation), "false"}}}}}};
+      plan_.actions.push_back({.kind = Action::Kind::kPatch,
+                               .child = ChildKind::kPod,
+                               .name = std::string(pod->metadata.name()),
+                               .uid = std::string(pod->metadata.uid()),
+                               .object = std::move(patch),
+                               .why = "the job has ended"});
     }
   }
 

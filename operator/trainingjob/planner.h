@@ -68,7 +68,8 @@ struct PlannerOptions {
 };
 
 struct Action {
-  enum class Kind { kCreate, kCreateTokenSecret, kDelete, kDeleteJob };
+  // kPatch: `object` is a JSON Patch (json_patch) or a merge patch for the child `name`.
+  enum class Kind { kCreate, kCreateTokenSecret, kDelete, kDeleteJob, kPatch };
   Kind kind = Kind::kCreate;
   ChildKind child = ChildKind::kPod;
   std::string name;
@@ -76,6 +77,7 @@ struct Action {
   nlohmann::json object;              // what to create
   std::string why;                    // for the event
   std::vector<std::string> kept_env;  // user variables kept over injected ones (pods)
+  bool json_patch = false;            // kPatch: `object` is a JSON Patch, not a merge patch
 };
 
 enum class EventType { kNormal, kWarning };

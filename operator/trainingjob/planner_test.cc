@@ -973,6 +973,58 @@ TEST(PlannerTimerTest, SuspendDeletesEverythingAndResumeResetsStartTime) {
   EXPECT_EQ(Created(p), (V{"t-worker-0", "t-worker-1"}));
 }
 
+// A pod held by Kueue's admission gate is queued, not stalled; once the job has ended, every
+// pod of its group says so to Kueue, and a stopped pod being deleted from a running job has
+// Kueue's finalizer taken off so that its replacement can take its name.
+TEST(PlannerKueueTest, GatedPodsAreQueuedAndTheGroupIsReleasedAsKueueExpects) {
+  World w = Mwm(2, "ExitCode", {{"runPolicy", {{"pendingTimeoutSeconds", 60}}}});
+  w.job.metadata.labels["kueue.x-k8s.io/queue-name"] = "team-a";
+  w.pods = {MakePod(w.job, ReplicaType::kWorker, 0, 0, PodPhase::kPending),
+            MakePod(w.job, ReplicaType::kWorker, 1, 0, PodPhase::kPending)};
+  for (ObservedPod& p : w.pods) {
+    p.gated = true;
+    p.unschedulable = true;
+    p.kueue_finalizer = 0;
+  }
+  w.now = kT0 + absl::Hours(3);
+  w.Step();
+  EXPECT_FALSE(api::IsConditionTrue(w.job.status->conditions, api::ConditionType::kStalled));
+  // Admitted and running; worker 1 then preempted: deleted, its container stopped.
+  AllRunning(w);
+  for (ObservedPod& p : w.pods) p.kueue_finalizer = 0;  // ungated, the finalizer kept
+  w.Step();
+  EXPECT_EQ(w.state(), JobState::kRunning);
+  w.pods[1].metadata.deletion_timestamp = w.now;
+  w.pods[1].phase = PodPhase::kFailed;
+  Plan p = w.Step();
+  std::vector<const Action*> patches;
+  for (const Action& a : p.actions) {
+    if (a.kind == Action::Kind::kPatch) patches.push_back(&a);
+  }
+  ASSERT_EQ(patches.size(), 1u);
+  EXPECT_EQ(patches[0]->name, "t-worker-1");
+  EXPECT_TRUE(patches[0]->json_patch);
+  EXPECT_EQ(patches[0]->object.back(),
+            json({{"op", "remove"}, {"path", "/metadata/finalizers/0"}}));
+  EXPECT_EQ(w.job.status->restart_count, 0);
+  // The job ends: both pods are told the group is done.
+  w.pods.pop_back();
+  w.pods[0].phase = PodPhase::kSucceeded;
+  p = w.Step();
+  ASSERT_EQ(w.state(), JobState::kSucceeded);
+  patches.clear();
+  for (const Action& a : p.actions) {
+    if (a.kind == Action::Kind::kPatch) patches.push_back(&a);
+  }
+  ASSERT_EQ(patches.size(), 1u);
+  EXPECT_EQ(patches[0]->object["metadata"]["annotations"]["kueue.x-k8s.io/retriable-in-group"],
+            "false");
+  EXPECT_FALSE(patches[0]->json_patch);
+  w.pods[0].kueue_group_done = true;
+  p = w.Step();
+  for (const Action& a : p.actions) EXPECT_NE(a.kind, Action::Kind::kPatch);
+}
+
 TEST(PlannerTimerTest, PendingTooLongIsStalledThenClears) {
   World w = Mwm(2, "ExitCode", {{"runPolicy", {{"pendingTimeoutSeconds", 60}}}});
   w.pods = {MakePod(w.job, ReplicaType::kWorker, 0, 0, PodPhase::kRunning),

@@ -390,6 +390,21 @@ absl::Status Reconciler::Execute(const std::string& key, const api::TrainingJob&
              StrCat("deleting ", plural, " ", a.name, ": ", res.status().message()));
       return res.status();
     }
+    case Action::Kind::kPatch: {
+      absl::StatusOr<json> res = d_.client->Patch(
+          r, ns, a.name, a.json_patch ? kube::PatchType::kJson : kube::PatchType::kMerge, a.object);
+      // NotFound: gone already. Invalid or Conflict: a JSON Patch's test failed (the pod is
+      // another, or changed): its next event brings the next reconcile.
+      if (res.ok() || kube::IsApiNotFound(res.status())) return absl::OkStatus();
+      if (kube::IsApiInvalid(res.status()) || kube::IsApiConflict(res.status())) {
+        common::LogDebug(kLog, key, ": patching ", plural, " ", a.name, " (", a.why,
+                         "): ", res.status().message());
+        return absl::OkStatus();
+      }
+      Record(job, runtime::EventType::kWarning, "FailedPatch",
+             StrCat("patching ", plural, " ", a.name, " (", a.why, "): ", res.status().message()));
+      return res.status();
+    }
     case Action::Kind::kDeleteJob: {
       Record(job, runtime::EventType::kNormal, "TTLExpired", StrCat("Deleting the job: ", a.why),
              /*essential=*/true);

@@ -396,6 +396,13 @@ ApiResponse ApiServer::Impl::Bind(const Route& route, const json& binding) {
                          pod_name, " is being deleted, cannot be assigned to a host"));
     }
     const json* spec = api::ObjectAt(*pod, "spec");
+    if (spec != nullptr && spec->contains("schedulingGates") &&
+        (*spec)["schedulingGates"].is_array() && !(*spec)["schedulingGates"].empty()) {
+      // A gated pod waits (Kueue's admission, for one): no scheduler may place it.
+      return Fail(409, "Conflict",
+                  StrCat("Operation cannot be fulfilled on pods/binding \"", route.name, "\": pod ",
+                         pod_name, " has non-empty .spec.schedulingGates"));
+    }
     if (std::string on = spec ? api::StringAt(*spec, "nodeName") : ""; !on.empty()) {
       return Fail(409, "Conflict",
                   StrCat("Operation cannot be fulfilled on pods/binding \"", route.name, "\": pod ",

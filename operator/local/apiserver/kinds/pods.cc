@@ -111,7 +111,7 @@ void DefaultContainer(json& c) {
 }
 
 // The spec with what an update may change set from `old`: container images, a shorter or new
-// activeDeadlineSeconds, tolerations that only add to the old ones.
+// activeDeadlineSeconds, tolerations that only add to the old ones, scheduling gates taken off.
 json WithAllowedChangesUndone(json spec, const json& old) {
   if (!spec.is_object() || !old.is_object()) return spec;
   for (const char* list : {"containers", "initContainers"}) {
@@ -154,6 +154,21 @@ json WithAllowedChangesUndone(json spec, const json& old) {
       }
     }
   }
+  // Scheduling gates may be taken off (a queue's admission), never added.
+  auto gates = spec.find("schedulingGates");
+  auto old_gates = old.find("schedulingGates");
+  const json before_gates = old_gates != old.end() ? *old_gates : json::array();
+  const json after_gates = gates != spec.end() && !gates->is_null() ? *gates : json::array();
+  if (before_gates.is_array() && after_gates.is_array() &&
+      std::all_of(after_gates.begin(), after_gates.end(), [&](const json& g) {
+        return std::find(before_gates.begin(), before_gates.end(), g) != before_gates.end();
+      })) {
+    if (old_gates == old.end()) {
+      spec.erase("schedulingGates");
+    } else {
+      spec["schedulingGates"] = *old_gates;
+    }
+  }
   return spec;
 }
 
@@ -166,6 +181,16 @@ class Pods final : public KindStrategy {
       SetDefault(*spec, "priority", 0);
     }
     obj["status"] = {{"phase", "Pending"}, {"qosClass", QosClass(obj)}};
+    // A pod created with scheduling gates says why it is not scheduled, as the API server does.
+    if (const json* spec = api::ObjectAt(obj, "spec");
+        spec != nullptr && spec->contains("schedulingGates") &&
+        (*spec)["schedulingGates"].is_array() && !(*spec)["schedulingGates"].empty()) {
+      obj["status"]["conditions"] =
+          json::array({{{"type", "PodScheduled"},
+                        {"status", "False"},
+                        {"reason", "SchedulingGated"},
+                        {"message", "Scheduling is blocked due to non-empty scheduling gates"}}});
+    }
   }
 
   absl::Status Normalize(const ResourceType&, json& obj, bool) const override {
