@@ -217,7 +217,8 @@ TEST(ChartTest, ClusterWideRbacByDefaultAndLeaseRightsInTheReleaseNamespaceOnly)
     EXPECT_EQ(p.find("podgroups"), std::string::npos) << "gang scheduling is off: " << p;
     EXPECT_EQ(p.find("leases"), std::string::npos) << "leases are namespaced: " << p;
   }
-  // The operator never reads secrets' contents through get, and never changes pods.
+  // The operator never reads secrets' contents through get, and never changes pods (unless
+  // kueue.enabled: Kueue's pod groups).
   EXPECT_FALSE(perms.contains(" secrets get"));
   EXPECT_FALSE(perms.contains(" pods update"));
   EXPECT_FALSE(perms.contains(" pods patch"));
@@ -258,6 +259,8 @@ TEST(ChartTest, CustomValuesNamespaceTheRbacAndChangeEverySwitch) {
   ASSERT_NE(role, nullptr);
   EXPECT_EQ((*role)["metadata"].value("namespace", ""), "team-a");
   EXPECT_TRUE(Permissions(*role).contains("scheduling.volcano.sh podgroups create"));
+  EXPECT_TRUE(Permissions(*role).contains(" pods patch"));  // kueue.enabled
+  EXPECT_TRUE(Permissions(*role).contains("kubeflow.org tfjobs list"));  // tfjob.enabled
   const json* binding = Find(objs, "RoleBinding", "lockstep-ops");
   ASSERT_NE(binding, nullptr);
   EXPECT_EQ((*binding)["metadata"].value("namespace", ""), "team-a");

@@ -94,11 +94,13 @@ test `e2e_chart` records them and compares). Shared by the ClusterRole and the n
 - apiGroups: [""]
   resources: ["pods", "services"]
   verbs: ["list", "watch", "create", "delete"]
+{{- if (.Values.kueue).enabled }}
 # A Kueue pod group's pods: Kueue's finalizer off a stopped one being replaced, and
 # retriable-in-group "false" once the job has ended (docs/tasks/queue-with-kueue.md).
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["patch"]
+{{- end }}
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["list", "watch", "create"]
