@@ -3,8 +3,8 @@
 # it: kubectl apply, `kubectl wait --for=condition=Succeeded tfjob/...`, `kubectl get tfjob`.
 # Checks training-operator's pod names, labels (Katib's job-role) and TF_CONFIG on the real
 # pods; a worker SIGKILLed mid-run restarted alone (ExitCode, exit 137 is retryable) and the job
-# still Succeeded; the status in TFJob's shape; a TFJob managed by another controller
-# (runPolicy.managedBy) left alone.
+# still Succeeded; the status in TFJob's shape; the State column through a suspension and its
+# resumption; a TFJob managed by another controller (runPolicy.managedBy) left alone.
 # Usage: local_tfjob.sh LOCKSTEP_BINARY SOURCE_DIR
 set -euo pipefail
 lockstep=$1
@@ -70,6 +70,31 @@ assert s["restartCount"] == 1, s["restartCount"]
 assert s["startTime"] and s["completionTime"]
 PY
 expect "WorkerExitedWithCode137" k get events --field-selector involvedObject.kind=TFJob,involvedObject.name=$job
+
+# Suspended and resumed, as TFJob's State column (its last condition) shows it.
+k apply -f - >/dev/null <<'YAML'
+apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata: {name: sleeper}
+spec:
+  tfReplicaSpecs:
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers:
+            - {name: tensorflow, image: debian:bookworm-slim, command: ["/bin/sh", "-c", "sleep 300"]}
+YAML
+state() { k get tfjob sleeper --no-headers -o custom-columns=S:.status.conditions[-1:].type; }
+column() { k get tfjob sleeper --no-headers | awk '{print $2}'; }
+for want in Running Suspended Running; do
+  [[ $want == Suspended ]] && k patch tfjob sleeper --type merge -p '{"spec":{"runPolicy":{"suspend":true}}}' >/dev/null
+  [[ $want == Running && $(k get tfjob sleeper -o jsonpath='{.spec.runPolicy.suspend}') == true ]] &&
+    k patch tfjob sleeper --type merge -p '{"spec":{"runPolicy":{"suspend":false}}}' >/dev/null
+  for _ in $(seq 300); do [[ $(column) == "$want" ]] && break; sleep 0.1; done
+  [[ $(column) == "$want" ]] || fail "kubectl get tfjob shows $(column), want $want"
+done
+k delete tfjob sleeper >/dev/null
 
 # The other controller's job: no status, no pods, after all of the above.
 [[ -z $(k get tfjob elsewhere -o 'jsonpath={.status}') ]] || fail "a job managed elsewhere got a status"

@@ -1,8 +1,10 @@
 #include "operator/tfjob/served.h"
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/str_util.h"
 #include "operator/api/json_reader.h"
@@ -159,6 +161,16 @@ json EncodeServedTfJobStatus(const api::TrainingJob& job, const api::TrainingJob
     for (json& c : s["conditions"]) {
       if (c.contains("lastTransitionTime")) c["lastUpdateTime"] = c["lastTransitionTime"];
     }
+    // training-operator moves the condition it sets to the end, and TFJob's State column is
+    // the last condition's type: in order of change, a True one after a False one set with it.
+    std::vector<json> conditions = s["conditions"].get<std::vector<json>>();
+    std::stable_sort(conditions.begin(), conditions.end(), [](const json& a, const json& b) {
+      const std::string ta = api::StringAt(a, "lastTransitionTime");
+      const std::string tb = api::StringAt(b, "lastTransitionTime");
+      if (ta != tb) return ta < tb;
+      return api::StringAt(a, "status") != "True" && api::StringAt(b, "status") == "True";
+    });
+    s["conditions"] = conditions;
   }
   if (job.tfjob && job.tfjob->master && s.contains("replicaStatuses") &&
       s["replicaStatuses"].contains("Chief")) {

@@ -160,6 +160,41 @@ TEST(ServedTfJobTest, StatusIsTfJobsShapeAndReadsBackUnchanged) {
   EXPECT_EQ(*read.status, status);
 }
 
+// TFJob's State column is the last condition's type: a resumed job's last is Running, not the
+// Suspended condition that went False before it.
+TEST(ServedTfJobTest, TheLastConditionIsTheLatestChange) {
+  api::FieldErrors errors;
+  api::TrainingJob job = DecodeServedTfJob(Yaml(kMasterJob), &errors);
+  ASSERT_TRUE(errors.empty());
+  api::TrainingJobStatus status;
+  auto at = [](int s) { return absl::FromUnixSeconds(1700000000 + s); };
+  status.conditions = {{.type = api::ConditionType::kCreated,
+                        .status = api::ConditionStatus::kTrue,
+                        .last_transition_time = at(0)},
+                       {.type = api::ConditionType::kRunning,
+                        .status = api::ConditionStatus::kTrue,
+                        .last_transition_time = at(20)},
+                       {.type = api::ConditionType::kSuspended,
+                        .status = api::ConditionStatus::kFalse,
+                        .last_transition_time = at(10)},
+                       {.type = api::ConditionType::kSucceeded,
+                        .status = api::ConditionStatus::kTrue,
+                        .last_transition_time = at(30)},
+                       {.type = api::ConditionType::kStalled,
+                        .status = api::ConditionStatus::kFalse,
+                        .last_transition_time = at(30)}};
+  json s = EncodeServedTfJobStatus(job, status);
+  std::vector<std::string> order;
+  for (const json& c : s["conditions"]) order.push_back(c["type"]);
+  EXPECT_EQ(order,
+            (std::vector<std::string>{"Created", "Suspended", "Running", "Stalled", "Succeeded"}));
+  // Read back and written again, the same order: a status that does not change is not written.
+  json again = Yaml(kMasterJob);
+  again["status"] = s;
+  api::TrainingJob read = DecodeServedTfJob(again, &errors);
+  EXPECT_EQ(EncodeServedTfJobStatus(read, *read.status), s);
+}
+
 TEST(ServedTfJobTest, ProblemsAreNamedAsTheTfJobSpellsThem) {
   json j = Yaml(kMasterJob);
   j["spec"]["tfReplicaSpecs"]["worker"]["template"]["spec"]["containers"][0]["name"] = "main";
