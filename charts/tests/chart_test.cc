@@ -259,7 +259,7 @@ TEST(ChartTest, CustomValuesNamespaceTheRbacAndChangeEverySwitch) {
   ASSERT_NE(role, nullptr);
   EXPECT_EQ((*role)["metadata"].value("namespace", ""), "team-a");
   EXPECT_TRUE(Permissions(*role).contains("scheduling.volcano.sh podgroups create"));
-  EXPECT_TRUE(Permissions(*role).contains(" pods patch"));  // kueue.enabled
+  EXPECT_TRUE(Permissions(*role).contains(" pods patch"));               // kueue.enabled
   EXPECT_TRUE(Permissions(*role).contains("kubeflow.org tfjobs list"));  // tfjob.enabled
   const json* binding = Find(objs, "RoleBinding", "lockstep-ops");
   ASSERT_NE(binding, nullptr);
