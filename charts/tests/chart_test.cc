@@ -8,6 +8,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 
 #include "charts/tests/chart_render.h"
 #include "operator/api/manifest.h"
+#include "operator/api/trainingjob_types.h"
 #include "operator/cmd/lockstep-operator/operator_flags.h"
 
 namespace lockstep::chart_test {
@@ -328,7 +330,6 @@ TEST(ChartTest, MonitoringReadsOnlyMetricsThatExist) {
   }
   EXPECT_TRUE(alerts.contains("LockstepJobFailed"));
   EXPECT_TRUE(alerts.contains("LockstepJobStalled"));
-  EXPECT_TRUE(alerts.contains("LockstepJobHung"));
   EXPECT_TRUE(alerts.contains("LockstepJobRestartBudgetNearlySpent"));
   EXPECT_EQ(exprs.size(), alerts.size());
   for (const std::string& e : exprs) {
@@ -364,6 +365,21 @@ TEST(ChartTest, MonitoringReadsOnlyMetricsThatExist) {
     }
   }
   EXPECT_GE(checked, 15);
+  // A condition type an alert or a panel reads is one the operator sets.
+  const std::regex type_value(R"(type=~?\"([A-Za-z|]+)\")");
+  int types = 0;
+  for (const std::string& e : exprs) {
+    for (std::sregex_iterator it(e.begin(), e.end(), type_value), end; it != end; ++it) {
+      std::stringstream alternatives((*it)[1].str());
+      for (std::string t; std::getline(alternatives, t, '|');) {
+        bool known = false;
+        for (const auto& c : api::kConditionTypeNames) known = known || c.name == t;
+        EXPECT_TRUE(known) << "condition type " << t << " in " << e;
+        ++types;
+      }
+    }
+  }
+  EXPECT_GE(types, 4);
 }
 
 TEST(ChartTest, ADigestPinsTheImage) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/str_util.h"
+#include "operator/api/job_state.h"
 #include "operator/api/json_reader.h"
 #include "operator/api/trainingjob_json.h"
 #include "operator/api/validation.h"
@@ -140,6 +141,11 @@ api::TrainingJob DecodeServedTfJob(const json& j, api::FieldErrors* errors) {
   for (api::FieldError& e : decode_errors) {
     e.path = TfJobPath(std::move(e.path), form.master);
     found.push_back(std::move(e));
+  }
+  if (job.status && !(doc.contains("status") && doc["status"].contains("state"))) {
+    // Kubeflow's own CRD prunes status.state (and the rest of the operator's fields): the
+    // conditions say it, so a finished job stays finished.
+    job.status->state = api::StateOf(job.status->conditions);
   }
   job.api_version = api::kTfJobApiVersion;
   job.kind = api::kTfJobKind;

@@ -128,6 +128,72 @@ TEST(ServedTfJobTest, ChildrenCarryTrainingOperatorsLabels) {
   json worker = trainingjob::DesiredPod(job, api::ReplicaType::kWorker, 0, 0, {});
   EXPECT_FALSE(worker["metadata"]["labels"].contains("training.kubeflow.org/job-role"));
   EXPECT_EQ(worker["spec"]["restartPolicy"], "Never");  // ExitCode
+  // The Service carries the tensorflow container's named ports, tfjob-port first.
+  json y = Yaml(kMasterJob);
+  y["spec"]["tfReplicaSpecs"]["worker"]["template"]["spec"]["containers"][0]["ports"].push_back(
+      {{"name", "tensorboard"}, {"containerPort", 6006}});
+  y["spec"]["tfReplicaSpecs"]["worker"]["template"]["spec"]["containers"][0]["ports"].push_back(
+      {{"containerPort", 7000}});  // unnamed: a Service of several ports cannot carry it
+  api::FieldErrors errors2;
+  api::TrainingJob with_ports = DecodeServedTfJob(y, &errors2);
+  ASSERT_TRUE(errors2.empty());
+  json svc = trainingjob::DesiredService(with_ports, api::ReplicaType::kWorker, 1);
+  ASSERT_EQ(svc["spec"]["ports"].size(), 2u);
+  EXPECT_EQ(svc["spec"]["ports"][0]["name"], "tfjob-port");
+  EXPECT_EQ(svc["spec"]["ports"][0]["port"], 3333);
+  EXPECT_EQ(svc["spec"]["ports"][1]["name"], "tensorboard");
+  // A TFJob's TF_CONFIG goes to the container named tensorflow, even beside a sidecar that
+  // declares tfjob-port.
+  y["spec"]["tfReplicaSpecs"]["worker"]["template"]["spec"]["containers"].insert(
+      y["spec"]["tfReplicaSpecs"]["worker"]["template"]["spec"]["containers"].begin(),
+      json{{"name", "sidecar"},
+           {"image", "s"},
+           {"ports", {{{"name", "tfjob-port"}, {"containerPort", 9}}}}});
+  api::TrainingJob sidecar = DecodeServedTfJob(y, &errors2);
+  json pod = trainingjob::DesiredPod(sidecar, api::ReplicaType::kWorker, 0, 0, {});
+  for (const json& c : pod["spec"]["containers"]) {
+    bool has = false;
+    for (const json& e : c.value("env", json::array())) has = has || e["name"] == "TF_CONFIG";
+    EXPECT_EQ(has, c["name"] == "tensorflow") << c["name"];
+  }
+}
+
+// A TrainingJob's template may carry training-operator's job-name label (a manifest moved from
+// a TFJob): its pods do not, or the TrainingJob controller's watch would not see them.
+TEST(ServedTfJobTest, ATrainingJobsPodsNeverLookLikeATfJobs) {
+  api::TrainingJob job = api::TrainingJobFromJson(Yaml(R"(
+apiVersion: lockstep.io/v1alpha1
+kind: TrainingJob
+metadata: {name: t, namespace: ns, uid: u}
+spec:
+  replicaSpecs:
+    Worker:
+      replicas: 2
+      template:
+        metadata: {labels: {training.kubeflow.org/job-name: t, team: a}}
+        spec: {containers: [{name: tensorflow, image: tf}]}
+)"))
+                             .value();
+  json pod = trainingjob::DesiredPod(job, api::ReplicaType::kWorker, 0, 0, {});
+  EXPECT_FALSE(pod["metadata"]["labels"].contains("training.kubeflow.org/job-name"));
+  EXPECT_EQ(pod["metadata"]["labels"]["team"], "a");
+}
+
+// Under Kubeflow's own CRD status.state is pruned: the conditions say how the job stands, so a
+// finished job stays finished.
+TEST(ServedTfJobTest, AStatusWithoutStateIsReadFromItsConditions) {
+  json j = Yaml(kMasterJob);
+  j["status"] = {
+      {"conditions",
+       {{{"type", "Created"}, {"status", "True"}, {"lastTransitionTime", "2026-11-29T10:00:00Z"}},
+        {{"type", "Running"}, {"status", "False"}, {"lastTransitionTime", "2026-11-29T10:05:00Z"}},
+        {{"type", "Succeeded"},
+         {"status", "True"},
+         {"lastTransitionTime", "2026-11-29T10:05:00Z"}}}}};
+  api::FieldErrors errors;
+  api::TrainingJob job = DecodeServedTfJob(j, &errors);
+  ASSERT_TRUE(job.status.has_value());
+  EXPECT_EQ(job.status->state, api::JobState::kSucceeded);
 }
 
 TEST(ServedTfJobTest, StatusIsTfJobsShapeAndReadsBackUnchanged) {

@@ -78,7 +78,7 @@ struct TrainingJobController::Impl {
   std::vector<ProgressTarget> ProgressTargets() const {
     std::vector<ProgressTarget> out;
     for (const auto& j : jobs.cache().List()) {
-      if (!IsPolled(j->state)) continue;
+      if (!IsPolled(j->state) || j->managed_elsewhere) continue;
       std::shared_ptr<const ObservedPod> pod = pods.cache().Get(runtime::ObjectKey(
           j->metadata.namespace_(), ProgressPodName(j->metadata.name(), j->progress)));
       if (auto t = ProgressTargetOf(j->metadata, j->state, j->progress, pod.get())) {
@@ -170,6 +170,7 @@ TrainingJobController::TrainingJobController(kube::RestClient* client, common::C
       m.ClearGaugeWhere(g, "kind", kind);
     }
     for (const auto& j : impl->jobs.cache().List()) {
+      if (j->managed_elsewhere) continue;  // another controller's TFJob
       const common::MetricLabels job = {{"namespace", std::string(j->metadata.namespace_())},
                                         {"job_name", std::string(j->metadata.name())},
                                         {"kind", kind}};

@@ -1,5 +1,7 @@
 #include "operator/trainingjob/desired.h"
 
+#include <set>
+
 #include "absl/strings/escaping.h"
 #include "common/str_util.h"
 #include "operator/api/json_reader.h"
@@ -84,13 +86,18 @@ std::optional<std::string> KueueQueue(const api::TrainingJob& job, GangScheduler
   if (job.spec.run_policy.elastic) return std::nullopt;
   auto label = job.metadata.labels.find(std::string(kKueueQueueLabel));
   if (label != job.metadata.labels.end() && !label->second.empty()) return label->second;
+  // A TFJob's schedulingPolicy.queue is Volcano's, as training-operator reads it.
+  if (job.tfjob) return std::nullopt;
   const std::optional<api::SchedulingPolicy>& sched = job.spec.run_policy.scheduling_policy;
   if (sched && !sched->queue.empty() && gang != GangScheduler::kVolcano) return sched->queue;
   return std::nullopt;
 }
 
 std::string KueueGroupName(const api::TrainingJob& job) {
-  return StrCat(job.metadata.name, "-", std::string_view(job.metadata.uid).substr(0, 8));
+  // A label value: 63 characters at most.
+  if (job.metadata.uid.empty()) return job.metadata.name.substr(0, 63);
+  return StrCat(std::string_view(job.metadata.name).substr(0, 54), "-",
+                std::string_view(job.metadata.uid).substr(0, 8));
 }
 
 std::string_view PodRestartPolicy(api::RestartPolicy policy) {
@@ -121,6 +128,8 @@ json DesiredPod(const api::TrainingJob& job, api::ReplicaType type, int32_t inde
       }
     }
   }
+  // A TrainingJob's pods must not look like a TFJob's to the controllers' watches.
+  if (!job.tfjob) labels.erase(std::string(kKubeflowJobNameLabel));
   for (auto& [k, v] : ReplicaLabels(job, type, index)) labels[k] = v;
   if (job.tfjob && IsMasterRole(job, type, index)) {
     labels[std::string(kKubeflowJobRoleLabel)] = "master";
@@ -160,12 +169,12 @@ json DesiredPod(const api::TrainingJob& job, api::ReplicaType type, int32_t inde
   }
   if (!annotations.empty()) pod["metadata"]["annotations"] = std::move(annotations);
 
-  // The training container: the same choice PodTemplate::TrainingContainer makes.
-  const api::Container* training = spec.pod_template.TrainingContainer();
+  // The training container: a TFJob's "tensorflow", a TrainingJob's TrainingContainer.
+  const api::Container* training = TrainingContainerOf(job, type);
   if (training != nullptr && pod_spec.contains("containers") && pod_spec["containers"].is_array()) {
     for (json& c : pod_spec["containers"]) {
       if (!c.is_object() || c.value("name", "") != training->name) continue;
-      if (training->FindPort(api::kTrainingPortName) == nullptr &&
+      if ((job.tfjob || training->FindPort(api::kTrainingPortName) == nullptr) &&
           training->FindPort(api::kKubeflowPortName) == nullptr) {
         if (!c.contains("ports") || !c["ports"].is_array()) c["ports"] = json::array();
         // A TFJob's is named as training-operator's defaulting names it.
@@ -217,7 +226,7 @@ json DesiredPod(const api::TrainingJob& job, api::ReplicaType type, int32_t inde
 json DesiredService(const api::TrainingJob& job, api::ReplicaType type, int32_t index) {
   std::string name = api::ReplicaName(job, type, index);
   std::map<std::string, std::string> labels = ReplicaLabels(job, type, index);
-  int32_t port = job.spec.replica_specs.at(type).pod_template.TrainingPort();
+  int32_t port = TrainingPortOf(job, type);
   json svc = {{"apiVersion", "v1"}, {"kind", "Service"}};
   svc["metadata"] = Metadata(job, name, labels);
   json spec = json::object();
@@ -229,6 +238,22 @@ json DesiredService(const api::TrainingJob& job, api::ReplicaType type, int32_t 
                     {"port", port},
                     {"targetPort", port},
                     {"protocol", "TCP"}}});
+  if (const api::Container* c = job.tfjob ? TrainingContainerOf(job, type) : nullptr) {
+    // training-operator's Service carries every named port of the tensorflow container (a
+    // Service of several ports needs each named; one unnamed, or repeating a number, is left
+    // out rather than fail the Service).
+    std::set<int32_t> numbers = {port};
+    for (const api::ContainerPort& p : c->ports) {
+      if (p.name.empty() || p.name == api::kKubeflowPortName ||
+          !numbers.insert(p.container_port).second) {
+        continue;
+      }
+      spec["ports"].push_back({{"name", p.name},
+                               {"port", p.container_port},
+                               {"targetPort", p.container_port},
+                               {"protocol", p.protocol.empty() ? "TCP" : p.protocol}});
+    }
+  }
   svc["spec"] = std::move(spec);
   return svc;
 }

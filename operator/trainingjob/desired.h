@@ -51,10 +51,11 @@ GroupVersion PodGroupVersion(GangScheduler gang);
 
 // The Kueue LocalQueue a job's pods are queued in as one Kueue pod group: the job's
 // kueue.x-k8s.io/queue-name label, else runPolicy.schedulingPolicy.queue unless that is
-// Volcano's (--gang-scheduler=volcano). None for an elastic job, whose group changes size.
+// Volcano's (--gang-scheduler=volcano), and for a TFJob, whose schedulingPolicy.queue is
+// Volcano's. None for an elastic job, whose group changes size.
 std::optional<std::string> KueueQueue(const api::TrainingJob& job, GangScheduler gang);
-// The pod group's name (Kueue's Workload is named after it): the job's name and the start of
-// its UID, so that a job recreated under its name is a new group.
+// The pod group's name (Kueue's Workload is named after it): the job's name (its first 54
+// characters) and the start of its UID, so that a job recreated under its name is a new group.
 std::string KueueGroupName(const api::TrainingJob& job);
 
 // The restart policy the pod itself gets.

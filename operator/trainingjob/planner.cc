@@ -77,8 +77,10 @@ class Planner {
     } else if (st_.state == JobState::kPending) {
       Move(JobState::kCreated, "Created", "the job was accepted; creating pods and services");
     }
-    if (!st_.start_time) st_.start_time = now_;
-    if (job_.spec.run_policy.active_deadline_seconds) {
+    // A job queued with Kueue starts when its group is admitted: its time in the queue counts
+    // against no deadline (as Kueue's own integrations start the clock at admission).
+    if (!st_.start_time && !WaitsForKueue()) st_.start_time = now_;
+    if (job_.spec.run_policy.active_deadline_seconds && st_.start_time) {
       absl::Time deadline =
           *st_.start_time + absl::Seconds(*job_.spec.run_policy.active_deadline_seconds);
       if (now_ >= deadline) {
@@ -597,6 +599,7 @@ class Planner {
   // ---- endings ----
 
   void Suspend() {
+    ReleaseKueueFinalizers();
     for (auto& [key, slot] : slots_) {
       if (slot.pod) DeletePod(*slot.pod, "the job is suspended");
     }
@@ -721,6 +724,15 @@ class Planner {
            .why = "its replacement takes its name",
            .json_patch = true});
     }
+  }
+
+  // Queued with Kueue and not admitted yet: no pod yet, or every one still gated.
+  bool WaitsForKueue() const {
+    if (!KueueQueue(job_, opt_.desired.gang)) return false;
+    for (const auto& [type, index, pod] : pods_) {
+      if (!pod->gated) return false;
+    }
+    return true;
   }
 
   // The job has ended: every pod of its group says so to Kueue (retriable-in-group "false"),

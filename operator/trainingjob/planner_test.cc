@@ -986,14 +986,19 @@ TEST(PlannerKueueTest, GatedPodsAreQueuedAndTheGroupIsReleasedAsKueueExpects) {
     p.unschedulable = true;
     p.kueue_finalizer = 0;
   }
+  w.job.spec.run_policy.active_deadline_seconds = 600;
   w.now = kT0 + absl::Hours(3);
   w.Step();
   EXPECT_FALSE(api::IsConditionTrue(w.job.status->conditions, api::ConditionType::kStalled));
+  // Three hours in the queue: no start yet, so no deadline passed.
+  EXPECT_FALSE(w.job.status->start_time.has_value());
+  EXPECT_EQ(w.state(), JobState::kCreated);
   // Admitted and running; worker 1 then preempted: deleted, its container stopped.
   AllRunning(w);
   for (ObservedPod& p : w.pods) p.kueue_finalizer = 0;  // ungated, the finalizer kept
   w.Step();
   EXPECT_EQ(w.state(), JobState::kRunning);
+  EXPECT_EQ(w.job.status->start_time, w.now);  // admitted: the deadline counts from here
   w.pods[1].metadata.deletion_timestamp = w.now;
   w.pods[1].phase = PodPhase::kFailed;
   Plan p = w.Step();

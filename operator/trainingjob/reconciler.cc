@@ -71,6 +71,7 @@ absl::StatusOr<JobObject> DecodeJobObject(const json& j) {
               .progress = ProgressSpeakerOf(d.job),
               .restart_count = d.job.status ? d.job.status->restart_count : 0,
               .json = j.dump()};
+  o.managed_elsewhere = d.job.tfjob && !d.job.tfjob->managed_elsewhere.empty();
   if (d.job.spec.run_policy.backoff_limit != std::numeric_limits<int32_t>::max()) {
     o.backoff_limit = d.job.spec.run_policy.backoff_limit;
   }
@@ -240,7 +241,12 @@ absl::StatusOr<runtime::ReconcileResult> Reconciler::Reconcile(const std::string
           "reconciles: apply Lockstep's, crds/kubeflow.org_tfjobs.yaml (kubectl apply "
           "--server-side --force-conflicts)";
       if (!warned_pruned_.exchange(true)) common::LogError(kLog, kPruned);
-      Record(job, runtime::EventType::kWarning, "StatusPruned", kPruned);
+      bool first = false;
+      {
+        std::lock_guard lock(pruned_mu_);
+        first = pruned_uids_.insert(job.metadata.uid).second;
+      }
+      if (first) Record(job, runtime::EventType::kWarning, "StatusPruned", kPruned);
     }
   }
   for (const PlannedEvent& e : plan.events) {

@@ -21,7 +21,9 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -67,6 +69,7 @@ struct JobObject {
   // TFJob without one) and the conditions that are True.
   int32_t restart_count = 0;
   std::optional<int32_t> backoff_limit;
+  bool managed_elsewhere = false;  // a TFJob another controller runs (runPolicy.managedBy)
   std::vector<api::ConditionType> true_conditions;
   std::string json;
 };
@@ -128,7 +131,10 @@ class Reconciler {
 
   ReconcilerDeps d_;
   ReconcilerOptions options_;
-  std::atomic<bool> warned_pruned_{false};  // a served TFJob's CRD prunes its status (logged once)
+  // A served TFJob's CRD prunes its status: logged once, said once per job in an event.
+  std::atomic<bool> warned_pruned_{false};
+  std::mutex pruned_mu_;
+  std::set<std::string> pruned_uids_;
 };
 
 }  // namespace lockstep::trainingjob

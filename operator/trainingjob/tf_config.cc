@@ -7,11 +7,30 @@
 
 namespace lockstep::trainingjob {
 
+const api::Container* TrainingContainerOf(const api::TrainingJob& job, api::ReplicaType type) {
+  auto it = job.spec.replica_specs.find(type);
+  if (it == job.spec.replica_specs.end()) return nullptr;
+  if (!job.tfjob) return it->second.pod_template.TrainingContainer();
+  for (const api::Container& c : it->second.pod_template.containers()) {
+    if (c.name == "tensorflow") return &c;
+  }
+  return nullptr;
+}
+
+int32_t TrainingPortOf(const api::TrainingJob& job, api::ReplicaType type) {
+  if (!job.tfjob) {
+    auto it = job.spec.replica_specs.find(type);
+    return it == job.spec.replica_specs.end() ? api::kDefaultTrainingPort
+                                              : it->second.pod_template.TrainingPort();
+  }
+  const api::Container* c = TrainingContainerOf(job, type);
+  const api::ContainerPort* p = c ? c->FindPort(api::kKubeflowPortName) : nullptr;
+  return p ? p->container_port : api::kDefaultTrainingPort;
+}
+
 std::string ReplicaHost(const api::TrainingJob& job, api::ReplicaType type, int32_t index,
                         std::string_view cluster_domain) {
-  auto it = job.spec.replica_specs.find(type);
-  int32_t port = it == job.spec.replica_specs.end() ? api::kDefaultTrainingPort
-                                                    : it->second.pod_template.TrainingPort();
+  const int32_t port = TrainingPortOf(job, type);
   std::string host =
       StrCat(api::ReplicaName(job, type, index), ".", job.metadata.namespace_, ".svc");
   if (!cluster_domain.empty()) host = StrCat(host, ".", cluster_domain);

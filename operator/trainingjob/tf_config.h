@@ -22,6 +22,13 @@ std::optional<std::string> BuildTfConfig(const api::TrainingJob& job, api::Repli
                                          int32_t index,
                                          std::string_view default_cluster_domain = "");
 
+// The container given TF_CONFIG: a TFJob's is the one named "tensorflow" (as training-operator's
+// SetClusterSpec), a TrainingJob's the template's TrainingContainer. Null without one.
+const api::Container* TrainingContainerOf(const api::TrainingJob& job, api::ReplicaType type);
+// Its training port: a TFJob's "tfjob-port" (GetPortFromTFJob), a TrainingJob's "lockstep" or
+// "tfjob-port"; else 2222.
+int32_t TrainingPortOf(const api::TrainingJob& job, api::ReplicaType type);
+
 // "<name>.<ns>.svc[.<domain>]:<port>"
 std::string ReplicaHost(const api::TrainingJob& job, api::ReplicaType type, int32_t index,
                         std::string_view cluster_domain);

@@ -29,6 +29,7 @@ struct SimPod {
   api::ObjectMeta metadata;
   std::string node_name;
   std::string restart_policy;
+  bool gated = false;  // spec.schedulingGates: not bound until they are removed
   std::string phase;
   std::vector<std::pair<std::string, std::string>> containers;  // name, image
 };
@@ -43,6 +44,8 @@ absl::StatusOr<SimPod> DecodeSimPod(const json& j) {
   if (const json* spec = api::ObjectAt(j, "spec")) {
     p.node_name = api::StringAt(*spec, "nodeName");
     p.restart_policy = api::StringAt(*spec, "restartPolicy");
+    p.gated = spec->contains("schedulingGates") && (*spec)["schedulingGates"].is_array() &&
+              !(*spec)["schedulingGates"].empty();
     if (auto cs = spec->find("containers"); cs != spec->end() && cs->is_array()) {
       for (const json& c : *cs) {
         if (c.is_object())
@@ -244,7 +247,7 @@ struct PodSimulator::Impl {
     }
     const api::ObjectMeta& m = p->metadata;
     if (p->node_name.empty()) {
-      if (!m.deletion_timestamp) BindPod(client, m, options.node_name);
+      if (!m.deletion_timestamp && !p->gated) BindPod(client, m, options.node_name);
       return;
     }
     if (p->node_name != options.node_name) return;

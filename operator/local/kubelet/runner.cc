@@ -401,7 +401,13 @@ struct Runner::Impl {
       std::string node = api::StringAt(*spec, "nodeName");
       const std::string& uid = p->metadata.uid;
       if (node.empty()) {
-        if (!p->metadata.deletion_timestamp) BindPod(client, p->metadata, options.node_name);
+        // A gated pod waits for its gates to be removed (Kueue's admission, for one).
+        const bool gated = spec->contains("schedulingGates") &&
+                           (*spec)["schedulingGates"].is_array() &&
+                           !(*spec)["schedulingGates"].empty();
+        if (!p->metadata.deletion_timestamp && !gated) {
+          BindPod(client, p->metadata, options.node_name);
+        }
         continue;
       }
       if (node != options.node_name) continue;
