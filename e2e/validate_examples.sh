@@ -26,7 +26,7 @@ grep -q 'spec.replicaSpecs.Chief.replicas: Too many: 2' "$tmp/err" || { echo "FA
 # what to change, not "no TrainingJob".
 sed -e 's|^apiVersion: lockstep.io/v1alpha1|apiVersion: kubeflow.org/v1|' -e 's/^kind: TrainingJob/kind: TFJob/' \
   -e 's/^  replicaSpecs:/  tfReplicaSpecs:/' "$src/examples/kubeflow-tfjob.yaml" >"$tmp/tfjob.yaml"
-"$lockstep" validate "$tmp/tfjob.yaml" | grep -q 'tfjob/tf-dist-mnist is a valid Kubeflow TFJob: it runs unchanged' ||
+grep -q 'tfjob/tf-dist-mnist is a valid Kubeflow TFJob: it runs unchanged' <<<"$("$lockstep" validate "$tmp/tfjob.yaml")" ||
   { echo "FAIL: a valid v1 TFJob"; exit 1; }
 sed -e 's/name: tensorflow/name: main/' "$tmp/tfjob.yaml" >"$tmp/unnamed.yaml"
 if "$lockstep" validate "$tmp/unnamed.yaml" 2>"$tmp/err"; then
@@ -46,7 +46,8 @@ grep -q 'is a Kubeflow TFJob (kubeflow.org/v1beta2), not a TrainingJob: rename a
 grep -q 'kind TFJob -> TrainingJob, spec.tfReplicaSpecs -> spec.replicaSpecs' "$tmp/changes" ||
   { echo "FAIL: the changes were not said"; cat "$tmp/changes"; exit 1; }
 "$lockstep" validate "$tmp/converted.yaml" >/dev/null
-"$lockstep" convert --to=v1 "$tmp/tfjob.yaml" 2>/dev/null | grep -q '^kind: TFJob$' ||
+# (Captured first: under pipefail, grep -q quitting early could SIGPIPE the writer.)
+grep -q '^kind: TFJob$' <<<"$("$lockstep" convert --to=v1 "$tmp/tfjob.yaml" 2>/dev/null)" ||
   { echo "FAIL: lockstep convert --to=v1"; exit 1; }
 rc=0; "$lockstep" convert --to=v2 "$tmp/tfjob.yaml" 2>"$tmp/err" >/dev/null || rc=$?
 [[ $rc == 2 ]] && grep -q 'unknown argument "--to=v2"' "$tmp/err" || { echo "FAIL: convert --to=v2 (exit $rc)"; exit 1; }

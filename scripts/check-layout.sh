@@ -15,9 +15,13 @@ if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 else
   entries=$(ls -A | grep -vx -e build -e .git)
 fi
+declare -A is_allowed=()
+for a in "${allowed[@]}"; do is_allowed[$a]=1; done
 bad=0
 for e in $entries; do
-  if ! printf '%s\n' "${allowed[@]}" | grep -qxF -- "$e"; then
+  # A lookup, not `printf | grep -q`: under pipefail, grep quitting at its first match could
+  # kill printf with SIGPIPE and fail the check for an entry that is listed.
+  if [[ -z ${is_allowed[$e]:-} ]]; then
     echo "repo_layout: '$e' at the root is not one of the listed entries (scripts/check-layout.sh)"
     bad=1
   fi
