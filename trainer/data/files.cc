@@ -25,7 +25,7 @@ absl::StatusOr<FileSet> ShardedFiles(const std::string& glob, FileShard shard) {
   if (!files.ok()) return files.status();
   FileSet out;
   out.matched = static_cast<int64_t>(files->size());
-  if (shard.count > 1 && files->size() >= static_cast<size_t>(shard.count)) {
+  if (shard.count > 1 && !files->empty() && files->size() % static_cast<size_t>(shard.count) == 0) {
     for (size_t k = static_cast<size_t>(shard.index); k < files->size();
          k += static_cast<size_t>(shard.count)) {
       out.files.push_back((*files)[k]);

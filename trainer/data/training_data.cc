@@ -92,9 +92,17 @@ class SpecLoader {
   }
 
   static std::string ShardNote(bool sharded, FileShard part, size_t files, size_t matched) {
-    return sharded ? absl::StrCat(" (worker ", part.index, " of ", part.count, "'s ", files, " of ",
-                                  matched, " files)")
-                   : "";
+    if (sharded) {
+      return absl::StrCat(" (worker ", part.index, " of ", part.count, "'s ", files, " of ",
+                          matched, " files)");
+    }
+    if (part.count > 1 && matched >= static_cast<size_t>(part.count)) {
+      // Split by file, one worker would have a file more than another.
+      return absl::StrCat(" (", matched, " files do not divide over ", part.count,
+                          " workers: every worker reads them all and takes its slice of each "
+                          "batch)");
+    }
+    return "";
   }
 
   absl::Status Records(const std::string& glob, Dataset* out, FileShard part) {

@@ -182,15 +182,31 @@ absl::StatusOr<BatcherOptions> BatchingFor(const Run& run, const Datasets& data)
                     .seed = c.seed};
   if (!data.train_sharded || run.comm == nullptr) return bo;
   const int64_t local = c.batch_size / run.size;
-  std::vector<float> steps(static_cast<size_t>(run.size), 0.0f);
-  steps[static_cast<size_t>(run.rank)] = static_cast<float>(data.train.size() / local);
-  comm::WorkPtr w = run.comm->AllReduce(steps.data(), run.size);
+  // Each member's steps per epoch and examples, side by side.
+  const size_t n = static_cast<size_t>(run.size);
+  std::vector<float> counts(2 * n, 0.0f);
+  counts[static_cast<size_t>(run.rank)] = static_cast<float>(data.train.size() / local);
+  counts[n + static_cast<size_t>(run.rank)] = static_cast<float>(data.train.size());
+  comm::WorkPtr w = run.comm->AllReduce(counts.data(), 2 * run.size);
   if (absl::Status s = w->Wait(run.r.collective_timeout); !s.ok()) return comm::AsPeerLost(s);
-  const auto fewest = static_cast<int64_t>(*std::min_element(steps.begin(), steps.end()));
+  const auto fewest =
+      static_cast<int64_t>(*std::min_element(counts.begin(), counts.begin() + run.size));
   if (fewest == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a worker's share of the training files holds fewer than a batch of ", local,
         " examples (files are split between workers; use fewer workers or a smaller batch)"));
+  }
+  double total = 0;
+  for (size_t k = n; k < 2 * n; ++k) total += counts[k];
+  const double unread = total - static_cast<double>(fewest * local) * run.size;
+  if (run.rank == 0 && unread > 0) {
+    // The files divide evenly, their records do not: what the workers cannot match step for
+    // step is not read in an epoch (a different part each epoch, as each worker shuffles).
+    common::LogWarning("data", "the workers' training files hold unequal numbers of examples: ",
+                       static_cast<int64_t>(unread), " of ", static_cast<int64_t>(total), " (",
+                       absl::StrFormat("%.1f", 100.0 * unread / total),
+                       "%) are not read in each epoch, as every worker takes ", fewest,
+                       " steps of ", local, "; files of equal sizes read them all");
   }
   return BatcherOptions{.global_batch = local,
                         .shard_index = 0,
