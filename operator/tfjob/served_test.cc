@@ -593,7 +593,12 @@ TEST_F(ServedCorpusTest, KubeflowsTfJobsRunUnchangedWithTrainingOperatorsPods) {
       // template's (and warns), so a job that sets its own is compared on what it set.
       EXPECT_LE(env_count, 1);
       EXPECT_EQ(tf_config, w.tf_config);
-      absl::StatusOr<json> svc = client_->Get(res::kServices, ns, pod_name);
+      // Services and pods are created side by side: the pod may be seen first.
+      absl::StatusOr<json> svc = absl::NotFoundError("not yet");
+      EXPECT_TRUE(Eventually([&] {
+        svc = client_->Get(res::kServices, ns, pod_name);
+        return svc.ok();
+      }));
       ASSERT_TRUE(svc.ok()) << svc.status();
       EXPECT_EQ((*svc)["spec"]["ports"][0]["port"], w.port);
       EXPECT_EQ((*svc)["spec"]["clusterIP"], "None");

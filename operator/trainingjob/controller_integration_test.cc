@@ -377,8 +377,13 @@ TEST_F(ControllerIntegrationTest, CreatesPodsServicesAndSecretWithTheEnvironment
       {"namespace", "ns"}, {"job_name", "t"}, {"kind", "TrainingJob"}};
   common::MetricLabels running = job;
   running.emplace_back("state", "Running");
-  metrics_.Render();  // runs the collectors
-  EXPECT_EQ(metrics_.Value(kJobStateMetric, running), 1);
+  // The gauges read the operator's cache, which hears of its own status writes from the watch.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        metrics_.Render();  // runs the collectors
+        return metrics_.Value(kJobStateMetric, running) == 1;
+      },
+      "the job's state gauge"));
   EXPECT_EQ(metrics_.Value(kJobRestartsMetric, job), 0);
   EXPECT_EQ(metrics_.Value(kJobBackoffLimitMetric, job), 6);
   common::MetricLabels created = job;
