@@ -41,7 +41,7 @@ held_by_other_than() { local h; h=$(holder); [[ -n $h && $h != "$1" ]]; }
 # $verified_holder (a second read could already name another).
 held_by_an_operator_pod() {
   local h; h=$(holder)
-  [[ -n $h ]] && operator_pods | grep -qx "pod/${h%_*}" && verified_holder=$h
+  [[ -n $h ]] && grep -qx "pod/${h%_*}" <<<"$(operator_pods)" && verified_holder=$h
 }
 pod_phase_is() { [[ $(k get pod "$1" -o jsonpath='{.status.phase}') == "$2" ]]; }
 job_gone() { ! k get tj "$1"; }

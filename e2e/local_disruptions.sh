@@ -108,7 +108,7 @@ total=$(k get tj "$job" -o jsonpath='{.status.progress.totalSteps}')
   fail "the status does not end on the last step: $(k get tj "$job" -o jsonpath='{.status.progress}')"
 result=$(k get tj "$job" -o jsonpath='{.status.evaluation.summary}')
 [[ $result == "accuracy "*", loss "* ]] || fail "no final evaluation: $(k get tj "$job" -o yaml)"
-k get tj "$job" | grep -q "$result" || fail "no Result column: $(k get tj "$job")"
+grep -q "$result" <<<"$(k get tj "$job")" || fail "no Result column: $(k get tj "$job")"
 for w in 0 1; do
   expect "training done after $total steps" k logs "$job-worker-$w"
 done

@@ -28,12 +28,12 @@ op=$!
 # wait for the Lease first, then for readiness as the leader.
 await_lease_holder
 for _ in $(seq 1200); do
-  get /metrics 2>/dev/null | grep -q '^lockstep_leader 1' &&
-    get /readyz 2>/dev/null | grep -q "200 OK" && break
+  grep -q '^lockstep_leader 1' <<<"$(get /metrics 2>/dev/null)" &&
+    grep -q "200 OK" <<<"$(get /readyz 2>/dev/null)" && break
   sleep 0.1
 done
-get /healthz | grep -q "200 OK" || fail "healthz: $(get /healthz 2>&1)"
-get /readyz | grep -q "200 OK" || fail "readyz never became ready: $(tail -5 "$work/operator.log")"
+grep -q "200 OK" <<<"$(get /healthz)" || fail "healthz: $(get /healthz 2>&1)"
+grep -q "200 OK" <<<"$(get /readyz)" || fail "readyz never became ready: $(tail -5 "$work/operator.log")"
 
 "$lockstep" run "$src/examples/tf-config-check.yaml" --timeout 120 >"$work/run.out" 2>&1 ||
   fail "the job did not succeed under lockstep-operator: $(cat "$work/run.out")"
@@ -82,10 +82,10 @@ done
 for want in "${wants[@]}"; do
   [[ $metrics == *"$want"* ]] || fail "/metrics lacks '$want'"
 done
-get /nothing | grep -q "404" || fail "unknown path not 404"
+grep -q "404" <<<"$(get /nothing)" || fail "unknown path not 404"
 
 # Every log line is a JSON object with the four fields.
-head -1 "$work/operator.log" | grep -q '^{"component":"[a-z]*","level":"info","msg":".*","ts":"' ||
+grep -q '^{"component":"[a-z]*","level":"info","msg":".*","ts":"' <<<"$(head -1 "$work/operator.log")" ||
   fail "not a JSON log line: $(head -1 "$work/operator.log")"
 
 kill -TERM "$op"

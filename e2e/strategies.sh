@@ -201,7 +201,9 @@ wait "$run_pid" || fail "ParameterServer example: $(tail -5 "$work/ps.out"); $(k
   fail "the lost PS did not restart the group: $(k get tj fmnist-ps -o yaml)"
 [[ $(field fmnist-ps '{.status.restartCount}') == $((restarts + 1)) ]] ||
   fail "the lost PS's restart was not counted once: $(k get tj fmnist-ps -o yaml)"
-k get events --field-selector involvedObject.name=fmnist-ps | grep -q PSExitedWithCode137 ||
+# Captured, then matched: under pipefail, `kubectl | grep -q` fails when grep quits before
+# kubectl has written the rest (SIGPIPE), which failed this check once with the event there.
+grep -q PSExitedWithCode137 <<<"$(k get events --field-selector involvedObject.name=fmnist-ps)" ||
   fail "no PSExitedWithCode137 event: $(k get events --field-selector involvedObject.name=fmnist-ps)"
 ps_resumed=$(k logs fmnist-ps-worker-0 | sed -n 's/.*resumed from step \([0-9]*\).*/\1/p' | tail -1)
 [[ -n $ps_resumed ]] && (( ps_resumed >= 1200 )) ||

@@ -275,7 +275,7 @@ AIP_MODEL_DIR=$work/model run 0 --model="$mlp_json" --dataset=synthetic --synthe
   --batch-size=50 --epochs=2 --metrics-port=0
 [[ -f $work/model/model.keras && -f $work/model/model.h5 && -f $work/model/model.onnx ]] ||
   fail "no export: $(cat "$work/out")"
-if ls -a "$work/model" | grep -q tmp; then fail "temporary export files left: $(ls -a "$work/model")"; fi
+if grep -q tmp <<<"$(ls -a "$work/model")"; then fail "temporary export files left: $(ls -a "$work/model")"; fi
 trained=$(final_accuracy)
 for weights in "$work/model/model.keras" "$work/model/model.h5" ""; do
   run 0 --model="$mlp_json" --dataset=synthetic --synthetic-size=2000 --batch-size=50 --steps=1 \

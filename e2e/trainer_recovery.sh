@@ -106,7 +106,7 @@ start w2 worker 2 "$work/left" --metrics-port=0
 for t in chief w0 w1 w2; do finish "$t" 0; done
 grep -q "worker 2 left the group (stopped by SIGTERM)" "$work/chief.log" ||
   fail "the chief did not see the leave: $(grep recovery "$work/chief.log")"
-grep "re-formed" "$work/chief.log" | grep -q "(0 completed steps lost)" ||
+grep -q "(0 completed steps lost)" <<<"$(grep "re-formed" "$work/chief.log")" ||
   fail "steps were lost: $(grep recovery "$work/chief.log")"
 c=$(final_checkpoint "$work/left")
 cmp -s "$work/straight/$a" "$work/left/$c" ||
@@ -128,7 +128,7 @@ grep -q "worker 0 takes the coordination service over" "$work/w0.log" ||
   fail "worker 0 did not take the service over: $(grep collective "$work/w0.log")"
 grep -q "following the coordination service to worker 0" "$work/w1.log" ||
   fail "worker 1 did not follow: $(grep collective "$work/w1.log")"
-grep "re-formed" "$work/w0.log" | grep -q "with a new chief 0.*(0 completed steps lost)" ||
+grep -q "with a new chief 0.*(0 completed steps lost)" <<<"$(grep "re-formed" "$work/w0.log")" ||
   fail "steps were lost: $(grep recovery "$work/w0.log")"
 grep -q "joined the running group" "$work/chief.log" ||
   fail "the chief's replacement did not join: $(head -5 "$work/chief.log")"
@@ -150,7 +150,7 @@ grep -q "chief 0 left the group at a step boundary" "$work/chief.term" ||
   fail "the chief did not leave: $(cat "$work/chief.term")"
 start chief chief 0 "$work/chief-left" --metrics-port="$metrics"
 for t in chief w0 w1 w2; do finish "$t" 0; done
-grep "re-formed" "$work/w0.log" | grep -q "with a new chief 0.*(0 completed steps lost)" ||
+grep -q "with a new chief 0.*(0 completed steps lost)" <<<"$(grep "re-formed" "$work/w0.log")" ||
   fail "steps were lost: $(grep recovery "$work/w0.log")"
 c=$(final_checkpoint "$work/chief-left")
 cmp -s "$work/straight/$a" "$work/chief-left/$c" ||

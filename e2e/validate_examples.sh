@@ -63,7 +63,7 @@ for cmd in run local validate convert; do
   grep -q "^usage: lockstep $cmd" "$tmp/help" || { echo "FAIL: lockstep $cmd --help"; cat "$tmp/help"; exit 1; }
   "$lockstep" help "$cmd" | cmp -s - "$tmp/help" || { echo "FAIL: lockstep help $cmd differs"; exit 1; }
 done
-"$lockstep" --help | grep -q 'COMMAND --help' || { echo "FAIL: the usage does not point to --help"; exit 1; }
+grep -q 'COMMAND --help' <<<"$("$lockstep" --help)" || { echo "FAIL: the usage does not point to --help"; exit 1; }
 # Bad arguments name themselves and exit 2.
 rc=0; "$lockstep" run "$src/examples/single-worker.yaml" --timeout 10m 2>"$tmp/err" || rc=$?
 [[ $rc == 2 ]] && grep -q -- '--timeout 10m: want a whole number of seconds' "$tmp/err" ||

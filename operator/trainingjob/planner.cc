@@ -317,7 +317,13 @@ class Planner {
     for (const auto& [type, index, pod] : deleting_) {
       if (index >= api::ReplicaCount(job_.spec, type)) continue;  // scaled down
       if (InGroup(type) && pod->metadata.attempt < st_.attempt) continue;
-      if (pod->phase == PodPhase::kSucceeded || pod->phase == PodPhase::kFailed) continue;
+      // A pod that ended on its own before it was deleted was not disrupted; one marked for a
+      // disruption (DisruptionTarget, Kueue's TerminationTarget) was, however soon its
+      // containers stopped.
+      if ((pod->phase == PodPhase::kSucceeded || pod->phase == PodPhase::kFailed) &&
+          !pod->disruption_target) {
+        continue;
+      }
       const std::string name(pod->metadata.name());
       auto inc = st_.incarnations.find(name);
       if (pod->metadata.incarnation < (inc == st_.incarnations.end() ? 0 : inc->second)) continue;

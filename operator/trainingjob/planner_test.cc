@@ -999,9 +999,14 @@ TEST(PlannerKueueTest, GatedPodsAreQueuedAndTheGroupIsReleasedAsKueueExpects) {
   w.Step();
   EXPECT_EQ(w.state(), JobState::kRunning);
   EXPECT_EQ(w.job.status->start_time, w.now);  // admitted: the deadline counts from here
+  // Its containers already stopped when the operator first sees it deleted: still a
+  // disruption, said with Kueue's reason, not a failure.
   w.pods[1].metadata.deletion_timestamp = w.now;
   w.pods[1].phase = PodPhase::kFailed;
+  w.pods[1].disruption_target = true;
+  w.pods[1].mutable_detail().disruption_reason = "WorkloadEvictedDueToPreempted";
   Plan p = w.Step();
+  EXPECT_THAT(w.job.status->disruptions["t-worker-1"], HasSubstr("WorkloadEvictedDueToPreempted"));
   std::vector<const Action*> patches;
   for (const Action& a : p.actions) {
     if (a.kind == Action::Kind::kPatch) patches.push_back(&a);
