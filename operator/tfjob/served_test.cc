@@ -595,8 +595,9 @@ TEST_F(ServedCorpusTest, KubeflowsTfJobsRunUnchangedWithTrainingOperatorsPods) {
       EXPECT_EQ(tf_config, w.tf_config);
       // Services and pods are created side by side: the pod may be seen first.
       absl::StatusOr<json> svc = absl::NotFoundError("not yet");
+      const std::string service = pod_name;  // a structured binding cannot be captured (C++20)
       EXPECT_TRUE(Eventually([&] {
-        svc = client_->Get(res::kServices, ns, pod_name);
+        svc = client_->Get(res::kServices, ns, service);
         return svc.ok();
       }));
       ASSERT_TRUE(svc.ok()) << svc.status();
