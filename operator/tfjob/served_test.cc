@@ -400,12 +400,7 @@ class ServedCorpusTest : public ::testing::Test {
   static json Crd() { return (*api::ParseYamlDocuments(local::TfJobCrdYaml()))[0]; }
   void Start(const json& crd) {
     api_ = *local::ApiServer::Create({});
-    ASSERT_EQ(api_->Handle({.method = "POST",
-                            .path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                            .content_type = "application/json",
-                            .body = crd.dump()})
-                  .status,
-              201);
+    ASSERT_TRUE(local::InstallCrd(api_.get(), crd.dump()).ok());
     client_ =
         std::make_unique<kube::RestClient>(std::make_shared<local::LocalTransport>(api_.get()));
     clock_ = common::NewRealClock();

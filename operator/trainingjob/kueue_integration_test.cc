@@ -165,13 +165,7 @@ class KueueTest : public ::testing::Test {
  protected:
   void SetUp() override {
     api_ = *local::ApiServer::Create({});
-    json crd = (*api::ParseYamlDocuments(local::TrainingJobCrdYaml()))[0];
-    ASSERT_EQ(api_->Handle({.method = "POST",
-                            .path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                            .content_type = "application/json",
-                            .body = crd.dump()})
-                  .status,
-              201);
+    ASSERT_TRUE(local::InstallCrd(api_.get(), local::TrainingJobCrdYaml()).ok());
     auto local = std::make_shared<local::LocalTransport>(api_.get());
     webhook_ = std::make_shared<KueueWebhook>(local);
     operator_client_ = std::make_unique<kube::RestClient>(webhook_);

@@ -207,16 +207,8 @@ bool InstallCrd(local::ApiServer* api, std::string_view name, std::string_view y
   if (api->store().Get(StrCat("customresourcedefinitions.apiextensions.k8s.io//", name))) {
     return true;
   }
-  absl::StatusOr<std::vector<nlohmann::json>> crd = api::ParseYamlDocuments(yaml);
-  local::ApiResponse installed =
-      crd.ok() && !crd->empty()
-          ? api->Handle({.method = "POST",
-                         .path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                         .content_type = "application/json",
-                         .body = (*crd)[0].dump()})
-          : local::ApiResponse{500, "the built-in CRD does not parse", nullptr};
-  if (installed.status != 201) {
-    err << "lockstep local: installing the CRD " << name << ": " << installed.body << "\n";
+  if (absl::Status s = local::InstallCrd(api, yaml); !s.ok()) {
+    err << "lockstep local: installing the CRD " << name << ": " << s.message() << "\n";
     return false;
   }
   return true;
